@@ -1,0 +1,64 @@
+"""Candidates: a ModelNew source file with its backend and lineage."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kernelevo.errors import CandidateError
+
+BACKENDS = ("triton", "cuda", "pytorch")
+ORIGINS = ("user", "seed", "llm", "repair", "tuner")
+
+_TRITON_MARK = re.compile(r"@\s*triton\.(jit|autotune)|from\s+triton\b|import\s+triton\b")
+_CUDA_MARK = re.compile(r"\bload_inline\b|__global__")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One ModelNew implementation; `source` is the whole Python file."""
+
+    source: str
+    backend: str
+    name: str = "candidate"
+    origin: str = "user"
+    parent_ids: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise CandidateError(
+                f"unknown backend {self.backend!r}: use one of {', '.join(BACKENDS)}"
+            )
+
+    @property
+    def source_hash(self) -> str:
+        """SHA-256 of the source, the key of every cache that depends on it."""
+        return hashlib.sha256(self.source.encode()).hexdigest()
+
+
+def detect_backend(source: str) -> str:
+    """Guess the backend from the source: CUDA wins when both marks appear."""
+    if _CUDA_MARK.search(source):
+        return "cuda"
+    if _TRITON_MARK.search(source):
+        return "triton"
+    return "pytorch"
+
+
+def load_candidate(path: str | Path, backend: str | None = None) -> Candidate:
+    """Read a candidate file; the backend is detected unless given."""
+    file = Path(path)
+    if not file.is_file():
+        raise CandidateError(f"candidate file not found: {file} (give the path to a .py file)")
+    try:
+        source = file.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CandidateError(f"cannot read candidate {file}: {exc}") from exc
+    if "ModelNew" not in source:
+        raise CandidateError(
+            f"{file} defines no ModelNew: a candidate must define `class ModelNew(nn.Module)`"
+        )
+    chosen = backend or detect_backend(source)
+    return Candidate(source=source, backend=chosen, name=file.stem)

@@ -1,0 +1,144 @@
+"""Verdicts: the structured outcome of judging one candidate.
+
+A failed candidate is data, never an exception. Every status has a small set
+of named reasons so the search and the user can act on them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+STATUSES = (
+    "ok",
+    "compile_error",
+    "runtime_error",
+    "incorrect",
+    "rejected",
+    "timeout",
+    "crashed",
+    "skipped",
+)
+
+# reason -> (status, one-line explanation shown to users and fed back to the model)
+REASONS: dict[str, tuple[str, str]] = {
+    "passed": ("ok", "correct on every input set and honest"),
+    # compile_error
+    "syntax_error": ("compile_error", "the candidate file is not valid Python"),
+    "import_failed": ("compile_error", "importing the candidate raised"),
+    "compile_failed": ("compile_error", "a kernel failed to compile"),
+    "no_modelnew": ("compile_error", "the file defines no class ModelNew"),
+    # runtime_error
+    "init_failed": ("runtime_error", "ModelNew(*get_init_inputs()) raised"),
+    "forward_failed": ("runtime_error", "ModelNew.forward raised"),
+    "cuda_error": ("runtime_error", "a CUDA error (illegal address, launch failure)"),
+    "out_of_memory": ("runtime_error", "the candidate ran out of GPU or host memory"),
+    # incorrect
+    "output_mismatch": ("incorrect", "values differ from the reference beyond tolerance"),
+    "non_finite": ("incorrect", "NaN or Inf where the reference is finite"),
+    "wrong_shape": ("incorrect", "an output has the wrong shape"),
+    "wrong_dtype": ("incorrect", "an output has the wrong dtype"),
+    "wrong_device": ("incorrect", "an output is on the wrong device"),
+    "wrong_structure": ("incorrect", "the number or nesting of outputs differs"),
+    "shape_specialised": ("incorrect", "wrong when the task's sizes are perturbed"),
+    # rejected: honesty
+    "not_a_tensor": ("rejected", "an output is not a plain torch.Tensor (subclass or other)"),
+    "inherits_reference": ("rejected", "ModelNew inherits from or wraps the reference Model"),
+    "try_fallback": ("rejected", "try/except around the computation can fall back to PyTorch"),
+    "reference_ops_reused": ("rejected", "the candidate calls the reference's PyTorch ops"),
+    "library_compute": ("rejected", "strict policy: PyTorch compute ops are not allowed"),
+    "ghost_kernel": ("rejected", "disabling the candidate's kernels does not change its output"),
+    "no_custom_kernel": ("rejected", "no kernel of the claimed backend is defined or launched"),
+    "identity_caching": ("rejected", "results keyed on data_ptr, id() or a cache decorator"),
+    "stateful_forward": ("rejected", "forward keeps counters or global state between calls"),
+    "inconsistent_under_timing": ("rejected", "outputs during timing differ from the reference"),
+    "cuda_graph": ("rejected", "the candidate captures or replays CUDA graphs itself"),
+    "side_stream": ("rejected", "work on a side CUDA stream the timer would miss"),
+    "background_thread": ("rejected", "threads or processes outlive the forward call"),
+    "lazy_output": ("rejected", "tensor subclass or deferred computation in the output path"),
+    "harness_tampered": ("rejected", "the candidate patched timers, sync, comparisons or torch"),
+    "harness_introspection": ("rejected", "gc, frames, sys.modules or builtins are inspected"),
+    "mutated_inputs": ("rejected", "the candidate changed its inputs in place"),
+    "file_io": ("rejected", "the candidate reads or writes files"),
+    "spawned_process": ("rejected", "the candidate starts processes"),
+    "dynamic_code": ("rejected", "exec/eval/compile/__import__ hide code from the checks"),
+    "beats_physical_floor": ("rejected", "faster than bytes/bandwidth or FLOPs/peak allows"),
+    # timeout and crashes
+    "wall_clock_limit": ("timeout", "the candidate ran past its wall-clock limit"),
+    "killed_by_signal": ("crashed", "the process died from a signal (segfault, abort)"),
+    "exited_early": ("crashed", "the process exited before reporting (os._exit, sys.exit)"),
+    "output_limit": ("crashed", "the candidate printed more than the output limit"),
+    # skipped
+    "no_gpu": ("skipped", "this candidate needs a GPU and none is present"),
+    "no_nvcc": ("skipped", "no GPU and no nvcc to compile-check the CUDA source"),
+}
+
+
+@dataclass(frozen=True)
+class ErrorMetrics:
+    """How far an output is from the reference (worst over outputs and sets)."""
+
+    max_abs_error: float
+    max_rel_error: float
+    mismatch_fraction: float
+    rel_l2_error: float
+    worst_index: tuple[int, ...] = ()
+    worst_value: float = 0.0
+    worst_expected: float = 0.0
+    atol: float = 0.0
+    rtol: float = 0.0
+
+
+@dataclass(frozen=True)
+class TimingStats:
+    """Samples of one contestant, in milliseconds."""
+
+    median_ms: float
+    iqr_ms: float
+    min_ms: float
+    samples: int
+    method: str = "events"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The judgement of one candidate; `reason` is a key of REASONS."""
+
+    status: str
+    reason: str
+    message: str = ""
+    errors: ErrorMetrics | None = None
+    timings: dict[str, TimingStats] = field(default_factory=dict)
+    speedup_vs_eager: float | None = None
+    speedup_vs_compile: float | None = None
+    flags: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    logs: str = ""
+    phases_s: dict[str, float] = field(default_factory=dict)
+    isolation: str = ""
+    environment: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Verdict":
+        data = dict(data)
+        if data.get("errors"):
+            errors = dict(data["errors"])
+            errors["worst_index"] = tuple(errors.get("worst_index", ()))
+            data["errors"] = ErrorMetrics(**errors)
+        data["timings"] = {k: TimingStats(**v) for k, v in data.get("timings", {}).items()}
+        data["flags"] = tuple(data.get("flags", ()))
+        data["notes"] = tuple(data.get("notes", ()))
+        return cls(**data)
+
+
+def verdict_for(reason: str, message: str = "", **fields: Any) -> Verdict:
+    """Build a verdict whose status follows from its named reason."""
+    status, explanation = REASONS[reason]
+    return Verdict(status=status, reason=reason, message=message or explanation, **fields)
