@@ -1,0 +1,55 @@
+"""Two candidates under one protocol: each checked alone, then timed interleaved together."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Callable
+
+from kernelevo.candidate import Candidate
+from kernelevo.config import EvalConfig
+from kernelevo.evaluate.judge import Judge
+from kernelevo.evaluate.verdict import Verdict
+from kernelevo.task import Task
+
+
+@dataclass(frozen=True)
+class ComparisonResult:
+    """Both verdicts and, when both passed with timings, which is faster and by how much."""
+
+    a: Verdict
+    b: Verdict
+    faster: str | None = None  # "a", "b" or None
+    ratio: float | None = None  # slower median / faster median
+    noise: float | None = None  # relative half-IQR of the two, added
+    significant: bool | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def compare_candidates(task: Task, a: Candidate, b: Candidate, config: EvalConfig,
+                       progress: Callable[[str], None] | None = None) -> ComparisonResult:
+    """Judge a and b alone (so one's crash cannot sink the other), then time both together."""
+    judge = Judge(task, config, progress)
+    alone = judge.evaluate_many([a], time_together=False), judge.evaluate_many([b])
+    first, second = alone[0][0], alone[1][0]
+    if not (first.ok and second.ok) or first.speedup_vs_eager is None:
+        return ComparisonResult(first, second)
+    together = judge.evaluate_many([a, b])
+    first, second = together
+    if not (first.ok and second.ok):
+        return ComparisonResult(first, second)
+    return _decide(first, second)
+
+
+def _decide(a: Verdict, b: Verdict) -> ComparisonResult:
+    time_a, time_b = a.timings["candidate"], b.timings["candidate"]
+    faster = "a" if time_a.median_ms <= time_b.median_ms else "b"
+    fast, slow = sorted((time_a.median_ms, time_b.median_ms))
+    noise = time_a.iqr_ms / (2 * time_a.median_ms) + time_b.iqr_ms / (2 * time_b.median_ms)
+    ratio = slow / fast
+    return ComparisonResult(a, b, faster, ratio, noise, ratio - 1 > noise)
+
+
+def without_timing(verdict: Verdict) -> Verdict:
+    return replace(verdict, timings={}, speedup_vs_eager=None, speedup_vs_compile=None)

@@ -1,0 +1,133 @@
+"""The candidate's view of `load_inline`: cached by source hash, instrumented, or compile-checked.
+
+Inside the worker, `torch.utils.cpp_extension.load_inline` is replaced so that
+(1) the extension name carries a hash of everything that determines the build,
+    so an unchanged candidate is never compiled twice and two different
+    candidates never share a build folder;
+(2) every `__global__` function starts with a check of a device flag, which
+    lets the judge switch the candidate's kernels off (the ghost-kernel test);
+(3) without a GPU the CUDA source is only compiled with nvcc, if present.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+_GLOBAL_BODY = re.compile(r"(__global__\b[^;{]*?\{)")
+_FLAG = "kernelevo_knockout_flag"
+_SETTER = "kernelevo_set_knockout"
+_PRELUDE = f"__device__ int {_FLAG} = 0;\n"
+_SETTER_SOURCE = f"""
+void {_SETTER}(int64_t value) {{
+    int flag = static_cast<int>(value);
+    cudaMemcpyToSymbol({_FLAG}, &flag, sizeof(int));
+}}
+"""
+
+
+class CompileOnly(Exception):
+    """Raised in place of a build without a GPU; carries the nvcc outcome."""
+
+    def __init__(self, ok: bool, log: str) -> None:
+        super().__init__(log)
+        self.ok = ok
+        self.log = log
+
+
+def _as_list(sources: Any) -> list[str]:
+    if sources is None:
+        return []
+    return [sources] if isinstance(sources, str) else list(sources)
+
+
+def instrument(cuda_sources: list[str]) -> list[str] | None:
+    """Sources with the knockout check in each kernel, or None if no kernel was found."""
+    if not cuda_sources or not any(_GLOBAL_BODY.search(s) for s in cuda_sources):
+        return None
+    body = [_GLOBAL_BODY.sub(lambda m: m.group(1) + f" if ({_FLAG}) return; ", s)
+            for s in cuda_sources]
+    return [_PRELUDE + body[0], *body[1:], _SETTER_SOURCE]
+
+
+class LoadInlineHook:
+    """Replaces load_inline in this process; records builds and knockout setters."""
+
+    def __init__(self, has_gpu: bool, switch: Any) -> None:
+        from torch.utils import cpp_extension
+
+        self._module = cpp_extension
+        self._original = cpp_extension.load_inline
+        self._has_gpu = has_gpu
+        self._switch = switch
+        self.build_s = 0.0
+        self.instrumented = 0
+        self.uninstrumented = 0
+        cpp_extension.load_inline = self.load_inline
+
+    def load_inline(self, name: str, cpp_sources: Any, cuda_sources: Any = None,
+                    functions: Any = None, **kwargs: Any) -> Any:
+        cpp, cuda = _as_list(cpp_sources), _as_list(cuda_sources)
+        if not self._has_gpu:
+            raise CompileOnly(*nvcc_check(cuda)) if cuda else CompileOnly(True, "no CUDA source")
+        kwargs.pop("build_directory", None)  # builds live in the shared, hash-keyed cache
+        started = time.perf_counter()
+        try:
+            return self._build(name, cpp, cuda, functions, kwargs)
+        finally:
+            self.build_s += time.perf_counter() - started
+
+    def _build(self, name: str, cpp: list[str], cuda: list[str], functions: Any,
+               kwargs: dict[str, Any]) -> Any:
+        names = [functions] if isinstance(functions, str) else functions
+        instrumented = instrument(cuda) if cuda and isinstance(names, (list, tuple)) else None
+        if instrumented is not None:
+            declared = cpp + [f"void {_SETTER}(int64_t value);"]
+            try:
+                module = self._call(name, declared, instrumented, [*names, _SETTER], kwargs)
+            except RuntimeError:
+                module = None  # the instrumented source did not build; fall back below
+            if module is not None:
+                self.instrumented += 1
+                self._switch.cuda_setters.append(getattr(module, _SETTER))
+                return module
+        self.uninstrumented += 1
+        return self._call(name, cpp, cuda, functions, kwargs)
+
+    def _call(self, name: str, cpp: list[str], cuda: list[str], functions: Any,
+              kwargs: dict[str, Any]) -> Any:
+        digest = hashlib.sha256(repr((cpp, cuda, functions, sorted(kwargs.items()))).encode())
+        unique = f"{name}_{digest.hexdigest()[:16]}"
+        return self._original(unique, cpp, cuda_sources=cuda or None, functions=functions,
+                              **kwargs)
+
+
+def nvcc_check(cuda_sources: list[str]) -> tuple[bool, str]:
+    """Compile CUDA sources with nvcc against torch's headers; (ok, log)."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        raise CompileOnly(False, "no nvcc")
+    import torch
+
+    include = Path(torch.__file__).parent / "include"
+    with tempfile.TemporaryDirectory() as folder:
+        stub = Path(folder) / "c10" / "cuda" / "impl"
+        stub.mkdir(parents=True)
+        # CPU builds of torch ship the CUDA headers without this generated one.
+        (stub / "cuda_cmake_macros.h").write_text("#pragma once\n")
+        source = Path(folder) / "candidate.cu"
+        source.write_text("#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n"
+                          + "\n".join(cuda_sources))
+        command = [nvcc, "-std=c++17", "-c", str(source), "-o", os.devnull,
+                   f"-I{include}", f"-I{include / 'torch/csrc/api/include'}", f"-I{folder}",
+                   "--expt-relaxed-constexpr", "-Xcompiler", "-fPIC",
+                   "-DTORCH_EXTENSION_NAME=candidate"]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    return done.returncode == 0, (done.stdout + done.stderr)[-6000:]

@@ -1,0 +1,133 @@
+"""The judge's decisions: from what the worker reported to a verdict reason.
+
+Everything here runs in the judge's process, on outputs loaded as plain
+tensors; nothing the candidate computed about itself is taken on trust
+except the guard observations, which the harness snapshot protects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from kernelevo.evaluate.oplog import reference_reused
+from kernelevo.evaluate.tolerance import compare_tensor, worst_of
+from kernelevo.evaluate.verdict import ErrorMetrics
+
+
+@dataclass
+class Decision:
+    """A reason (None when everything passed), its message and the error metrics."""
+
+    reason: str | None = None
+    message: str = ""
+    metrics: ErrorMetrics | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def guard_reason(report: dict[str, Any]) -> tuple[str, str] | None:
+    """The first guard that fired in the worker's report, if any."""
+    for problem in report.get("problems", []):
+        reason, _, detail = problem.partition(": ")
+        return reason, detail
+    checks = (("tampered", "harness_tampered", "patched: "),
+              ("threads", "background_thread", "threads still running: "),
+              ("children", "spawned_process", "child processes: "),
+              ("files", "file_io", "files written: "))
+    for key, reason, prefix in checks:
+        if report.get(key):
+            return reason, prefix + ", ".join(str(x) for x in report[key][:5])
+    return None
+
+
+def compare_set(got: dict[str, Any], expected: list[torch.Tensor], structure: str,
+                tolerances: list[tuple[float, float]], label: str,
+                device: str) -> tuple[str | None, str, list[ErrorMetrics]]:
+    """Compare one set's outputs; (reason, message, metrics of each output)."""
+    values = got["values"]
+    if got["structure"] != structure and not _same_shape_of_sequence(got["structure"], structure):
+        return "wrong_structure", f"{label}: returned {got['structure']}, expected {structure}", []
+    metrics = []
+    for position, (value, reference) in enumerate(zip(values, expected)):
+        if not isinstance(value, torch.Tensor):
+            return "not_a_tensor", f"{label} output {position} is {value}", metrics
+        atol, rtol = tolerances[position]
+        outcome = compare_tensor(value.to(device), reference.to(device), atol, rtol,
+                                 f"{label} output {position}")
+        if outcome.metrics is not None:
+            metrics.append(outcome.metrics)
+        if outcome.reason:
+            return outcome.reason, outcome.message, metrics
+    return None, "", metrics
+
+
+def _same_shape_of_sequence(a: str, b: str) -> bool:
+    """A list and a tuple of the same length are the same structure."""
+    return a.split(":")[-1] == b.split(":")[-1] and "tensor" not in (a, b)
+
+
+def decide_correctness(outputs: dict[str, Any], references: list[list[torch.Tensor]],
+                       structure: str, tolerances: list[tuple[float, float]],
+                       device: str) -> Decision:
+    """Every input set, then the repeated call, must match the reference."""
+    all_metrics: list[ErrorMetrics] = []
+    for number, (got, expected) in enumerate(zip(outputs["sets"], references)):
+        reason, message, metrics = compare_set(got, expected, structure, tolerances,
+                                               f"input set {number}", device)
+        all_metrics += metrics
+        if reason:
+            return Decision(reason, message, worst_of(metrics))
+    reason, message, _ = compare_set(outputs["repeat"], references[0], structure, tolerances,
+                                     "repeated call on input set 0", device)
+    if reason:
+        return Decision("stateful_forward", "a second call on the same inputs differs: " + message,
+                        worst_of(all_metrics))
+    return Decision(None, "", worst_of(all_metrics))
+
+
+def decide_honesty(report: dict[str, Any], outputs: dict[str, Any], reference: list[torch.Tensor],
+                   structure: str, tolerances: list[tuple[float, float]], backend: str,
+                   policy: str, reference_ops: set[str], device: str) -> Decision:
+    """Kernels must matter, and the reference's PyTorch ops must not reappear."""
+    decision = Decision()
+    if backend == "triton" and report.get("triton_launches", 0) == 0:
+        return Decision("no_custom_kernel", "no Triton kernel was launched during forward")
+    switchable = backend == "triton" or report.get("cuda_switchable")
+    if backend != "pytorch" and switchable and outputs.get("knockout") is not None:
+        reason, _, _ = compare_set(outputs["knockout"], reference, structure, tolerances,
+                                   "knockout", device)
+        if reason is None:
+            return Decision("ghost_kernel", "with the candidate's own kernels switched off the "
+                            "output still matches the reference: PyTorch computes it")
+    elif backend == "cuda":
+        decision.notes.append("kernel knockout unavailable for this CUDA source")
+    candidate_ops = set(report.get("ops", []))
+    if policy == "strict" and candidate_ops:
+        return Decision("library_compute", "PyTorch compute ops under the strict policy: "
+                        + ", ".join(sorted(candidate_ops)))
+    if policy == "default" and reference_reused(reference_ops, candidate_ops):
+        return Decision("reference_ops_reused", "the candidate dispatches every compute op of "
+                        "the reference: " + ", ".join(sorted(reference_ops)))
+    return decision
+
+
+def trivial_answers_pass(references: list[list[torch.Tensor]],
+                         tolerances: list[tuple[float, float]], device: str) -> list[str]:
+    """Names of trivial answers (zeros, another set's output) that would pass."""
+    passing = []
+    for position, reference in enumerate(references[0]):
+        if not reference.is_floating_point():
+            continue
+        atol, rtol = tolerances[position]
+        ref = reference.to(device)
+        trials = {"zeros": torch.zeros_like(ref)}
+        if len(references) > 1 and references[1][position].shape == ref.shape:
+            trials["another input set's output"] = references[1][position].to(device)
+        trials["a constant"] = torch.full_like(ref, ref.double().mean().item()) \
+            if ref.numel() > 1 else trials["zeros"]
+        for name, value in trials.items():
+            if compare_tensor(value, ref, atol, rtol).reason is None:
+                passing.append(f"output {position}: {name}")
+    return passing

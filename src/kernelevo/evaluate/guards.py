@@ -1,0 +1,147 @@
+"""Runtime guards inside the candidate's process.
+
+Each guard gives a static check its dynamic side: the harness functions the
+judge relies on must be the same objects after the candidate ran, no thread
+or process may outlive a call, no file may appear, outputs must be plain
+tensors with storage, and stale allocator memory is poisoned with NaN.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+_WATCHED = (
+    (torch, ("allclose", "isclose", "equal", "isfinite", "save", "load", "empty", "empty_like")),
+    (torch.cuda, ("synchronize", "Event", "current_stream", "graph", "CUDAGraph")),
+    (torch.Tensor, ("clone", "copy_", "cpu", "to", "__eq__", "double", "float", "abs", "sub",
+                    "detach", "contiguous", "item", "numel", "fill_", "__new__",
+                    "__torch_function__")),
+    (time, ("perf_counter", "perf_counter_ns", "monotonic", "time", "sleep")),
+    (torch.testing, ("assert_close",)),
+)
+
+
+class HarnessSnapshot:
+    """Identities of the functions the harness trusts, taken before the candidate loads."""
+
+    def __init__(self, extra_modules: tuple[Any, ...] = ()) -> None:
+        self._watched = [(owner, name, owner.__dict__.get(name, getattr(owner, name, None)))
+                         for owner, names in _WATCHED for name in names]
+        for module in extra_modules:
+            self._watched += [(module, name, value) for name, value in vars(module).items()
+                              if callable(value) and not name.startswith("__")]
+
+    def tampered(self) -> list[str]:
+        """Names of watched functions that are no longer the original objects."""
+        changed = []
+        for owner, name, original in self._watched:
+            current = owner.__dict__.get(name, getattr(owner, name, None))
+            if current is not original:
+                changed.append(f"{getattr(owner, '__name__', owner)}.{name}")
+        return changed
+
+
+class ProcessWatch:
+    """Threads, child processes and files present before the candidate ran."""
+
+    def __init__(self, workdir: Path) -> None:
+        self._workdir = workdir
+        self._threads = {t.ident for t in threading.enumerate()}
+        self._files = self._listing()
+
+    def new_threads(self) -> list[str]:
+        return [t.name for t in threading.enumerate()
+                if t.ident not in self._threads and t.is_alive()]
+
+    def new_files(self) -> list[str]:
+        return sorted(self._listing() - self._files)
+
+    @staticmethod
+    def children() -> list[int]:
+        """Live child processes of this process (compilers have finished by now)."""
+        me, found = str(os.getpid()), []
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if fields[1] == me and fields[0] not in ("Z", "X"):
+                found.append(int(proc.name))
+        return found
+
+    def _listing(self) -> set[str]:
+        found = set()
+        for root, _, files in os.walk(self._workdir):
+            found.update(os.path.join(root, f) for f in files)
+        return found
+
+
+def output_problem(value: Any, position: int) -> str | None:
+    """Why an output cannot be trusted as a finished plain tensor, or None."""
+    if type(value) is not torch.Tensor:
+        return f"output {position} is {type(value).__module__}.{type(value).__name__}"
+    if value.device.type == "meta" or value.is_sparse:
+        return f"output {position} has no dense storage ({value.layout}, {value.device})"
+    try:
+        value.untyped_storage()
+    except (RuntimeError, NotImplementedError) as exc:
+        return f"output {position} has no real storage: {exc}"
+    return None
+
+
+def poison_allocator(nbytes: int, device: str) -> None:
+    """Fill memory the caching allocator will hand out next with NaN.
+
+    A kernel that leaves part of its output unwritten must then show NaN there,
+    whatever an earlier call left in that memory.
+    """
+    if device != "cuda" or nbytes <= 0:
+        return
+    big = torch.empty(nbytes // 4 + 1, dtype=torch.float32, device=device)
+    big.fill_(float("nan"))
+    small = [torch.full((1 << 17,), float("nan"), device=device) for _ in range(32)]
+    del big, small
+
+
+class KernelSwitch:
+    """Disables the candidate's own Triton launches and CUDA kernels on demand.
+
+    If an output still matches the reference with the candidate's kernels off,
+    those kernels did not compute it.
+    """
+
+    def __init__(self) -> None:
+        self.enabled = True
+        self.cuda_setters: list[Any] = []
+        self.launches = 0
+        self._patch_triton()
+
+    def set(self, enabled: bool) -> None:
+        self.enabled = enabled
+        for setter in self.cuda_setters:
+            setter(0 if enabled else 1)
+
+    def _patch_triton(self) -> None:
+        try:
+            from triton.runtime import interpreter, jit
+        except ImportError:
+            return
+        switch = self
+        for cls in (jit.JITFunction, interpreter.InterpretedFunction):
+            original = cls.run
+
+            def run(self, *args, __original=original, **kwargs):
+                switch.launches += 1
+                if not switch.enabled:
+                    return None
+                return __original(self, *args, **kwargs)
+
+            cls.run = run

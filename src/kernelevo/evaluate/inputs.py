@@ -1,0 +1,99 @@
+"""Loading task and candidate modules and making input sets inside child processes.
+
+Both the oracle and the candidate worker rebuild the same inputs from the same
+seeds on the device, so no input tensor has to travel between processes.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+
+# KernelBench seeds the parameters of Model and ModelNew with this value.
+WEIGHT_SEED = 42
+
+
+class InputError(Exception):
+    """get_inputs() returned something that cannot be an input set."""
+
+
+def import_source(source: str, module_name: str, folder: Path) -> ModuleType:
+    """Import a source string as a real file (Triton reads kernel source from disk)."""
+    path = folder / f"{module_name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def set_reference_precision() -> None:
+    """The reference computes in the precision it asks for: no TF32."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+
+
+def build_model(cls: type, init_inputs: list[Any], device: str, dtype: torch.dtype) -> Any:
+    """Construct under the KernelBench seed, then move to the device and precision."""
+    torch.manual_seed(WEIGHT_SEED)
+    model = cls(*init_inputs)
+    return model.to(device=device, dtype=dtype) if hasattr(model, "to") else model
+
+
+def make_inputs(module: ModuleType, seed: int, device: str, dtype: torch.dtype,
+                variant: float | None = None) -> list[Any]:
+    """One input set from get_inputs() under `seed`, on the device and in `dtype`.
+
+    `variant`, when given, rescales floating inputs (x * variant + variant / 4)
+    so a shortcut tuned to the task's input distribution cannot pass.
+    """
+    torch.manual_seed(seed)
+    with torch.device(device):
+        raw = module.get_inputs()
+    if not isinstance(raw, (list, tuple)):
+        raise InputError(f"get_inputs() returned {type(raw).__name__}; it must return a list")
+    inputs = []
+    for position, value in enumerate(raw):
+        inputs.append(_prepare(value, position, device, dtype, variant))
+    return inputs
+
+
+def _prepare(value: Any, position: int, device: str, dtype: torch.dtype,
+             variant: float | None) -> Any:
+    if isinstance(value, torch.Tensor):
+        tensor = value.to(device)
+        if tensor.is_floating_point():
+            tensor = tensor.to(dtype)
+            if variant is not None:
+                tensor = tensor * variant + variant / 4
+        return tensor.contiguous() if not tensor.is_contiguous() else tensor
+    if isinstance(value, (bool, int, float)) or value is None:
+        return value
+    raise InputError(
+        f"get_inputs()[{position}] is {type(value).__name__}: inputs must be tensors "
+        "or plain numbers"
+    )
+
+
+def clone_inputs(inputs: list[Any]) -> list[Any]:
+    return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+
+
+def flatten_outputs(output: Any) -> tuple[list[Any], str]:
+    """Outputs as a flat list plus a structure string ('tensor', 'tuple:2')."""
+    if isinstance(output, (tuple, list)):
+        return list(output), f"{type(output).__name__}:{len(output)}"
+    return [output], "tensor"
+
+
+def tensor_bytes(values: list[Any]) -> int:
+    return sum(v.numel() * v.element_size() for v in values if isinstance(v, torch.Tensor))

@@ -1,0 +1,224 @@
+"""The judge: runs the oracle and the worker in their own processes and decides.
+
+    evaluate(task, candidate)   -> Verdict
+    compare(task, a, b)         -> Comparison of two verdicts timed together
+
+The judge never imports a candidate. It draws fresh seeds per evaluation,
+holds the reference outputs only in its own memory, and turns every way a
+child can end (a crash, a hang, a flood of output) into a verdict.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from kernelevo.candidate import Candidate
+from kernelevo.config import EvalConfig, tolerances
+from kernelevo.errors import TaskError
+from kernelevo.evaluate import static
+from kernelevo.evaluate.oracle import run_oracle
+from kernelevo.evaluate.outcome import build_verdicts
+from kernelevo.evaluate.sandbox import JobResult, run_job
+from kernelevo.evaluate.worker import cache_environment, run_worker
+from kernelevo.task import Task, perturb_sizes, shrink_sizes
+
+Progress = Callable[[str], None]
+
+
+def default_cache_dir() -> Path:
+    root = os.environ.get("KERNELEVO_CACHE_DIR") or Path.home() / ".cache" / "kernelevo"
+    return Path(root)
+
+
+def resolve_device(config: EvalConfig) -> str:
+    if config.device != "auto":
+        if config.device == "cuda" and not torch.cuda.is_available():
+            raise TaskError("--device cuda was asked for but no CUDA GPU is visible")
+        return config.device
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class Judge:
+    """Evaluates candidates of one task under one configuration."""
+
+    def __init__(self, task: Task, config: EvalConfig | None = None,
+                 progress: Progress | None = None, cache_dir: Path | None = None) -> None:
+        self.config = config or EvalConfig()
+        self.device = resolve_device(self.config)
+        self.progress = progress or (lambda phase: None)
+        self.cache_dir = cache_dir or default_cache_dir()
+        self.notes: list[str] = []
+        if self.device == "cpu" and self.config.shrink_on_cpu:
+            shrunk = shrink_sizes(task.constants)
+            if shrunk:
+                self.notes.append("no GPU: checked under the Triton interpreter with sizes "
+                                  + ", ".join(f"{k}={v}" for k, v in shrunk.items()))
+            task = task.with_constants(shrunk)
+        self.task = task
+        os.environ.setdefault("TRITON_INTERPRET", "1" if self.device == "cpu" else "0")
+        for key, value in cache_environment(self.cache_dir).items():
+            os.environ.setdefault(key, value)
+
+    def evaluate(self, candidate: Candidate) -> Any:
+        return self.evaluate_many([candidate])[0]
+
+    def evaluate_many(self, candidates: list[Candidate], time_together: bool = True) -> list[Any]:
+        """Verdicts for several candidates, timed in one process (interleaved) when they pass."""
+        started = time.perf_counter()
+        early = [self._static_verdict(c) for c in candidates]
+        pending = [i for i, v in enumerate(early) if v is None]
+        verdicts = list(early)
+        if pending:
+            judged = self._run([candidates[i] for i in pending], self.task,
+                               self.config.time_candidates)
+            for i, verdict in zip(pending, judged):
+                verdicts[i] = verdict
+        if self.config.vary_shapes:
+            verdicts = self._vary_shapes(candidates, verdicts)
+        return [_with_total(v, time.perf_counter() - started, self.notes) for v in verdicts]
+
+    def _static_verdict(self, candidate: Candidate) -> Any:
+        if not self.config.static_checks:
+            return None
+        findings = static.check_source(candidate.source, candidate.backend, self.config.policy)
+        if not findings:
+            return None
+        from kernelevo.evaluate.verdict import verdict_for
+
+        first = findings[0]
+        where = f"line {first.line}: " if first.line else ""
+        others = [f"{f.reason} (line {f.line}): {f.detail}" for f in findings[1:6]]
+        return verdict_for(first.reason, where + first.detail, notes=tuple(others),
+                           isolation="static check, not run")
+
+    def _run(self, candidates: list[Candidate], task: Task, time_them: bool) -> list[Any]:
+        scratch_root = Path(tempfile.mkdtemp(prefix="kernelevo-"))
+        try:
+            reference = self._oracle(task, scratch_root / "oracle")
+            return self._worker(candidates, task, reference, scratch_root / "worker", time_them)
+        finally:
+            shutil.rmtree(scratch_root, ignore_errors=True)
+
+    def _oracle(self, task: Task, scratch: Path) -> dict[str, Any]:
+        self.progress("computing reference outputs")
+        count = self.config.input_sets
+        variant_scale = 2.0 + secrets.randbelow(2000) / 1000
+        payload = {
+            "task_source": task.source, "device": self.device,
+            "dtype": self.config.dtype_name, "scratch": str(scratch),
+            "seeds": [secrets.randbits(62) for _ in range(count)],
+            "variants": [None] * (count - 1) + [variant_scale],
+            "reference_path": str(scratch / "reference.pt"),
+        }
+        result = run_job(run_oracle, payload, scratch, self.config.timeout_s,
+                         self.config.output_limit_bytes)
+        return _reference_from(result, payload, self.config)
+
+    def _worker(self, candidates: list[Candidate], task: Task, reference: dict[str, Any],
+                scratch: Path, time_them: bool) -> list[Any]:
+        payload = {
+            "task_source": task.source, "device": self.device, "dtype": self.config.dtype_name,
+            "scratch": str(scratch), "seeds": reference["seeds"],
+            "variants": reference["variants"], "tolerances": reference["tolerances"],
+            "candidates": [{"source": c.source, "backend": c.backend} for c in candidates],
+            "timing": vars(self.config.timing),
+        }
+        state = _WorkerState(self, candidates, reference, time_them)
+        result = run_job(run_worker, payload, scratch, self.config.timeout_s,
+                         self.config.output_limit_bytes, on_message=state.on_message)
+        return build_verdicts(state, result, self)
+
+    def _vary_shapes(self, candidates: list[Candidate], verdicts: list[Any]) -> list[Any]:
+        changes = perturb_sizes(self.task.constants)
+        passing = [i for i, v in enumerate(verdicts) if v.ok]
+        if not changes or not passing:
+            return verdicts
+        self.progress("re-checking with perturbed sizes")
+        varied = self.task.with_constants(changes)
+        described = ", ".join(f"{k}={v}" for k, v in changes.items())
+        try:
+            rechecked = self._run([candidates[i] for i in passing], varied, False)
+        except TaskError as exc:
+            self.notes.append(f"shape variation skipped: the reference fails at {described}: {exc}")
+            return verdicts
+        from kernelevo.evaluate.outcome import shape_variation_verdict
+
+        for i, verdict in zip(passing, rechecked):
+            verdicts[i] = shape_variation_verdict(verdicts[i], verdict, described)
+        return verdicts
+
+
+def _reference_from(result: JobResult, payload: dict[str, Any],
+                    config: EvalConfig) -> dict[str, Any]:
+    final = result.final
+    errors = [m for m in result.messages if m.get("kind") == "task_error"]
+    if errors:
+        raise TaskError(errors[0].get("message", "the reference failed"))
+    if final is None:
+        why = ("ran past the time limit" if result.timed_out else
+               f"died ({result.signal_name or f'exit code {result.exit_code}'})")
+        raise TaskError(f"the reference oracle {why}:\n{result.log_tail[-2000:]}")
+    references = torch.load(payload["reference_path"], weights_only=True)
+    os.unlink(payload["reference_path"])
+    kept = final["kept_sets"]
+    dtype_names = final["output_dtypes"]
+    return {
+        "outputs": references,
+        "seeds": [payload["seeds"][i] for i in kept],
+        "variants": [payload["variants"][i] for i in kept],
+        "structure": final["structure"],
+        "ops": set(final["ops"]),
+        "flops": final["flops"], "bytes": final["bytes"],
+        "tolerances": [tolerances(name, final["atol"], final["rtol"], config)
+                       for name in dtype_names],
+        "dropped_sets": len(payload["seeds"]) - len(kept),
+    }
+
+
+class _WorkerState:
+    """Collects the worker's reports and answers its questions while it runs."""
+
+    def __init__(self, judge: Judge, candidates: list[Candidate], reference: dict[str, Any],
+                 time_them: bool) -> None:
+        self.judge, self.candidates, self.reference = judge, candidates, reference
+        self.time_them = time_them
+        self.decisions: dict[int, Any] = {}
+        self.reports: dict[int, dict[str, Any]] = {}
+        self.timing: dict[str, Any] | None = None
+        self.phase_started = time.perf_counter()
+        self.phases: dict[str, float] = {}
+
+    def on_message(self, message: dict[str, Any]) -> dict[str, Any] | None:
+        from kernelevo.evaluate.outcome import judge_candidate
+
+        kind = message.get("kind")
+        if kind == "progress":
+            self.judge.progress(str(message.get("phase", "")))
+        elif kind == "failed":
+            self.decisions[int(message["candidate"])] = ("failed", message)
+        elif kind == "checked_candidate":
+            index = int(message["candidate"])
+            self.reports[index] = message
+            self.decisions[index] = judge_candidate(self, index, message)
+        elif kind == "checked":
+            passing = [i for i, d in self.decisions.items() if d[0] == "passed"]
+            return {"time": passing if self.time_them else []}
+        elif kind == "timing":
+            self.timing = message
+        return None
+
+
+def _with_total(verdict: Any, total_s: float, notes: list[str]) -> Any:
+    from dataclasses import replace
+
+    phases = dict(verdict.phases_s)
+    phases["total"] = round(total_s, 3)
+    return replace(verdict, phases_s=phases, notes=tuple(notes) + tuple(verdict.notes))

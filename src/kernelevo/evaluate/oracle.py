@@ -1,0 +1,147 @@
+"""The reference oracle: runs the task's Model in its own process.
+
+It validates the task, computes the reference outputs for every input set,
+checks that the reference is deterministic, records the operators it uses and
+counts its bytes and FLOPs. Its outputs go to a file only the judge reads; the
+candidate never shares a process with them.
+"""
+
+from __future__ import annotations
+
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kernelevo.evaluate import inputs as task_inputs
+from kernelevo.evaluate.oplog import record_ops
+from kernelevo.evaluate.sandbox import Channel
+
+
+class _TaskProblem(Exception):
+    """The task itself is broken; the message says how to fix it."""
+
+
+def run_oracle(payload: dict[str, Any], channel: Channel) -> None:
+    """Child entry point; reports `done` with metadata or `task_error`."""
+    try:
+        meta = _compute(payload, channel)
+    except _TaskProblem as exc:
+        channel.send("task_error", message=str(exc))
+        return
+    except Exception:  # the task's own code raised: report it as the task's fault
+        channel.send("task_error", message="the reference raised:\n" + _trimmed_traceback())
+        return
+    channel.send("done", **meta)
+
+
+def _compute(payload: dict[str, Any], channel: Channel) -> dict[str, Any]:
+    device, dtype = payload["device"], getattr(torch, payload["dtype"])
+    task_inputs.set_reference_precision()
+    module = _load_task(payload["task_source"], Path(payload["scratch"]))
+    channel.send("progress", phase="reference")
+    init_inputs = module.get_init_inputs()
+    if not isinstance(init_inputs, (list, tuple)):
+        raise _TaskProblem(f"get_init_inputs() returned {type(init_inputs).__name__}; "
+                           "it must return a list of constructor arguments")
+    model = task_inputs.build_model(module.Model, list(init_inputs), device, dtype)
+    outputs, structure, kept = [], None, []
+    for index, (seed, variant) in enumerate(zip(payload["seeds"], payload["variants"])):
+        result, structure_now = _run_set(model, module, seed, device, dtype, variant)
+        if structure is not None and structure_now != structure:
+            raise _TaskProblem(f"the reference returns {structure_now} for one input set and "
+                               f"{structure} for another")
+        structure = structure_now
+        if variant is not None and not _all_finite(result) and _all_finite(outputs[0]):
+            continue  # the rescaled inputs leave the task's domain: drop that set
+        outputs.append(result)
+        kept.append(index)
+    _check_deterministic(model, module, payload, outputs[0], device, dtype)
+    ops, flops = _profile(model, module, payload["seeds"][0], device, dtype)
+    torch.save([[t.cpu() for t in out] for out in outputs], payload["reference_path"])
+    first_inputs = task_inputs.make_inputs(module, payload["seeds"][0], device, dtype)
+    params = [p for p in model.parameters()] if hasattr(model, "parameters") else []
+    return {
+        "kept_sets": kept,
+        "structure": structure,
+        "ops": sorted(ops),
+        "flops": flops,
+        "bytes": task_inputs.tensor_bytes(first_inputs) + task_inputs.tensor_bytes(outputs[0])
+        + task_inputs.tensor_bytes(params),
+        "atol": _float_attr(module, "output_atol"),
+        "rtol": _float_attr(module, "output_rtol"),
+        "output_dtypes": [str(t.dtype).replace("torch.", "") for t in outputs[0]],
+    }
+
+
+def _load_task(source: str, folder: Path) -> Any:
+    try:
+        module = task_inputs.import_source(source, "kernelevo_task", folder)
+    except SyntaxError as exc:
+        raise _TaskProblem(f"the task is not valid Python: line {exc.lineno}: {exc.msg}") from exc
+    except Exception:
+        raise _TaskProblem("importing the task raised:\n" + _trimmed_traceback()) from None
+    for name in ("Model", "get_inputs", "get_init_inputs"):
+        if not callable(getattr(module, name, None)):
+            raise _TaskProblem(f"the task defines no callable {name}")
+    return module
+
+
+def _run_set(model: Any, module: Any, seed: int, device: str, dtype: torch.dtype,
+             variant: float | None) -> tuple[list[torch.Tensor], str]:
+    try:
+        inputs = task_inputs.make_inputs(module, seed, device, dtype, variant)
+    except task_inputs.InputError as exc:
+        raise _TaskProblem(str(exc)) from exc
+    with torch.no_grad():
+        output = model(*inputs)
+    values, structure = task_inputs.flatten_outputs(output)
+    for position, value in enumerate(values):
+        if not isinstance(value, torch.Tensor):
+            raise _TaskProblem(f"the reference's output {position} is {type(value).__name__}; "
+                               "outputs must be tensors")
+    return [v.detach().clone() for v in values], structure
+
+
+def _check_deterministic(model: Any, module: Any, payload: dict[str, Any],
+                         first: list[torch.Tensor], device: str, dtype: torch.dtype) -> None:
+    again, _ = _run_set(model, module, payload["seeds"][0], device, dtype,
+                        payload["variants"][0])
+    for position, (a, b) in enumerate(zip(first, again)):
+        if a.is_floating_point():
+            same = torch.allclose(a.double(), b.double(), rtol=1e-6, atol=1e-7, equal_nan=True)
+        else:
+            same = torch.equal(a, b)
+        if not same:
+            raise _TaskProblem(f"the reference is not deterministic: output {position} differs "
+                               "between two runs on the same inputs (seed its randomness or "
+                               "remove it from forward)")
+
+
+def _profile(model: Any, module: Any, seed: int, device: str,
+             dtype: torch.dtype) -> tuple[set[str], int]:
+    """The reference's compute operators and its FLOPs (matmuls and convolutions)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    inputs = task_inputs.make_inputs(module, seed, device, dtype)
+    with torch.no_grad():
+        _, ops = record_ops(lambda: model(*inputs))
+        counter = FlopCounterMode(display=False)
+        with counter:
+            model(*inputs)
+    return ops, int(counter.get_total_flops())
+
+
+def _all_finite(values: list[torch.Tensor]) -> bool:
+    return all(bool(torch.isfinite(v).all()) for v in values if v.is_floating_point())
+
+
+def _float_attr(module: Any, name: str) -> float | None:
+    value = getattr(module, name, None)
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _trimmed_traceback(limit_lines: int = 40) -> str:
+    lines = traceback.format_exc().rstrip().splitlines()
+    return "\n".join(lines[-limit_lines:])

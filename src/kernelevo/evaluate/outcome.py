@@ -1,0 +1,163 @@
+"""From the worker's reports and the way its process ended to one verdict per candidate."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from kernelevo.evaluate import decide
+from kernelevo.evaluate.floor import compute_floor
+from kernelevo.evaluate.sandbox import JobResult
+from kernelevo.evaluate.verdict import TimingStats, Verdict, verdict_for
+
+ISOLATION = "own process group, wall-clock kill, output cap, scratch cwd, fresh CUDA context"
+
+
+def compare_device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def judge_candidate(state: Any, index: int, report: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """Decide one candidate from its checked report: ('passed'|'failed', details)."""
+    path = report.get("outputs_path", "")
+    try:
+        outputs = torch.load(path, weights_only=True)
+    except Exception as exc:  # a candidate that corrupts its own report fails, not the judge
+        return "failed", {"reason": "harness_tampered", "message": f"unreadable outputs: {exc}"}
+    finally:
+        if path and os.path.exists(path):
+            os.unlink(path)
+    ref, device = state.reference, compare_device()
+    guard = decide.guard_reason(report)
+    if guard:
+        return "failed", {"reason": guard[0], "message": guard[1]}
+    correctness = decide.decide_correctness(outputs, ref["outputs"], ref["structure"],
+                                            ref["tolerances"], device)
+    if correctness.reason:
+        return "failed", {"reason": correctness.reason, "message": correctness.message,
+                          "metrics": correctness.metrics}
+    candidate = state.candidates[index]
+    honesty = decide.decide_honesty(report, outputs, ref["outputs"][0], ref["structure"],
+                                    ref["tolerances"], candidate.backend,
+                                    state.judge.config.policy, ref["ops"], device)
+    if honesty.reason:
+        return "failed", {"reason": honesty.reason, "message": honesty.message,
+                          "metrics": correctness.metrics}
+    if "trivial" not in ref:
+        ref["trivial"] = decide.trivial_answers_pass(ref["outputs"], ref["tolerances"], device)
+    return "passed", {"metrics": correctness.metrics, "notes": honesty.notes}
+
+
+def _crash_verdict(result: JobResult, during: str) -> Verdict:
+    tail = result.log_tail
+    if result.timed_out:
+        return verdict_for("wall_clock_limit", f"killed after the time limit during {during}",
+                           logs=tail)
+    if result.output_exceeded:
+        return verdict_for("output_limit", f"printed more than the output limit during {during}",
+                           logs=tail[-2000:])
+    if result.signal_name:
+        return verdict_for("killed_by_signal", f"the process died from {result.signal_name} "
+                           f"during {during}", logs=tail)
+    return verdict_for("exited_early", f"the process exited with code {result.exit_code} "
+                       f"during {during} without reporting", logs=tail)
+
+
+def build_verdicts(state: Any, result: JobResult, judge: Any) -> list[Verdict]:
+    verdicts = []
+    for index, candidate in enumerate(state.candidates):
+        verdict = _one(state, result, judge, index, candidate)
+        verdicts.append(replace(verdict, isolation=ISOLATION,
+                                phases_s=_phases(state.reports.get(index), state.timing),
+                                environment=_environment(judge, state.timing)))
+    return verdicts
+
+
+def _one(state: Any, result: JobResult, judge: Any, index: int, candidate: Any) -> Verdict:
+    decision = state.decisions.get(index)
+    if decision is None:
+        return _crash_verdict(result, "loading or checking")
+    kind, details = decision
+    if kind == "failed":
+        return verdict_for(details["reason"], details.get("message", ""),
+                           errors=details.get("metrics"), logs=result.log_tail)
+    flags = tuple(f"trivial answer passes: {t}" for t in state.reference.get("trivial", []))
+    notes = tuple(details.get("notes", []))
+    if flags:
+        notes += ("degenerate task: a trivial answer passes the tolerance, so a pass proves "
+                  "little",)
+    base = verdict_for("passed", errors=details.get("metrics"), flags=flags, notes=notes)
+    if judge.device == "cpu" or not state.time_them:
+        why = "no GPU" if judge.device == "cpu" else "timing not requested"
+        return replace(base, notes=base.notes + (f"timings unavailable: {why}",))
+    if state.timing is None:
+        return _crash_verdict(result, "timing")
+    return _timed(base, state, judge, index, candidate)
+
+
+def _timed(base: Verdict, state: Any, judge: Any, index: int, candidate: Any) -> Verdict:
+    timing = state.timing
+    stats = {name: TimingStats(**values) for name, values in timing["stats"].items()}
+    own = stats.get(f"candidate_{index}")
+    if timing.get("tampered"):
+        return verdict_for("harness_tampered", "patched during timing: "
+                           + ", ".join(timing["tampered"][:5]))
+    problem = timing.get("inconsistent", {}).get(str(index))
+    if problem:
+        return verdict_for("inconsistent_under_timing", problem)
+    share = timing.get("shares", {}).get(str(index), {})
+    if candidate.backend != "pytorch" and share and share.get("own_us", 0) <= 0:
+        return verdict_for("no_custom_kernel", "the profiler saw none of the candidate's kernels "
+                           f"run (kernels seen: {', '.join(list(share.get('kernels', {}))[:5])})")
+    timings = {"candidate": own}
+    timings.update({k: v for k, v in stats.items() if not k.startswith("candidate_")})
+    notes = list(base.notes) + list(timing.get("notes", []))
+    if share:
+        notes.append(f"own kernels: {share['own_share']:.0%} of GPU kernel time")
+    floor = compute_floor(state.reference["bytes"], state.reference["flops"],
+                          timing.get("device_name", ""), judge.config.dtype_name)
+    if floor is not None:
+        notes.append(f"physical floor {floor.floor_ms:.4f} ms ({floor.bound}-bound)")
+        if own.median_ms < floor.floor_ms:
+            return verdict_for("beats_physical_floor", f"median {own.median_ms:.4f} ms is under "
+                               f"the floor of {floor.floor_ms:.4f} ms ({floor.bound}-bound)")
+    eager, compiled = stats.get("eager"), stats.get("compile")
+    return replace(base, timings=timings, notes=tuple(notes),
+                   flags=base.flags + tuple(timing.get("flags", [])),
+                   speedup_vs_eager=eager.median_ms / own.median_ms if eager else None,
+                   speedup_vs_compile=compiled.median_ms / own.median_ms if compiled else None)
+
+
+def _phases(report: dict[str, Any] | None, timing: dict[str, Any] | None) -> dict[str, float]:
+    phases = {}
+    if report:
+        phases["build"] = report.get("build_s", 0.0)
+        phases["load"] = report.get("load_s", 0.0) - report.get("build_s", 0.0)
+        phases["first_call"] = report.get("first_call_s", 0.0)
+        phases["correctness"] = report.get("check_s", 0.0)
+    if timing:
+        phases["timing"] = timing.get("timing_s", 0.0)
+        if timing.get("compile_s") is not None:
+            phases["compile_baseline"] = timing["compile_s"]
+    return {k: round(v, 4) for k, v in phases.items()}
+
+
+def _environment(judge: Any, timing: dict[str, Any] | None) -> dict[str, str]:
+    environment = {"device": judge.device, "precision": judge.config.precision,
+                   "policy": judge.config.policy, "torch": torch.__version__}
+    if timing:
+        environment["gpu"] = timing.get("device_name", "")
+        environment.update(timing.get("versions", {}))
+    return environment
+
+
+def shape_variation_verdict(original: Verdict, varied: Verdict, described: str) -> Verdict:
+    """Keep the original verdict unless the candidate fails at perturbed sizes."""
+    if varied.ok:
+        return replace(original, notes=original.notes + (f"also correct at {described}",))
+    return verdict_for("shape_specialised", f"at sizes {described}: {varied.status} "
+                       f"({varied.reason}): {varied.message}", errors=varied.errors,
+                       logs=varied.logs)

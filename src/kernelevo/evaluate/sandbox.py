@@ -1,0 +1,213 @@
+"""Run untrusted work in its own process group with a hard wall-clock limit.
+
+Children are forked from a warm forkserver that has imported torch (and
+triton) but never touched CUDA, so a child pays neither the import nor a
+shared CUDA context. Each child starts its own session, so killing its
+process group also ends compilers and anything it spawned. Messages from a
+child are JSON only: unpickling what an untrusted process wrote would hand
+it the judge.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import resource
+import signal
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+_MARKER_ENV = "KERNELEVO_SANDBOX_ID"
+_context: Any = None
+
+
+def _forkserver_context() -> Any:
+    """The shared forkserver context, preloading what every child imports."""
+    global _context
+    if _context is None:
+        _context = multiprocessing.get_context("forkserver")
+        preload = ["torch"]
+        if _triton_available():
+            preload.append("triton")
+        _context.set_forkserver_preload(preload)
+    return _context
+
+
+def _triton_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("triton") is not None
+
+
+@dataclass
+class JobResult:
+    """What came back from one child: its messages and how it ended."""
+
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    exit_code: int | None = None
+    timed_out: bool = False
+    output_exceeded: bool = False
+    log_tail: str = ""
+    wall_s: float = 0.0
+
+    @property
+    def final(self) -> dict[str, Any] | None:
+        done = [m for m in self.messages if m.get("kind") == "done"]
+        return done[-1] if done else None
+
+    @property
+    def signal_name(self) -> str | None:
+        if self.exit_code is not None and self.exit_code < 0:
+            try:
+                return signal.Signals(-self.exit_code).name
+            except ValueError:
+                return f"signal {-self.exit_code}"
+        return None
+
+
+class Channel:
+    """The child's side of the pipe: JSON messages to the judge, replies back."""
+
+    def __init__(self, connection: Any) -> None:
+        self._connection = connection
+
+    def send(self, kind: str, **payload: Any) -> None:
+        self._connection.send_bytes(json.dumps({"kind": kind, **payload}).encode())
+
+    def ask(self, kind: str, **payload: Any) -> dict[str, Any]:
+        """Send a message and wait for the judge's reply."""
+        self.send(kind, **payload)
+        return json.loads(self._connection.recv_bytes())
+
+
+def _child_main(target: Callable[..., None], payload: dict[str, Any], connection: Any,
+                scratch: str, log_path: str, marker: str) -> None:
+    """Entry point in the forked child: detach, confine, redirect output, run."""
+    os.setsid()
+    os.environ[_MARKER_ENV] = marker
+    # The candidate's working folder is apart from the harness's files, so
+    # anything that appears in it was written by the candidate.
+    workdir = os.path.join(scratch, "work")
+    os.environ["TMPDIR"] = os.path.join(workdir, "tmp")
+    os.makedirs(os.environ["TMPDIR"], exist_ok=True)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(log_fd, 1)
+    os.dup2(log_fd, 2)
+    sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
+    sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
+    os.chdir(workdir)
+    channel = Channel(connection)
+    target(payload, channel)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def run_job(target: Callable[..., None], payload: dict[str, Any], scratch: Path,
+            timeout_s: float, output_limit_bytes: int,
+            on_message: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None,
+            ) -> JobResult:
+    """Run `target(payload, channel)` in a sandboxed child and collect its messages.
+
+    `on_message` sees each message; a dict it returns is sent back as the reply
+    (for messages sent with Channel.ask).
+    """
+    context = _forkserver_context()
+    scratch.mkdir(parents=True, exist_ok=True)
+    log_path = scratch / "output.log"
+    marker = uuid.uuid4().hex
+    parent_end, child_end = context.Pipe()
+    process = context.Process(
+        target=_child_main,
+        args=(target, payload, child_end, str(scratch), str(log_path), marker),
+        daemon=False,
+    )
+    result = JobResult()
+    start = time.monotonic()
+    process.start()
+    child_end.close()
+    try:
+        _pump(process, parent_end, result, start + timeout_s, log_path,
+              output_limit_bytes, on_message)
+    finally:
+        _kill_group(process.pid, marker)
+        process.join(5)
+        parent_end.close()
+    result.exit_code = process.exitcode
+    result.wall_s = time.monotonic() - start
+    result.log_tail = read_tail(log_path)
+    return result
+
+
+def _pump(process: Any, connection: Any, result: JobResult, deadline: float,
+          log_path: Path, output_limit_bytes: int,
+          on_message: Callable[[dict[str, Any]], dict[str, Any] | None] | None) -> None:
+    """Relay messages until the child ends, runs out of time or prints too much."""
+    while True:
+        if connection.poll(0.02):
+            try:
+                raw = connection.recv_bytes()
+            except (EOFError, OSError):
+                process.join(max(0.0, min(1.0, deadline - time.monotonic())))
+                return
+            message = _decode(raw)
+            result.messages.append(message)
+            reply = on_message(message) if on_message else None
+            if reply is not None:
+                connection.send_bytes(json.dumps(reply).encode())
+            continue
+        if not process.is_alive():
+            return
+        if time.monotonic() > deadline:
+            result.timed_out = True
+            return
+        if log_path.exists() and log_path.stat().st_size > output_limit_bytes:
+            result.output_exceeded = True
+            return
+
+
+def _decode(raw: bytes) -> dict[str, Any]:
+    try:
+        message = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return {"kind": "garbage"}
+    return message if isinstance(message, dict) else {"kind": "garbage"}
+
+
+def _kill_group(pid: int | None, marker: str) -> None:
+    """Kill the child's process group, then any stray process carrying its marker."""
+    if pid:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            environ = (proc / "environ").read_bytes()
+        except OSError:
+            continue
+        if f"{_MARKER_ENV}={marker}".encode() in environ:
+            try:
+                os.kill(int(proc.name), signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+def read_tail(path: Path, limit_bytes: int = 8000) -> str:
+    """The last `limit_bytes` of a log, decoded leniently."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, os.SEEK_END)
+            size = handle.tell()
+            handle.seek(max(0, size - limit_bytes))
+            return handle.read().decode(errors="replace")
+    except OSError:
+        return ""

@@ -1,0 +1,213 @@
+"""The candidate worker: loads one or more candidates in a sandboxed child and runs them.
+
+It never sees reference outputs. It sends the candidate's outputs (as files)
+and what its guards observed to the judge, which decides; on the judge's word
+it then times the candidates against the baselines in this same process.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kernelevo.evaluate import guards
+from kernelevo.evaluate import inputs as task_inputs
+from kernelevo.evaluate.cuda_build import CompileOnly, LoadInlineHook
+from kernelevo.evaluate.oplog import record_ops
+from kernelevo.evaluate.sandbox import Channel
+from kernelevo.evaluate.worker_timing import run_timing
+
+
+class Failure(Exception):
+    """A candidate failed in a way with a named reason; carries the log."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+def run_worker(payload: dict[str, Any], channel: Channel) -> None:
+    """Child entry point: check every candidate, then time them if the judge says so."""
+    device, dtype = payload["device"], getattr(torch, payload["dtype"])
+    task_inputs.set_reference_precision()
+    scratch = Path(payload["scratch"])
+    task = task_inputs.import_source(payload["task_source"], "kernelevo_task", scratch)
+    switch = guards.KernelSwitch()
+    hook = LoadInlineHook(device == "cuda", switch)
+    watch = guards.ProcessWatch(scratch / "work")
+    snapshot = guards.HarnessSnapshot(extra_modules=(guards, task_inputs))
+    loaded = []
+    for index, candidate in enumerate(payload["candidates"]):
+        try:
+            loaded.append(_check_candidate(index, candidate, task, payload, channel, switch,
+                                           hook, watch, snapshot))
+        except Failure as failure:
+            channel.send("failed", candidate=index, reason=failure.reason, message=failure.message)
+            loaded.append(None)
+    reply = channel.ask("checked")
+    timed = {i for i in reply.get("time", []) if 0 <= i < len(loaded) and loaded[i] is not None}
+    if timed and device == "cuda":
+        run_timing({i: loaded[i] for i in sorted(timed)}, task, payload, channel, snapshot)
+    channel.send("done")
+
+
+def _check_candidate(index: int, candidate: dict[str, Any], task: Any, payload: dict[str, Any],
+                     channel: Channel, switch: Any, hook: LoadInlineHook, watch: Any,
+                     snapshot: Any) -> Any:
+    """Load, construct and run one candidate on every input set; returns its model."""
+    device, dtype = payload["device"], getattr(torch, payload["dtype"])
+    channel.send("progress", phase="compile", candidate=index)
+    started = time.perf_counter()
+    module = _load(candidate["source"], f"kernelevo_candidate_{index}", Path(payload["scratch"]))
+    load_s = time.perf_counter() - started
+    model = _construct(module, task, device, dtype)
+    channel.send("progress", phase="correctness", candidate=index)
+    started = time.perf_counter()
+    report = _run_sets(model, task, payload, index, switch)
+    report.update(load_s=load_s, build_s=hook.build_s, check_s=time.perf_counter() - started,
+                  instrumented=hook.instrumented, uninstrumented=hook.uninstrumented)
+    report["tampered"] = snapshot.tampered()
+    report["threads"] = watch.new_threads()
+    report["children"] = guards.ProcessWatch.children()
+    report["files"] = watch.new_files()
+    outputs = report.pop("verified")
+    channel.send("checked_candidate", candidate=index, **report)
+    return model, module, outputs
+
+
+def _load(source: str, name: str, folder: Path) -> Any:
+    try:
+        module = task_inputs.import_source(source, name, folder)
+    except SyntaxError as exc:
+        raise Failure("syntax_error", f"line {exc.lineno}: {exc.msg}") from None
+    except CompileOnly as outcome:
+        raise _compile_only(outcome) from None
+    except Exception as exc:
+        reason = "compile_failed" if _is_build_error(exc) else "import_failed"
+        raise Failure(reason, _trimmed()) from None
+    if not isinstance(getattr(module, "ModelNew", None), type):
+        raise Failure("no_modelnew", "the candidate defines no class ModelNew")
+    return module
+
+
+def _compile_only(outcome: CompileOnly) -> Failure:
+    if outcome.ok:
+        return Failure("no_gpu", "CUDA source compiled with nvcc; running it needs a GPU")
+    if outcome.log == "no nvcc":
+        return Failure("no_nvcc", "no GPU and no nvcc: the CUDA candidate was not checked")
+    return Failure("compile_failed", outcome.log)
+
+
+def _is_build_error(exc: Exception) -> bool:
+    text = f"{type(exc).__name__}: {exc}"
+    return any(mark in text for mark in ("Error building extension", "CompilationError",
+                                         "nvcc", "ninja"))
+
+
+def _construct(module: Any, task: Any, device: str, dtype: torch.dtype) -> Any:
+    if issubclass(module.ModelNew, task.Model):
+        raise Failure("inherits_reference", "ModelNew is a subclass of the reference Model")
+    try:
+        return task_inputs.build_model(module.ModelNew, list(task.get_init_inputs()), device,
+                                       dtype)
+    except Exception as exc:
+        raise Failure(*_classify(exc, "init_failed")) from None
+
+
+def _run_sets(model: Any, task: Any, payload: dict[str, Any], index: int,
+              switch: Any) -> dict[str, Any]:
+    """Outputs for every input set, a repeat of the first under the op log, and a knockout run."""
+    device, dtype = payload["device"], getattr(torch, payload["dtype"])
+    outputs, problems, first_call_s = [], [], 0.0
+    for set_number, (seed, variant) in enumerate(zip(payload["seeds"], payload["variants"])):
+        started = time.perf_counter()
+        values = _call_checked(model, task, seed, variant, device, dtype, problems)
+        if set_number == 0:
+            first_call_s = time.perf_counter() - started
+        outputs.append(values)
+    seed0, variant0 = payload["seeds"][0], payload["variants"][0]
+    ops: set[str] = set()
+    repeat = _call_checked(model, task, seed0, variant0, device, dtype, problems, ops)
+    launches = switch.launches
+    switch.set(False)
+    try:
+        knockout = _call_checked(model, task, seed0, variant0, device, dtype, [], None, True)
+    except Failure:
+        knockout = None  # crashing without its kernels is proof enough that they matter
+    finally:
+        switch.set(True)
+    path = Path(payload["scratch"]) / f"outputs_{index}.pt"
+    torch.save({"sets": outputs, "repeat": repeat, "knockout": knockout}, path)
+    return {"outputs_path": str(path), "problems": problems, "ops": sorted(ops),
+            "verified": [entry["values"] for entry in outputs],
+            "first_call_s": first_call_s, "triton_launches": launches,
+            "cuda_switchable": bool(switch.cuda_setters)}
+
+
+def _call_checked(model: Any, task: Any, seed: int, variant: Any, device: str,
+                  dtype: torch.dtype, problems: list[str], ops: set[str] | None = None,
+                  quiet: bool = False) -> dict[str, Any]:
+    """One forward call on fresh copies of an input set, with the per-call guards."""
+    inputs = task_inputs.make_inputs(task, seed, device, dtype, variant)
+    given = task_inputs.clone_inputs(inputs)
+    guards.poison_allocator(2 * task_inputs.tensor_bytes(inputs) + (64 << 20), device)
+    try:
+        with torch.no_grad():
+            if ops is None:
+                output = model(*given)
+            else:
+                output, recorded = record_ops(lambda: model(*given))
+                ops.update(recorded)
+        if device == "cuda":
+            torch.cuda.synchronize()
+    except Exception as exc:
+        raise Failure(*_classify(exc, "forward_failed")) from None
+    values, structure = task_inputs.flatten_outputs(output)
+    if not quiet:
+        for position, value in enumerate(values):
+            problem = guards.output_problem(value, position)
+            if problem:
+                problems.append("not_a_tensor: " + problem)
+        for position, (before, after) in enumerate(zip(inputs, given)):
+            if isinstance(before, torch.Tensor) and not torch.equal(before, after):
+                problems.append(f"mutated_inputs: input {position} changed during forward")
+    return {"values": [_plain(v) for v in values], "structure": structure}
+
+
+def _plain(value: Any) -> Any:
+    """A detached plain-tensor copy on the CPU (what the judge will compare)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().as_subclass(torch.Tensor).cpu().clone()
+    return f"<{type(value).__name__}>"
+
+
+def _classify(exc: BaseException, default: str) -> tuple[str, str]:
+    text = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)) or "out of memory" in text:
+        return "out_of_memory", _trimmed()
+    if any(mark in text for mark in ("CUDA error", "illegal memory access", "cudaError",
+                                     "an illegal instruction", "unspecified launch failure")):
+        return "cuda_error", _trimmed()
+    return default, _trimmed()
+
+
+def _trimmed(limit_lines: int = 30) -> str:
+    lines = traceback.format_exc().rstrip().splitlines()
+    kept = lines[-limit_lines:]
+    return "\n".join(kept)[-6000:]
+
+
+def cache_environment(cache_dir: Path) -> dict[str, str]:
+    """Environment that points every build cache at one folder, keyed by content."""
+    return {
+        "TRITON_CACHE_DIR": str(cache_dir / "triton"),
+        "TORCH_EXTENSIONS_DIR": str(cache_dir / "torch_extensions"),
+        "TORCHINDUCTOR_CACHE_DIR": str(cache_dir / "inductor"),
+        "MAX_JOBS": os.environ.get("MAX_JOBS", str(min(8, os.cpu_count() or 1))),
+    }

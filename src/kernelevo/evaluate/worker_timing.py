@@ -1,0 +1,154 @@
+"""The timing phase of the worker: candidates against eager and torch.compile.
+
+Runs only after the judge has accepted the candidates' outputs. Outputs of
+timed calls are checked again (against the candidate's own verified outputs
+for the same input set), so work done only during warm-up, caches keyed on
+pointers or call counts, and stale graph replays show up as inconsistencies.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+import torch
+
+from kernelevo.evaluate import inputs as task_inputs
+from kernelevo.evaluate.sandbox import Channel
+from kernelevo.evaluate.timing import time_contestants
+from kernelevo.evaluate.tolerance import compare_tensor
+
+_CUDA_KERNEL = re.compile(r"__global__\s+(?:[\w:<>,\s\*]+?\s+)?(\w+)\s*\(")
+
+
+def run_timing(loaded: dict[int, Any], task: Any, payload: dict[str, Any], channel: Channel,
+               snapshot: Any) -> None:
+    device, dtype = payload["device"], getattr(torch, payload["dtype"])
+    config = _TimingSettings(payload["timing"])
+    channel.send("progress", phase="timing")
+    started = time.perf_counter()
+    sets = [task_inputs.make_inputs(task, seed, device, dtype, variant)
+            for seed, variant in zip(payload["seeds"], payload["variants"])]
+    contestants, baseline_notes, compile_s = _baselines(task, device, dtype, config, sets[0])
+    shares = {}
+    for index, (model, module, _) in loaded.items():
+        contestants[f"candidate_{index}"] = model
+        shares[index] = own_kernel_share(model, module, payload["candidates"][index], sets[0])
+    kept: dict[tuple[str, int], Any] = {}
+
+    def after(name: str, sample: int, set_index: int, output: Any) -> None:
+        values, _ = task_inputs.flatten_outputs(output)
+        if name.startswith("candidate_"):
+            kept[(name, set_index)] = [v.detach().clone() if isinstance(v, torch.Tensor) else v
+                                       for v in values]
+        else:  # a freed reference result must not be there for a candidate to find
+            for value in values:
+                if isinstance(value, torch.Tensor) and value.is_floating_point():
+                    value.fill_(float("nan"))
+
+    with torch.no_grad():
+        run = time_contestants(contestants, sets, config, after)
+    inconsistent = {}
+    for index, (_, _, verified) in loaded.items():
+        problem = _consistency(f"candidate_{index}", kept, verified, payload["tolerances"])
+        if problem:
+            inconsistent[index] = problem
+    channel.send("timing", stats={k: vars(v) for k, v in run.stats.items()},
+                 notes=baseline_notes + run.notes, flags=run.flags,
+                 inconsistent=inconsistent, shares=shares, compile_s=compile_s,
+                 timing_s=time.perf_counter() - started,
+                 tampered=snapshot.tampered(), device_name=torch.cuda.get_device_name(0),
+                 versions={"torch": torch.__version__, "triton": _triton_version(),
+                           "cuda": str(torch.version.cuda)})
+
+
+class _TimingSettings:
+    def __init__(self, values: dict[str, Any]) -> None:
+        self.__dict__.update(values)
+
+
+def _baselines(task: Any, device: str, dtype: torch.dtype, config: Any,
+               first_set: list[Any]) -> tuple[dict[str, Any], list[str], float | None]:
+    reference = task_inputs.build_model(task.Model, list(task.get_init_inputs()), device, dtype)
+    contestants: dict[str, Any] = {}
+    notes: list[str] = []
+    compile_s = None
+    if "eager" in config.baselines:
+        contestants["eager"] = reference
+    if "compile" in config.baselines:
+        started = time.perf_counter()
+        try:
+            compiled = torch.compile(reference)
+            with torch.no_grad():
+                compiled(*first_set)
+            torch.cuda.synchronize()
+            contestants["compile"] = compiled
+        except Exception as exc:  # a baseline that cannot compile is reported, not fatal
+            notes.append(f"torch.compile baseline failed: {type(exc).__name__}: {exc}"[:300])
+        compile_s = time.perf_counter() - started
+    return contestants, notes, compile_s
+
+
+def own_kernel_share(model: Any, module: Any, candidate: dict[str, Any],
+                     inputs: list[Any]) -> dict[str, Any]:
+    """Which GPU kernels one call runs, and how much of their time is the candidate's own."""
+    from torch.profiler import ProfilerActivity, profile
+
+    names = _own_kernel_names(module, candidate["source"])
+    given = task_inputs.clone_inputs(inputs)
+    with torch.no_grad(), profile(activities=[ProfilerActivity.CUDA]) as prof:
+        model(*given)
+        torch.cuda.synchronize()
+    own_us, total_us, kernels = 0.0, 0.0, {}
+    for event in prof.key_averages():
+        duration = getattr(event, "device_time_total", 0.0) or getattr(event, "cuda_time_total", 0.0)
+        if duration <= 0:
+            continue
+        total_us += duration
+        mine = any(re.search(rf"\b{re.escape(n)}\b", event.key) for n in names)
+        own_us += duration if mine else 0.0
+        kernels[event.key[:120]] = {"us": duration, "own": mine}
+    share = own_us / total_us if total_us else 0.0
+    return {"own_share": share, "own_us": own_us, "total_us": total_us,
+            "kernels": dict(list(kernels.items())[:20]), "own_names": sorted(names)}
+
+
+def _own_kernel_names(module: Any, source: str) -> set[str]:
+    names = set(_CUDA_KERNEL.findall(source))
+    try:
+        from triton.runtime.jit import KernelInterface
+    except ImportError:
+        return names
+    for value in vars(module).values():
+        if isinstance(value, KernelInterface):
+            inner = value
+            while hasattr(inner, "fn"):
+                inner = inner.fn
+            names.add(getattr(inner, "__name__", ""))
+    return {n for n in names if n}
+
+
+def _consistency(name: str, kept: dict[tuple[str, int], Any], verified: list[list[Any]],
+                 tolerances: list[list[float]]) -> str | None:
+    for set_index, expected in enumerate(verified):
+        got = kept.get((name, set_index))
+        if got is None:
+            continue
+        for position, (value, reference) in enumerate(zip(got, expected)):
+            if not isinstance(value, torch.Tensor):
+                return f"set {set_index} output {position} is not a tensor during timing"
+            atol, rtol = tolerances[position]
+            outcome = compare_tensor(value, reference.to(value.device), atol, rtol,
+                                     f"set {set_index} output {position} during timing")
+            if outcome.reason:
+                return outcome.message
+    return None
+
+
+def _triton_version() -> str:
+    try:
+        import triton
+    except ImportError:
+        return "absent"
+    return triton.__version__

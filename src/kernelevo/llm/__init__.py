@@ -1,0 +1,23 @@
+"""LLM access: the client seam, an OpenAI-compatible client, prices and a model pool."""
+
+from kernelevo.llm.openai_compat import ClientConfig, OpenAICompatClient
+from kernelevo.llm.pool import ModelPool, PoolMember, input_token_bound
+from kernelevo.llm.pricing import DEFAULT_PRICES, UNKNOWN_PRICE, Price, PriceTable, lookup_price
+from kernelevo.llm.protocol import Completion, LLMClient, LLMError, estimate_tokens
+
+__all__ = [
+    "DEFAULT_PRICES",
+    "UNKNOWN_PRICE",
+    "ClientConfig",
+    "Completion",
+    "LLMClient",
+    "LLMError",
+    "ModelPool",
+    "OpenAICompatClient",
+    "PoolMember",
+    "Price",
+    "PriceTable",
+    "estimate_tokens",
+    "input_token_bound",
+    "lookup_price",
+]

@@ -1,0 +1,1 @@
+"""Proposers: LLM mutation, repair, and the zero-token tuner."""

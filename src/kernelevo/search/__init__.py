@@ -1,0 +1,1 @@
+"""Search: the archive of elites, parent selection, and the evolutionary loop."""

@@ -1,0 +1,328 @@
+"""The MAP-Elites archive: the fittest candidate per behaviour cell, per island.
+
+Fitness is the speedup over PyTorch eager (higher is better); a failed
+candidate has fitness None. Only a strictly fitter candidate replaces a
+cell's elite, so ties keep the incumbent and replays are deterministic.
+Failures never become elites; they are counted per cell, which tells the
+search where ideas keep breaking.
+
+Islands evolve apart so one lineage cannot take over the whole archive;
+every `migration_interval` additions each island's top `migration_count`
+elites are copied to the next island in a ring, where they compete under the
+usual rule. Every random choice draws from the `rng` given to the archive,
+so a seeded run samples the same parents again; give the archive its own
+`random.Random`, since `restore` rewinds it to the snapshot's state.
+
+Parent selection (`select_parent`): with probability `exploit_probability`
+a uniform pick among the island's `top_k` elites (exploitation), otherwise a
+uniform pick over all its occupied cells (exploration, which reaches cells
+whose elites are slow today but may be one step from a better design).
+Inspirations (`select_inspirations`): the best elites of other cells first,
+because a prompt learns most from strong, different kernels; then random
+picks from the rest, each slot taken from another island with probability
+`foreign_probability`, so ideas also cross islands between migrations.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from kernelevo.errors import ConfigError
+
+SNAPSHOT_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Elite:
+    """The best candidate of one cell on one island; `order` breaks fitness ties."""
+
+    candidate_id: str
+    cell: tuple[Hashable, ...]
+    fitness: float
+    island: int
+    order: int
+
+
+@dataclass(frozen=True)
+class ArchiveEntry:
+    """One addition, as replayed by `Archive.rebuild` (fitness None: failed)."""
+
+    candidate_id: str
+    cell: tuple[Hashable, ...]
+    fitness: float | None
+    island: int
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One elite copied to the next island; `accepted` if it won its cell there."""
+
+    candidate_id: str
+    source_island: int
+    target_island: int
+    accepted: bool
+
+
+@dataclass
+class Island:
+    """The cells of one island: elites and failure counts."""
+
+    elites: dict[tuple[Hashable, ...], Elite] = field(default_factory=dict)
+    failures: Counter = field(default_factory=Counter)
+
+    def offer(self, elite: Elite) -> bool:
+        """Keep `elite` if its cell is empty or it is strictly fitter."""
+        incumbent = self.elites.get(elite.cell)
+        if incumbent is not None and elite.fitness <= incumbent.fitness:
+            return False
+        self.elites[elite.cell] = elite
+        return True
+
+    def ranked(self) -> list[Elite]:
+        return rank(self.elites.values())
+
+
+def rank(elites: Iterable[Elite]) -> list[Elite]:
+    """Fittest first; among equals the earlier addition first."""
+    return sorted(elites, key=lambda elite: (-elite.fitness, elite.order))
+
+
+def select_parent(
+    ranked: Sequence[Elite], rng: random.Random, exploit_probability: float, top_k: int
+) -> Elite | None:
+    if not ranked:
+        return None
+    if rng.random() < exploit_probability:
+        return rng.choice(ranked[: max(1, top_k)])
+    return rng.choice(ranked)
+
+
+def select_inspirations(
+    own: Sequence[Elite],
+    foreign: Sequence[Elite],
+    k: int,
+    rng: random.Random,
+    foreign_probability: float,
+) -> list[Elite]:
+    """Half of `k` from the top of `own`, the rest drawn from both pools."""
+    leaders = list(own[: (k + 1) // 2])
+    rest, others = list(own[len(leaders) :]), list(foreign)
+    chosen, seen = leaders, {elite.candidate_id for elite in leaders}
+    while len(chosen) < k and (rest or others):
+        use_foreign = bool(others) and (not rest or rng.random() < foreign_probability)
+        pool = others if use_foreign else rest
+        pick = pool.pop(rng.randrange(len(pool)))
+        if pick.candidate_id not in seen:
+            chosen.append(pick)
+            seen.add(pick.candidate_id)
+    return chosen
+
+
+def ring_migration(islands: Sequence[Island], count: int) -> list[Migration]:
+    """Copy each island's top `count` elites to the next island in the ring."""
+    if len(islands) < 2 or count < 1:
+        return []
+    # Choose every emigrant before moving any, so one migration moves an elite one hop.
+    emigrants = [island.ranked()[:count] for island in islands]
+    moves = []
+    for source, elites in enumerate(emigrants):
+        target = (source + 1) % len(islands)
+        for elite in elites:
+            accepted = islands[target].offer(replace(elite, island=target))
+            moves.append(Migration(elite.candidate_id, source, target, accepted))
+    return moves
+
+
+class Archive:
+    """Elites per cell on several islands, with sampling and ring migration."""
+
+    def __init__(
+        self,
+        num_islands: int = 4,
+        rng: random.Random | None = None,
+        migration_interval: int = 25,
+        migration_count: int = 1,
+        *,
+        exploit_probability: float = 0.7,
+        top_k: int = 3,
+        foreign_probability: float = 0.2,
+    ) -> None:
+        if num_islands < 1:
+            raise ConfigError(f"num_islands must be at least 1, got {num_islands}")
+        if migration_interval < 0:
+            raise ConfigError(
+                f"migration_interval must be >= 0 (0 turns migration off), got {migration_interval}"
+            )
+        self.num_islands = num_islands
+        self.rng = rng if rng is not None else random.Random(0)
+        self.migration_interval = migration_interval
+        self.migration_count = migration_count
+        self.exploit_probability = exploit_probability
+        self.top_k = top_k
+        self.foreign_probability = foreign_probability
+        self.islands = [Island() for _ in range(num_islands)]
+        self.additions = 0
+        self.next_seed_island = 0
+        self.last_migration: list[Migration] = []
+
+    def add(
+        self, candidate_id: str, cell: Sequence[Hashable], fitness: float | None, island: int
+    ) -> bool:
+        """Offer a result; True when it became its cell's elite on `island`."""
+        self._check_island(island)
+        cell = tuple(cell)
+        self.additions += 1
+        if fitness is None or math.isnan(fitness):
+            self.islands[island].failures[cell] += 1
+            accepted = False
+        else:
+            elite = Elite(candidate_id, cell, float(fitness), island, self.additions)
+            accepted = self.islands[island].offer(elite)
+        if self.migration_interval and self.additions % self.migration_interval == 0:
+            self.migrate()
+        return accepted
+
+    def elites(self, island: int | None = None) -> list[Elite]:
+        """Elites fittest first; across islands a migrated candidate appears once per island."""
+        if island is not None:
+            self._check_island(island)
+            return self.islands[island].ranked()
+        return rank(elite for each in self.islands for elite in each.elites.values())
+
+    def best(self, island: int | None = None) -> Elite | None:
+        ranked = self.elites(island)
+        return ranked[0] if ranked else None
+
+    def failures(self, island: int | None = None) -> dict[tuple[Hashable, ...], int]:
+        """Failed additions per cell, on one island or summed over all."""
+        chosen = self.islands if island is None else [self.islands[island]]
+        return dict(sum((each.failures for each in chosen), Counter()))
+
+    def sample_parent(self, island: int) -> Elite | None:
+        """A parent from `island`, or from any island while `island` is still empty."""
+        self._check_island(island)
+        ranked = self.islands[island].ranked() or _unique(self.elites())
+        return select_parent(ranked, self.rng, self.exploit_probability, self.top_k)
+
+    def sample_inspirations(self, island: int, parent_id: str | None, k: int) -> list[Elite]:
+        """Up to `k` elites other than the parent and its cell, mostly from `island`."""
+        self._check_island(island)
+        home = self.islands[island]
+        parent_cells = {e.cell for e in home.elites.values() if e.candidate_id == parent_id}
+        own = [
+            e for e in home.ranked() if e.candidate_id != parent_id and e.cell not in parent_cells
+        ]
+        own_ids = {elite.candidate_id for elite in own}
+        foreign = _unique(
+            elite
+            for index, other in enumerate(self.islands)
+            if index != island
+            for elite in other.ranked()
+            if elite.candidate_id != parent_id and elite.candidate_id not in own_ids
+        )
+        return select_inspirations(own, foreign, k, self.rng, self.foreign_probability)
+
+    def migrate(self) -> list[Migration]:
+        self.last_migration = ring_migration(self.islands, self.migration_count)
+        return self.last_migration
+
+    def choose_island(self) -> int:
+        """Islands for new seeds, round-robin."""
+        island = self.next_seed_island
+        self.next_seed_island = (island + 1) % self.num_islands
+        return island
+
+    def _check_island(self, island: int) -> None:
+        if not 0 <= island < self.num_islands:
+            raise ValueError(f"island {island} out of range: this archive has {self.num_islands}")
+
+    # -- persistence -------------------------------------------------------
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "num_islands": self.num_islands,
+            "migration_interval": self.migration_interval,
+            "migration_count": self.migration_count,
+            "exploit_probability": self.exploit_probability,
+            "top_k": self.top_k,
+            "foreign_probability": self.foreign_probability,
+        }
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything needed to continue exactly, as JSON-able data."""
+        version, internal, gauss = self.rng.getstate()
+        return {
+            "format": SNAPSHOT_FORMAT,
+            "settings": self.settings(),
+            "additions": self.additions,
+            "next_seed_island": self.next_seed_island,
+            "rng_state": [version, list(internal), gauss],
+            "islands": [_island_to_json(island) for island in self.islands],
+        }
+
+    @classmethod
+    def restore(cls, data: dict[str, Any], rng: random.Random | None = None) -> Archive:
+        """The archive a snapshot describes; `rng` is rewound to the saved state."""
+        if data.get("format") != SNAPSHOT_FORMAT:
+            raise ValueError(
+                f"archive snapshot format {data.get('format')!r} is not {SNAPSHOT_FORMAT}: "
+                "rebuild the archive from the run store instead"
+            )
+        archive = cls(rng=rng if rng is not None else random.Random(), **data["settings"])
+        version, internal, gauss = data["rng_state"]
+        archive.rng.setstate((version, tuple(internal), gauss))
+        archive.additions = data["additions"]
+        archive.next_seed_island = data["next_seed_island"]
+        archive.islands = [
+            _island_from_json(index, item) for index, item in enumerate(data["islands"])
+        ]
+        return archive
+
+    @classmethod
+    def rebuild(cls, entries: Iterable[ArchiveEntry], **settings: Any) -> Archive:
+        """Replay additions in their original order; adding draws no randomness."""
+        archive = cls(**settings)
+        for entry in entries:
+            archive.add(entry.candidate_id, entry.cell, entry.fitness, entry.island)
+        return archive
+
+
+def _unique(elites: Iterable[Elite]) -> list[Elite]:
+    """First occurrence of each candidate (migrated copies share an id)."""
+    seen: set[str] = set()
+    result = []
+    for elite in elites:
+        if elite.candidate_id not in seen:
+            seen.add(elite.candidate_id)
+            result.append(elite)
+    return result
+
+
+def _island_to_json(island: Island) -> dict[str, Any]:
+    return {
+        "elites": [
+            {"candidate_id": e.candidate_id, "cell": list(e.cell), "fitness": e.fitness,
+             "order": e.order}
+            for e in island.elites.values()
+        ],
+        "failures": [
+            {"cell": list(cell), "count": count} for cell, count in island.failures.items()
+        ],
+    }
+
+
+def _island_from_json(index: int, data: dict[str, Any]) -> Island:
+    island = Island()
+    for item in data["elites"]:
+        cell = tuple(item["cell"])
+        island.elites[cell] = Elite(
+            item["candidate_id"], cell, item["fitness"], index, item["order"]
+        )
+    for item in data["failures"]:
+        island.failures[tuple(item["cell"])] = item["count"]
+    return island
