@@ -12,11 +12,14 @@ CUDA_SRC = r"""
 constexpr int THREADS = 256;  // a multiple of 32, at most 1024
 
 // (m, s) summarises a set of values as max m and s = sum(exp(v - m)).
-// Merging two summaries rescales both sums to the larger max. Not fmaxf:
-// it drops NaN, and a NaN input must poison the row as it does in torch.
+// Merging two summaries rescales both sums to the larger max. A NaN input
+// ends up in s, so the whole row comes out NaN, as in torch.
 __device__ __forceinline__ void merge(float& m, float& s, float m2, float s2) {
-    const float mn = m > m2 ? m : m2;
-    if (mn == -INFINITY) return;  // both empty: avoid exp(-inf - -inf) = NaN
+    const float mn = fmaxf(m, m2);
+    if (mn == -INFINITY) {  // both empty: exp(-inf - -inf) would be NaN
+        s += s2;
+        return;
+    }
     s = s * expf(m - mn) + s2 * expf(m2 - mn);
     m = mn;
 }
@@ -37,9 +40,17 @@ __global__ void __launch_bounds__(THREADS) softmax_kernel(
     const scalar_t* xr = x + (int64_t)blockIdx.x * n_cols;
     scalar_t* yr = y + (int64_t)blockIdx.x * n_cols;
 
+    // One exp per element: a new max rescales the sum so far instead. A -inf
+    // element adds 0 (and must not compute exp(-inf - -inf) = NaN).
     float m = -INFINITY, s = 0.0f;
     for (int64_t c = threadIdx.x; c < n_cols; c += THREADS) {
-        merge(m, s, static_cast<float>(xr[c]), 1.0f);
+        const float v = static_cast<float>(xr[c]);
+        if (v > m) {
+            s = s * expf(m - v) + 1.0f;
+            m = v;
+        } else if (v != -INFINITY) {
+            s += expf(v - m);
+        }
     }
 
     __shared__ float sm[THREADS / 32], ss[THREADS / 32];

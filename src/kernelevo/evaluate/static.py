@@ -88,21 +88,24 @@ def _defines_modelnew(tree: ast.Module) -> bool:
     )
 
 
-def _string_hits(tree: ast.Module) -> list[Hit]:
-    hits: list[Hit] = []
+def _source_strings(tree: ast.Module) -> list[ast.Constant]:
+    """String literals that may hold kernel source: every one except docstrings."""
+    docstrings = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            hits.extend(source_hits(node.value, node.lineno))
-    return hits
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            docstrings.add(id(body[0].value))
+    return [node for node in ast.walk(tree) if isinstance(node, ast.Constant)
+            and isinstance(node.value, str) and id(node) not in docstrings]
+
+
+def _string_hits(tree: ast.Module) -> list[Hit]:
+    return [hit for node in _source_strings(tree) for hit in source_hits(node.value, node.lineno)]
 
 
 def _has_kernel_source(tree: ast.Module) -> bool:
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            code = c_code(node.value)
-            if code is not None and KERNEL_QUALIFIER.search(code):
-                return True
-    return False
+    codes = (c_code(node.value) for node in _source_strings(tree))
+    return any(code is not None and KERNEL_QUALIFIER.search(code) for code in codes)
 
 
 def _backend_hits(scanner: "_Scanner", tree: ast.Module, backend: str, policy: str) -> list[Hit]:
@@ -352,6 +355,8 @@ class _Scanner(ast.NodeVisitor):
     def _check_library_call(self, node: ast.Call, dotted: str) -> None:
         func = node.func
         imported = self.names.imported(func)
+        if imported and name_rule(imported):
+            return  # already a finding of its own (torch.save, torch.cuda.graph, ...)
         if imported and strict_forbidden_torch(imported):
             self.strict_hit(node, f"call of {imported}")
         elif imported is None and isinstance(func, ast.Attribute) and compute_method(func.attr):

@@ -71,6 +71,7 @@ REASONS: dict[str, tuple[str, str]] = {
     # skipped
     "no_gpu": ("skipped", "this candidate needs a GPU and none is present"),
     "no_nvcc": ("skipped", "no GPU and no nvcc to compile-check the CUDA source"),
+    "compile_check_unavailable": ("skipped", "nvcc here lacks headers torch needs"),
 }
 
 

@@ -101,6 +101,9 @@ def _compile_only(outcome: CompileOnly) -> Failure:
         return Failure("no_gpu", "CUDA source compiled with nvcc; running it needs a GPU")
     if outcome.log == "no nvcc":
         return Failure("no_nvcc", "no GPU and no nvcc: the CUDA candidate was not checked")
+    if outcome.log.startswith("missing system header"):
+        return Failure("compile_check_unavailable", f"no GPU, and nvcc here lacks torch's "
+                       f"dependencies ({outcome.log}): the CUDA candidate was not checked")
     return Failure("compile_failed", outcome.log)
 
 

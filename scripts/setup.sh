@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# One-step install into .venv: torch (CPU build unless one is already importable),
+# triton for the interpreter (numpy < 2.3 is what Triton 3.6's interpreter needs),
+# and KernelEvo itself in editable mode with its test tools.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 -m venv .venv
+pip=".venv/bin/python -m pip"
+$pip install -q --upgrade pip
+if ! .venv/bin/python -c "import torch" 2>/dev/null; then
+  # KERNELEVO_TORCH picks another build; the default is the CPU wheel CI uses.
+  $pip install -q "${KERNELEVO_TORCH:-torch==2.13.0}"
+fi
+$pip install -q -e ".[triton,test]" "numpy<2.3"
+echo "installed: $(.venv/bin/python -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)')"

@@ -1,0 +1,81 @@
+import torch
+
+from kernelevo.config import EvalConfig, tolerances
+from kernelevo.evaluate.tolerance import compare_tensor
+
+
+def test_identical_passes_with_zero_error():
+    ref = torch.randn(64, 33)
+    outcome = compare_tensor(ref.clone(), ref, 1e-4, 1e-4)
+    assert outcome.reason is None
+    assert outcome.metrics.max_abs_error == 0.0
+    assert outcome.metrics.mismatch_fraction == 0.0
+
+
+def test_fp32_reordering_noise_passes_but_tf32_sized_error_fails():
+    torch.manual_seed(0)
+    a, b = torch.randn(128, 512, dtype=torch.float64), torch.randn(512, 96, dtype=torch.float64)
+    ref = (a @ b).float()
+    honest = (a.float() @ b.float())  # fp32 accumulation in another order
+    assert compare_tensor(honest, ref, 1e-4, 1e-4).reason is None
+    # TF32 keeps 10 mantissa bits: emulate it by rounding the operands.
+    def tf32(x):
+        return (x.float().view(torch.int32) & ~0x1FFF).view(torch.float32)
+    lowered = tf32(a) @ tf32(b)
+    outcome = compare_tensor(lowered, ref, 1e-4, 1e-4)
+    assert outcome.reason == "output_mismatch"
+    assert outcome.metrics.rel_l2_error > 1e-4
+
+
+def test_nan_is_never_a_wildcard():
+    ref = torch.randn(10)
+    out = ref.clone()
+    out[3] = float("nan")
+    outcome = compare_tensor(out, ref, 1e-4, 1e-4)
+    assert outcome.reason == "non_finite"
+    assert "(3,)" in outcome.message
+
+
+def test_matching_nan_and_inf_pass_but_mismatched_inf_fails():
+    ref = torch.tensor([1.0, float("nan"), float("inf")])
+    assert compare_tensor(ref.clone(), ref, 1e-4, 1e-4).reason is None
+    wrong = torch.tensor([1.0, float("nan"), float("-inf")])
+    assert compare_tensor(wrong, ref, 1e-4, 1e-4).reason == "non_finite"
+
+
+def test_shape_dtype_and_type_are_exact():
+    ref = torch.randn(4, 5)
+    assert compare_tensor(torch.randn(5, 4), ref, 1, 1).reason == "wrong_shape"
+    assert compare_tensor(ref.double(), ref, 1, 1).reason == "wrong_dtype"
+
+    class Sub(torch.Tensor):
+        pass
+
+    assert compare_tensor(ref.clone().as_subclass(Sub), ref, 1, 1).reason == "not_a_tensor"
+
+
+def test_metrics_locate_the_worst_element():
+    ref = torch.zeros(3, 4) + 1.0
+    out = ref.clone()
+    out[2, 1] = 1.5
+    outcome = compare_tensor(out, ref, 1e-4, 1e-4)
+    assert outcome.reason == "output_mismatch"
+    assert outcome.metrics.worst_index == (2, 1)
+    assert outcome.metrics.worst_value == 1.5
+    assert abs(outcome.metrics.mismatch_fraction - 1 / 12) < 1e-9
+    assert "index [2, 1]" in outcome.message
+
+
+def test_integer_outputs_compare_exactly():
+    ref = torch.arange(10)
+    assert compare_tensor(ref.clone(), ref, 1, 1).reason is None
+    off = ref.clone()
+    off[0] = 1
+    assert compare_tensor(off, ref, 1, 1).reason == "output_mismatch"
+
+
+def test_tolerance_precedence_run_then_task_then_dtype():
+    assert tolerances("float32", None, None, EvalConfig()) == (1e-4, 1e-4)
+    assert tolerances("bfloat16", None, None, EvalConfig()) == (1e-2, 1e-2)
+    assert tolerances("float32", 1e-3, 2e-3, EvalConfig()) == (1e-3, 2e-3)
+    assert tolerances("float32", 1e-3, 2e-3, EvalConfig(atol=5e-5)) == (5e-5, 2e-3)
