@@ -2,7 +2,7 @@ import torch
 import torch.nn as nn
 
 batch_size = 8192
-dim = 8192
+dim = 16384
 
 
 class Model(nn.Module):

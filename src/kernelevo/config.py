@@ -23,9 +23,9 @@ class TimingConfig:
     """How contestants are timed; times in milliseconds unless named otherwise."""
 
     warmup_ms: float = 50.0
-    target_ms: float = 400.0  # measured time wanted per contestant
+    target_ms: float = 300.0  # measured time wanted per contestant
     min_samples: int = 20
-    max_samples: int = 400
+    max_samples: int = 200
     cuda_graph: bool = False
     baselines: tuple[str, ...] = ("eager", "compile")
 

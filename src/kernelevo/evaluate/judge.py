@@ -14,6 +14,7 @@ import os
 import secrets
 import shutil
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -25,8 +26,9 @@ from kernelevo.config import EvalConfig, tolerances
 from kernelevo.errors import TaskError
 from kernelevo.evaluate import static
 from kernelevo.evaluate.oracle import run_oracle
-from kernelevo.evaluate.outcome import build_verdicts
+from kernelevo.evaluate.outcome import build_verdicts, compare_device
 from kernelevo.evaluate.sandbox import JobResult, run_job
+from kernelevo.evaluate.transfer import import_bundle
 from kernelevo.evaluate.worker import cache_environment, run_worker
 from kernelevo.task import Task, perturb_sizes, shrink_sizes
 
@@ -100,40 +102,33 @@ class Judge:
                            isolation="static check, not run")
 
     def _run(self, candidates: list[Candidate], task: Task, time_them: bool) -> list[Any]:
+        """The oracle and the worker run at once; the worker waits for the reference."""
         scratch_root = Path(tempfile.mkdtemp(prefix="kernelevo-"))
+        oracle = _OracleRun(self, task, scratch_root / "oracle")
+        thread = threading.Thread(target=oracle.run, name="kernelevo-oracle", daemon=True)
+        thread.start()
         try:
-            reference = self._oracle(task, scratch_root / "oracle")
-            return self._worker(candidates, task, reference, scratch_root / "worker", time_them)
+            verdicts = self._worker(candidates, task, oracle, scratch_root / "worker", time_them)
         finally:
+            thread.join()
             shutil.rmtree(scratch_root, ignore_errors=True)
+        if oracle.error is not None:
+            raise oracle.error
+        return verdicts
 
-    def _oracle(self, task: Task, scratch: Path) -> dict[str, Any]:
-        self.progress("computing reference outputs")
-        count = self.config.input_sets
-        variant_scale = 2.0 + secrets.randbelow(2000) / 1000
-        payload = {
-            "task_source": task.source, "device": self.device,
-            "dtype": self.config.dtype_name, "scratch": str(scratch),
-            "seeds": [secrets.randbits(62) for _ in range(count)],
-            "variants": [None] * (count - 1) + [variant_scale],
-            "reference_path": str(scratch / "reference.pt"),
-        }
-        result = run_job(run_oracle, payload, scratch, self.config.timeout_s,
-                         self.config.output_limit_bytes)
-        return _reference_from(result, payload, self.config)
-
-    def _worker(self, candidates: list[Candidate], task: Task, reference: dict[str, Any],
+    def _worker(self, candidates: list[Candidate], task: Task, oracle: "_OracleRun",
                 scratch: Path, time_them: bool) -> list[Any]:
         payload = {
             "task_source": task.source, "device": self.device, "dtype": self.config.dtype_name,
-            "scratch": str(scratch), "seeds": reference["seeds"],
-            "variants": reference["variants"], "tolerances": reference["tolerances"],
+            "scratch": str(scratch), "time": time_them,
             "candidates": [{"source": c.source, "backend": c.backend} for c in candidates],
             "timing": vars(self.config.timing),
         }
-        state = _WorkerState(self, candidates, reference, time_them)
+        state = _WorkerState(self, candidates, oracle, time_them)
         result = run_job(run_worker, payload, scratch, self.config.timeout_s,
                          self.config.output_limit_bytes, on_message=state.on_message)
+        if oracle.error is not None:
+            return []
         return build_verdicts(state, result, self)
 
     def _vary_shapes(self, candidates: list[Candidate], verdicts: list[Any]) -> list[Any]:
@@ -156,39 +151,79 @@ class Judge:
         return verdicts
 
 
-def _reference_from(result: JobResult, payload: dict[str, Any],
-                    config: EvalConfig) -> dict[str, Any]:
-    final = result.final
-    errors = [m for m in result.messages if m.get("kind") == "task_error"]
-    if errors:
-        raise TaskError(errors[0].get("message", "the reference failed"))
-    if final is None:
-        why = ("ran past the time limit" if result.timed_out else
-               f"died ({result.signal_name or f'exit code {result.exit_code}'})")
-        raise TaskError(f"the reference oracle {why}:\n{result.log_tail[-2000:]}")
-    references = torch.load(payload["reference_path"], weights_only=True)
-    os.unlink(payload["reference_path"])
-    kept = final["kept_sets"]
-    dtype_names = final["output_dtypes"]
-    return {
-        "outputs": references,
-        "seeds": [payload["seeds"][i] for i in kept],
-        "variants": [payload["variants"][i] for i in kept],
-        "structure": final["structure"],
-        "ops": set(final["ops"]),
-        "flops": final["flops"], "bytes": final["bytes"],
-        "tolerances": [tolerances(name, final["atol"], final["rtol"], config)
-                       for name in dtype_names],
-        "dropped_sets": len(payload["seeds"]) - len(kept),
-    }
+class _OracleRun:
+    """Computes the reference in its own process; the judge keeps the outputs."""
+
+    def __init__(self, judge: Judge, task: Task, scratch: Path) -> None:
+        self.judge, self.task, self.scratch = judge, task, scratch
+        self.done = threading.Event()
+        self.reference: dict[str, Any] | None = None
+        self.error: Exception | None = None
+        self._bundle: dict[str, list[Any]] | None = None
+
+    def run(self) -> None:
+        try:
+            self.reference = self._compute()
+        except Exception as exc:  # handed to the judge's thread, raised there
+            self.error = exc if isinstance(exc, TaskError) else TaskError(
+                f"the reference oracle failed: {type(exc).__name__}: {exc}")
+        finally:
+            self.done.set()
+
+    def _compute(self) -> dict[str, Any]:
+        config, count = self.judge.config, self.judge.config.input_sets
+        # One set is rescaled (x * s + s / 4, s in [16, 128]) so shortcuts that
+        # only hold for the task's input distribution fail.
+        variant_scale = 2 ** (4 + secrets.randbelow(3000) / 1000)
+        payload = {
+            "task_source": self.task.source, "device": self.judge.device,
+            "dtype": config.dtype_name, "scratch": str(self.scratch),
+            "seeds": [secrets.randbits(62) for _ in range(count)],
+            "variants": [None] * (count - 1) + [variant_scale],
+        }
+        result = run_job(run_oracle, payload, self.scratch, config.timeout_s,
+                         config.output_limit_bytes, on_message=self._on_message)
+        return self._reference_from(result, payload)
+
+    def _on_message(self, message: dict[str, Any]) -> dict[str, Any] | None:
+        kind = message.get("kind")
+        if kind == "progress":
+            self.judge.progress(str(message.get("phase", "")))
+        elif kind == "reference":
+            self._bundle = import_bundle(message.get("bundle"), compare_device())
+            return {}
+        return None
+
+    def _reference_from(self, result: JobResult, payload: dict[str, Any]) -> dict[str, Any]:
+        final = result.final
+        errors = [m for m in result.messages if m.get("kind") == "task_error"]
+        if errors:
+            raise TaskError(errors[0].get("message", "the reference failed"))
+        if final is None or self._bundle is None:
+            why = ("ran past the time limit" if result.timed_out else
+                   f"died ({result.signal_name or f'exit code {result.exit_code}'})")
+            raise TaskError(f"the reference oracle {why}:\n{result.log_tail[-2000:]}")
+        kept = final["kept_sets"]
+        outputs = [self._bundle[f"set_{i}"] for i in range(len(kept))]
+        return {
+            "outputs": outputs,
+            "seeds": [payload["seeds"][i] for i in kept],
+            "variants": [payload["variants"][i] for i in kept],
+            "structure": final["structure"],
+            "ops": set(final["ops"]),
+            "flops": final["flops"], "bytes": final["bytes"],
+            "tolerances": [tolerances(name, final["atol"], final["rtol"], self.judge.config)
+                           for name in final["output_dtypes"]],
+        }
 
 
 class _WorkerState:
     """Collects the worker's reports and answers its questions while it runs."""
 
-    def __init__(self, judge: Judge, candidates: list[Candidate], reference: dict[str, Any],
+    def __init__(self, judge: Judge, candidates: list[Candidate], oracle: _OracleRun,
                  time_them: bool) -> None:
-        self.judge, self.candidates, self.reference = judge, candidates, reference
+        self.judge, self.candidates, self.oracle = judge, candidates, oracle
+        self.reference: dict[str, Any] = {}
         self.time_them = time_them
         self.decisions: dict[int, Any] = {}
         self.reports: dict[int, dict[str, Any]] = {}
@@ -202,18 +237,33 @@ class _WorkerState:
         kind = message.get("kind")
         if kind == "progress":
             self.judge.progress(str(message.get("phase", "")))
+        elif kind == "ready":
+            return self._ready()
         elif kind == "failed":
             self.decisions[int(message["candidate"])] = ("failed", message)
+            return {}
         elif kind == "checked_candidate":
             index = int(message["candidate"])
             self.reports[index] = message
+            self.judge.progress("judging outputs")
             self.decisions[index] = judge_candidate(self, index, message)
+            self.judge.progress("judged")
+            return {}
         elif kind == "checked":
             passing = [i for i, d in self.decisions.items() if d[0] == "passed"]
             return {"time": passing if self.time_them else []}
         elif kind == "timing":
             self.timing = message
         return None
+
+    def _ready(self) -> dict[str, Any]:
+        """Release the worker once the reference exists (or tell it to stop)."""
+        self.oracle.done.wait()
+        if self.oracle.reference is None:
+            return {"abort": True}
+        self.reference = self.oracle.reference
+        self.judge.progress("loading candidate")
+        return {key: self.reference[key] for key in ("seeds", "variants", "tolerances")}
 
 
 def _with_total(verdict: Any, total_s: float, notes: list[str]) -> Any:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
 from typing import Any
 
@@ -11,6 +10,7 @@ import torch
 from kernelevo.evaluate import decide
 from kernelevo.evaluate.floor import compute_floor
 from kernelevo.evaluate.sandbox import JobResult
+from kernelevo.evaluate.transfer import TransferError, import_bundle
 from kernelevo.evaluate.verdict import TimingStats, Verdict, verdict_for
 
 ISOLATION = "own process group, wall-clock kill, output cap, scratch cwd, fresh CUDA context"
@@ -20,16 +20,28 @@ def compare_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def _outputs_from(report: dict[str, Any], count: int, device: str) -> dict[str, Any]:
+    """The worker's outputs as {'sets': [...], 'repeat': ..., 'knockout': ...}."""
+    bundle = import_bundle(report.get("bundle"), device)
+    structures = report.get("structures", {})
+
+    def entry(name: str) -> dict[str, Any] | None:
+        if name not in bundle:
+            return None
+        return {"values": bundle[name], "structure": str(structures.get(name, "?"))}
+
+    sets = [entry(f"set_{i}") for i in range(count)]
+    if any(s is None for s in sets) or entry("repeat") is None:
+        raise TransferError("the worker's report lacks outputs")
+    return {"sets": sets, "repeat": entry("repeat"), "knockout": entry("knockout")}
+
+
 def judge_candidate(state: Any, index: int, report: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """Decide one candidate from its checked report: ('passed'|'failed', details)."""
-    path = report.get("outputs_path", "")
     try:
-        outputs = torch.load(path, weights_only=True)
-    except Exception as exc:  # a candidate that corrupts its own report fails, not the judge
+        outputs = _outputs_from(report, len(state.reference["outputs"]), compare_device())
+    except TransferError as exc:  # a candidate that corrupts its own report fails, not the judge
         return "failed", {"reason": "harness_tampered", "message": f"unreadable outputs: {exc}"}
-    finally:
-        if path and os.path.exists(path):
-            os.unlink(path)
     ref, device = state.reference, compare_device()
     guard = decide.guard_reason(report)
     if guard:

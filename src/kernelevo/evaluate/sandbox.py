@@ -34,6 +34,11 @@ def _forkserver_context() -> Any:
         preload = ["torch"]
         if _triton_available():
             preload.append("triton")
+        import torch
+
+        if torch.cuda.is_available():
+            # Importing these costs seconds; paid once here, not in every child.
+            preload += ["torch._dynamo", "torch._inductor.compile_fx", "torch.profiler"]
         _context.set_forkserver_preload(preload)
     return _context
 

@@ -13,24 +13,30 @@ from dataclasses import dataclass
 
 from kernelevo.candidate import BACKENDS
 from kernelevo.errors import ConfigError
+from kernelevo.evaluate.static_cuda import has_kernel_source, string_hits
 from kernelevo.evaluate.static_rules import (
-    ADVICE, ALLOWED_ENV_KEYS, ATTRIBUTE_RULES, CONTAINER_MUTATORS, ENV_MUTATORS, KERNEL_QUALIFIER,
-    LAZY_DUNDERS, Hit, Names, c_code, compute_method, find_containers, is_container, name_rule,
-    self_path, source_hits, store_targets, strict_forbidden_torch,
+    ADVICE, ALLOWED_ENV_KEYS, ATTRIBUTE_RULES, CONTAINER_MUTATORS, ENV_MUTATORS, LAZY_DUNDERS,
+    Hit, Names, compute_method, find_containers, find_layers, graph_mode, is_container,
+    is_load_inline, literal_keys, name_rule, self_path, store_targets, strict_forbidden_torch,
+    updates_itself,
 )
 from kernelevo.evaluate.verdict import REASONS
 
 POLICIES = ("strict", "default", "permissive")
+
+# Every reason a static rule can give; the rest need the candidate to run.
+STATIC_REASONS = frozenset({
+    "syntax_error", "no_modelnew", "inherits_reference", "try_fallback", "dynamic_code",
+    "harness_introspection", "harness_tampered", "identity_caching", "stateful_forward",
+    "cuda_graph", "side_stream", "background_thread", "spawned_process", "file_io",
+    "lazy_output", "no_custom_kernel", "library_compute",
+})
 
 # Permissive runs still refuse whatever attacks the judge itself.
 PERMISSIVE_REASONS = frozenset({
     "syntax_error", "no_modelnew", "harness_tampered", "harness_introspection", "dynamic_code",
     "file_io", "spawned_process", "background_thread", "lazy_output",
 })
-# nn containers and parameters hold weights; any other nn.Module computes when called.
-_PASSIVE_NN = frozenset({"Parameter", "ParameterList", "ParameterDict", "ModuleList",
-                         "ModuleDict", "Identity", "Buffer"})
-_GRAPH_COMPILE_MODES = ("reduce-overhead", "max-autotune")
 
 Function = ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -62,7 +68,7 @@ def check_source(source: str, backend: str, policy: str = "default") -> list[Fin
         return [Finding("syntax_error", line, f"not valid Python: {message}; fix the syntax")]
     scanner = _Scanner(tree)
     scanner.visit(tree)
-    hits = scanner.hits + _string_hits(tree)
+    hits = scanner.hits + string_hits(tree)
     if not _defines_modelnew(tree):
         hits.append(("no_modelnew", 0, "no ModelNew: define `class ModelNew(nn.Module)`"))
     hits += _backend_hits(scanner, tree, backend, policy)
@@ -83,32 +89,13 @@ def _findings(hits: list[Hit], policy: str) -> list[Finding]:
 def _defines_modelnew(tree: ast.Module) -> bool:
     return any(
         (isinstance(node, ast.ClassDef) and node.name == "ModelNew")
-        or (isinstance(node, ast.Name) and node.id == "ModelNew" and isinstance(node.ctx, ast.Store))
+        or (isinstance(node, ast.Name) and node.id == "ModelNew"
+            and isinstance(node.ctx, ast.Store))
         for node in ast.walk(tree)
     )
 
 
-def _source_strings(tree: ast.Module) -> list[ast.Constant]:
-    """String literals that may hold kernel source: every one except docstrings."""
-    docstrings = set()
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
-            docstrings.add(id(body[0].value))
-    return [node for node in ast.walk(tree) if isinstance(node, ast.Constant)
-            and isinstance(node.value, str) and id(node) not in docstrings]
-
-
-def _string_hits(tree: ast.Module) -> list[Hit]:
-    return [hit for node in _source_strings(tree) for hit in source_hits(node.value, node.lineno)]
-
-
-def _has_kernel_source(tree: ast.Module) -> bool:
-    codes = (c_code(node.value) for node in _source_strings(tree))
-    return any(code is not None and KERNEL_QUALIFIER.search(code) for code in codes)
-
-
-def _backend_hits(scanner: "_Scanner", tree: ast.Module, backend: str, policy: str) -> list[Hit]:
+def _backend_hits(scanner: _Scanner, tree: ast.Module, backend: str, policy: str) -> list[Hit]:
     if backend == "pytorch":
         if policy == "strict":
             return [("no_custom_kernel", 0, "strict policy needs a Triton or CUDA kernel; "
@@ -127,15 +114,10 @@ def _backend_hits(scanner: "_Scanner", tree: ast.Module, backend: str, policy: s
     if not scanner.load_inline_line:
         hits.append(("no_custom_kernel", 0, "backend cuda but no load_inline call: build the "
                      "kernel with torch.utils.cpp_extension.load_inline"))
-    if not _has_kernel_source(tree):
+    if not has_kernel_source(tree):
         hits.append(("no_custom_kernel", scanner.load_inline_line, "backend cuda but no "
                      "__global__ function in any source string: write a CUDA kernel"))
     return hits
-
-
-def _is_load_inline(node: ast.AST | None) -> bool:
-    return (isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute))
-            and getattr(node.func, "attr", getattr(node.func, "id", "")) == "load_inline")
 
 
 class _Scanner(ast.NodeVisitor):
@@ -144,7 +126,7 @@ class _Scanner(ast.NodeVisitor):
     def __init__(self, tree: ast.Module) -> None:
         self.names = Names(tree)
         self.containers = find_containers(tree)
-        self.layers = self._find_layers(tree)
+        self.layers = find_layers(tree, self.names)
         self.hits: list[Hit] = []
         self.strict_hits: list[Hit] = []
         self.functions: list[Function] = []
@@ -154,17 +136,6 @@ class _Scanner(ast.NodeVisitor):
         self.loaded: set[str] = set()
         self.jit_called = False
         self.load_inline_line = 0
-
-    def _find_layers(self, tree: ast.Module) -> set[str]:
-        # Under strict, calling `self.linear(x)` is library compute; find such attributes.
-        layers = set()
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
-                dotted = self.names.imported(node.value.func) or ""
-                layer = dotted.startswith("torch.nn.") and not dotted.startswith("torch.nn.functional")
-                if layer and dotted.rsplit(".", 1)[1] not in _PASSIVE_NN:
-                    layers.update(path for t in node.targets if (path := self_path(t)))
-        return layers
 
     def hit(self, reason: str, node: ast.AST, construct: str) -> None:
         self.hits.append((reason, getattr(node, "lineno", 0), f"{construct}: {ADVICE[reason]}"))
@@ -193,7 +164,8 @@ class _Scanner(ast.NodeVisitor):
         for alias in node.names:
             if alias.name == "Model":
                 self.hit("inherits_reference", node, "import of Model")
-            if node.module and not node.level and (reason := name_rule(f"{node.module}.{alias.name}")):
+            dotted = f"{node.module}.{alias.name}" if node.module and not node.level else ""
+            if dotted and (reason := name_rule(dotted)):
                 self.hit(reason, node, f"from {node.module} import {alias.name}")
 
     def visit_Name(self, node: ast.Name) -> None:
@@ -206,7 +178,8 @@ class _Scanner(ast.NodeVisitor):
                 self.hit(reason, node, f"use of {dotted}")
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
-        dotted = self.names.dotted(node)
+        # Stores are judged as stores (a patch), not as uses of what they replace.
+        dotted = self.names.dotted(node) if isinstance(node.ctx, ast.Load) else None
         if dotted and (reason := name_rule(dotted)):
             self.hit(reason, node, f"use of {dotted}")
         if reason := ATTRIBUTE_RULES.get(node.attr):
@@ -263,18 +236,19 @@ class _Scanner(ast.NodeVisitor):
 
     def _only_builds_extensions(self, declared: set[str]) -> bool:
         # `global _ext; _ext = load_inline(...)` compiles lazily; it keeps no results.
-        for node in ast.walk(self.functions[-1]):
-            if isinstance(node, ast.Name) and node.id in declared and not isinstance(node.ctx, ast.Load):
-                if not any(isinstance(a, ast.Assign) and _is_load_inline(a.value)
-                           and node in a.targets for a in ast.walk(self.functions[-1])):
-                    return False
-        return True
+        function = self.functions[-1]
+        builds = [target for node in ast.walk(function)
+                  if isinstance(node, ast.Assign) and is_load_inline(node.value)
+                  for target in node.targets]
+        return all(node in builds for node in ast.walk(function)
+                   if isinstance(node, ast.Name) and node.id in declared
+                   and not isinstance(node.ctx, ast.Load))
 
     # stores: patches of imported modules, caches, counters
     def visit_Assign(self, node: ast.Assign) -> None:
         for target in store_targets(node.targets):
             self._check_store(target, node, node.value)
-            if self.in_stateful_code and _updates_itself(target, node.value):
+            if self.in_stateful_code and updates_itself(target, node.value):
                 self.hit("stateful_forward", node, f"{ast.unparse(target)} updated in "
                          f"{self.functions[-1].name}")
         self.generic_visit(node)
@@ -304,7 +278,7 @@ class _Scanner(ast.NodeVisitor):
             if not self._allowed_env_write(target):
                 self.hit("harness_tampered", node, f"assignment to {text}")
         elif (isinstance(target, ast.Subscript) and self.in_stateful_code
-              and self_path(target) in self.containers and not _is_load_inline(value)):
+              and self_path(target) in self.containers and not is_load_inline(value)):
             self.hit("stateful_forward", node, f"store into {self_path(target)} in "
                      f"{self.functions[-1].name} (a cache between calls)")
 
@@ -317,16 +291,16 @@ class _Scanner(ast.NodeVisitor):
     # calls
     def visit_Call(self, node: ast.Call) -> None:
         dotted = self.names.dotted(node.func) or ""
-        if _is_load_inline(node):
+        if is_load_inline(node):
             self.load_inline_line = self.load_inline_line or node.lineno
         if dotted in ("triton.jit", "triton.language.jit") and node.args:
             self.jit_called = True
         self._check_reflection(node, dotted)
         self._check_method_call(node)
-        if dotted == "torch.compile" and _graph_mode(node):
+        if dotted == "torch.compile" and graph_mode(node):
             self.hit("cuda_graph", node, "torch.compile with a CUDA-graph mode")
         if self.in_stateful_code:
-            self._check_library_call(node, dotted)
+            self._check_library_call(node)
         self.generic_visit(node)
 
     def _check_reflection(self, node: ast.Call, dotted: str) -> None:
@@ -335,24 +309,29 @@ class _Scanner(ast.NodeVisitor):
             return
         if dotted in ("setattr", "delattr", "object.__setattr__", "object.__delattr__"):
             self.hit("harness_tampered", node, f"{dotted}({ast.unparse(target)}, ...)")
-        elif dotted == "getattr" and len(node.args) > 1 and not isinstance(node.args[1], ast.Constant):
-            self.hit("dynamic_code", node, f"getattr({ast.unparse(target)}, <computed name>)")
+        elif dotted == "getattr" and len(node.args) > 1:
+            name = node.args[1]
+            if not isinstance(name, ast.Constant):
+                self.hit("dynamic_code", node, f"getattr({ast.unparse(target)}, <computed name>)")
+            elif reason := name_rule(f"{self.names.imported(target)}.{name.value}"):
+                # getattr(os, "system") is os.system spelled so a name lookup misses it
+                self.hit(reason, node, f"getattr({ast.unparse(target)}, {name.value!r})")
 
     def _check_method_call(self, node: ast.Call) -> None:
         func = node.func
         if not isinstance(func, ast.Attribute):
             return
         if self.names.dotted(func.value) == "os.environ" and func.attr in ENV_MUTATORS:
-            keys = _literal_keys(node)
+            keys = literal_keys(node)
             if keys is None or not keys <= ALLOWED_ENV_KEYS:
                 self.hit("harness_tampered", node, f"os.environ.{func.attr}(...)")
         elif (func.attr in CONTAINER_MUTATORS and self.in_stateful_code
               and self_path(func.value) in self.containers
-              and not any(_is_load_inline(arg) for arg in node.args)):
+              and not any(is_load_inline(arg) for arg in node.args)):
             self.hit("stateful_forward", node, f"{ast.unparse(func)}(...) in "
                      f"{self.functions[-1].name} (a cache between calls)")
 
-    def _check_library_call(self, node: ast.Call, dotted: str) -> None:
+    def _check_library_call(self, node: ast.Call) -> None:
         func = node.func
         imported = self.names.imported(func)
         if imported and name_rule(imported):
@@ -369,30 +348,3 @@ class _Scanner(ast.NodeVisitor):
             self.strict_hit(node, "matrix product with @")
         self.generic_visit(node)
 
-
-def _updates_itself(target: ast.AST, value: ast.AST) -> bool:
-    """`self.calls = self.calls + 1`: a counter written without +=."""
-    if not isinstance(target, ast.Attribute) or not isinstance(value, ast.BinOp):
-        return False
-    wanted = ast.dump(target.value), target.attr
-    return any(isinstance(side, ast.Attribute) and (ast.dump(side.value), side.attr) == wanted
-               for side in (value.left, value.right))
-
-
-def _literal_keys(node: ast.Call) -> set[str] | None:
-    """Keys an environment mutation touches, or None when they are not literal."""
-    if node.keywords:
-        return None
-    if len(node.args) == 1 and isinstance(node.args[0], ast.Dict):
-        keys = node.args[0].keys
-    else:
-        keys = node.args[:1]
-    if not keys or not all(isinstance(k, ast.Constant) and isinstance(k.value, str) for k in keys):
-        return None
-    return {k.value for k in keys}  # type: ignore[union-attr]
-
-
-def _graph_mode(node: ast.Call) -> bool:
-    # These torch.compile modes capture CUDA graphs that replay work the timer would miss.
-    return any(kw.arg == "mode" and isinstance(kw.value, ast.Constant)
-               and kw.value.value in _GRAPH_COMPILE_MODES for kw in node.keywords)

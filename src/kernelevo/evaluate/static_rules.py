@@ -1,15 +1,14 @@
-"""The AST side of the static honesty checks: names, rule tables, one visitor.
+"""Rule tables and AST helpers of the static honesty checks.
 
 Rules match dotted names as the candidate's imports resolve them, so
 `import torch as T; T.cuda.synchronize = f` and `from torch import cuda`
-are seen as what they are. `static.py` turns the hits into Findings.
+are seen as what they are. The visitor in `static.py` applies them.
 """
 
 from __future__ import annotations
 
 import ast
 import builtins
-import re
 from fnmatch import fnmatchcase
 from typing import Iterator
 
@@ -33,8 +32,9 @@ NAME_RULES: tuple[tuple[str, str], ...] = (
         "torch.cuda.make_graphed_callables", "torch.cuda.graph_pool_handle",
         "triton.testing.do_bench_cudagraph")),
     *((name, "side_stream") for name in (
-        "torch.cuda.Stream", "torch.cuda.stream", "torch.cuda.streams", "torch.cuda.ExternalStream",
-        "torch.cuda.set_stream", "torch.cuda.StreamContext", "torch.Stream")),
+        "torch.cuda.Stream", "torch.cuda.stream", "torch.cuda.streams",
+        "torch.cuda.ExternalStream", "torch.cuda.set_stream", "torch.cuda.StreamContext",
+        "torch.Stream")),
     *((name, "background_thread") for name in (
         "threading", "_thread", "concurrent", "asyncio", "multiprocessing",
         "torch.multiprocessing")),
@@ -84,6 +84,11 @@ ENV_MUTATORS = frozenset({"update", "setdefault", "pop", "popitem", "clear", "__
 CONTAINER_MUTATORS = frozenset({"append", "extend", "insert", "update", "setdefault", "add",
                                  "appendleft", "__setitem__"})
 _CONTAINER_FACTORIES = frozenset({"dict", "list", "set", "OrderedDict", "defaultdict", "deque"})
+
+# nn containers and parameters hold weights; any other nn.Module computes when called.
+PASSIVE_NN = frozenset({"Parameter", "ParameterList", "ParameterDict", "ModuleList",
+                        "ModuleDict", "Identity", "Buffer"})
+GRAPH_COMPILE_MODES = ("reduce-overhead", "max-autotune")
 
 ADVICE: dict[str, str] = {
     "dynamic_code": "write the code out; generated code hides from review",
@@ -233,39 +238,6 @@ def find_containers(tree: ast.Module) -> set[str]:
     return found
 
 
-# C/C++/CUDA constructs found in source strings (cuda_sources, cpp_sources).
-SOURCE_RULES: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"\bcu(?:da)?Graph\w*|\bcu(?:da)?StreamBeginCapture\w*"), "cuda_graph"),
-    (re.compile(r"\bcu(?:da)?StreamCreate\w*|\bcudaStreamNonBlocking\b|\bcudaStreamPerThread\b"
-                r"|\bgetStreamFromPool\b"), "side_stream"),
-    (re.compile(r"\bstd::j?thread\b|\bpthread_create\b|\bstd::async\b"), "background_thread"),
-    (re.compile(r"\b(?:system|popen|v?fork|exec[lv]p?e?|posix_spawnp?)\s*\("), "spawned_process"),
-    (re.compile(r"\b(?:fopen|freopen)\s*\(|\b[io]?fstream\b|\bstd::filesystem\b"), "file_io"),
-    (re.compile(r"\b(?:dlopen|dlsym|setenv|putenv)\s*\(|\bLD_PRELOAD\b"), "harness_tampered"),
-)
-_C_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
-_LOOKS_LIKE_C = re.compile(r"[;{}]|#include")
-KERNEL_QUALIFIER = re.compile(r"\b__global__\b")
-
-
-def c_code(text: str) -> str | None:
-    """The text with C comments blanked (lines kept), or None if it is not C-like."""
-    if not _LOOKS_LIKE_C.search(text):
-        return None
-    return _C_COMMENT.sub(lambda m: "\n" * m.group().count("\n"), text)
-
-
-def source_hits(text: str, first_line: int) -> Iterator[Hit]:
-    """Findings inside one C-like string literal starting at `first_line`."""
-    code = c_code(text)
-    if code is None:
-        return
-    for pattern, reason in SOURCE_RULES:
-        for match in pattern.finditer(code):
-            line = first_line + code.count("\n", 0, match.start())
-            yield reason, line, f"`{match.group().strip()}` in kernel source: {ADVICE[reason]}"
-
-
 # Strict policy: torch functions that only allocate, describe or reshape.
 STRICT_ALLOWED_TORCH = frozenset({
     "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full",
@@ -301,3 +273,49 @@ def strict_forbidden_torch(dotted: str) -> bool:
 def compute_method(name: str) -> bool:
     """Whether a method name (in-place or not) is a tensor computation."""
     return name in COMPUTE_METHODS or (name.endswith("_") and name[:-1] in COMPUTE_METHODS)
+
+
+def find_layers(tree: ast.Module, names: Names) -> set[str]:
+    """`self.<attr>` holding an nn layer: under strict, calling it is library compute."""
+    layers = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            dotted = names.imported(node.value.func) or ""
+            layer = dotted.startswith("torch.nn.") and not dotted.startswith("torch.nn.functional")
+            if layer and dotted.rsplit(".", 1)[1] not in PASSIVE_NN:
+                layers.update(path for t in node.targets if (path := self_path(t)))
+    return layers
+
+
+def is_load_inline(node: ast.AST | None) -> bool:
+    """A call of load_inline, however it was imported."""
+    return (isinstance(node, ast.Call) and isinstance(node.func, (ast.Name, ast.Attribute))
+            and getattr(node.func, "attr", getattr(node.func, "id", "")) == "load_inline")
+
+
+def updates_itself(target: ast.AST, value: ast.AST) -> bool:
+    """`self.calls = self.calls + 1`: a counter written without +=."""
+    if not isinstance(target, ast.Attribute) or not isinstance(value, ast.BinOp):
+        return False
+    wanted = ast.dump(target.value), target.attr
+    return any(isinstance(side, ast.Attribute) and (ast.dump(side.value), side.attr) == wanted
+               for side in (value.left, value.right))
+
+
+def literal_keys(node: ast.Call) -> set[str] | None:
+    """Keys an environment mutation touches, or None when they are not literal."""
+    if node.keywords:
+        return None
+    if len(node.args) == 1 and isinstance(node.args[0], ast.Dict):
+        keys = node.args[0].keys
+    else:
+        keys = node.args[:1]
+    if not keys or not all(isinstance(k, ast.Constant) and isinstance(k.value, str) for k in keys):
+        return None
+    return {k.value for k in keys}  # type: ignore[union-attr]
+
+
+def graph_mode(node: ast.Call) -> bool:
+    """torch.compile(mode=...) that captures CUDA graphs (replays the timer would miss)."""
+    return any(kw.arg == "mode" and isinstance(kw.value, ast.Constant)
+               and kw.value.value in GRAPH_COMPILE_MODES for kw in node.keywords)

@@ -20,7 +20,8 @@ from kernelevo.evaluate import inputs as task_inputs
 from kernelevo.evaluate.cuda_build import CompileOnly, LoadInlineHook
 from kernelevo.evaluate.oplog import record_ops
 from kernelevo.evaluate.sandbox import Channel
-from kernelevo.evaluate.worker_timing import run_timing
+from kernelevo.evaluate.transfer import export_bundle
+from kernelevo.evaluate.worker_timing import run_timing, warm_baselines
 
 
 class Failure(Exception):
@@ -33,11 +34,18 @@ class Failure(Exception):
 
 
 def run_worker(payload: dict[str, Any], channel: Channel) -> None:
-    """Child entry point: check every candidate, then time them if the judge says so."""
+    """Child entry point: warm the baselines, wait for the reference, check, then time."""
     device, dtype = payload["device"], getattr(torch, payload["dtype"])
     task_inputs.set_reference_precision()
     scratch = Path(payload["scratch"])
     task = task_inputs.import_source(payload["task_source"], "kernelevo_task", scratch)
+    # Baselines compile while the oracle computes the reference in its own
+    # process; the candidate is loaded only once the reference is done.
+    baselines = warm_baselines(task, payload) if device == "cuda" and payload["time"] else None
+    reply = channel.ask("ready")
+    if reply.get("abort"):
+        return
+    payload.update(reply)
     switch = guards.KernelSwitch()
     hook = LoadInlineHook(device == "cuda", switch)
     watch = guards.ProcessWatch(scratch / "work")
@@ -48,12 +56,14 @@ def run_worker(payload: dict[str, Any], channel: Channel) -> None:
             loaded.append(_check_candidate(index, candidate, task, payload, channel, switch,
                                            hook, watch, snapshot))
         except Failure as failure:
-            channel.send("failed", candidate=index, reason=failure.reason, message=failure.message)
+            channel.ask("failed", candidate=index, reason=failure.reason,
+                        message=failure.message)
             loaded.append(None)
     reply = channel.ask("checked")
     timed = {i for i in reply.get("time", []) if 0 <= i < len(loaded) and loaded[i] is not None}
-    if timed and device == "cuda":
-        run_timing({i: loaded[i] for i in sorted(timed)}, task, payload, channel, snapshot)
+    if timed and baselines is not None:
+        run_timing({i: loaded[i] for i in sorted(timed)}, baselines, task, payload, channel,
+                   snapshot)
     channel.send("done")
 
 
@@ -76,9 +86,12 @@ def _check_candidate(index: int, candidate: dict[str, Any], task: Any, payload: 
     report["threads"] = watch.new_threads()
     report["children"] = guards.ProcessWatch.children()
     report["files"] = watch.new_files()
-    outputs = report.pop("verified")
-    channel.send("checked_candidate", candidate=index, **report)
-    return model, module, outputs
+    bundle = report.pop("bundle")
+    # The judge copies the outputs while this process waits for its reply.
+    channel.ask("checked_candidate", candidate=index,
+                bundle=export_bundle(bundle, Path(payload["scratch"])), **report)
+    verified = [bundle[f"set_{i}"] for i in range(len(payload["seeds"]))]
+    return model, module, verified
 
 
 def _load(source: str, name: str, folder: Path) -> Any:
@@ -145,11 +158,15 @@ def _run_sets(model: Any, task: Any, payload: dict[str, Any], index: int,
         knockout = None  # crashing without its kernels is proof enough that they matter
     finally:
         switch.set(True)
-    path = Path(payload["scratch"]) / f"outputs_{index}.pt"
-    torch.save({"sets": outputs, "repeat": repeat, "knockout": knockout}, path)
-    return {"outputs_path": str(path), "problems": problems, "ops": sorted(ops),
-            "verified": [entry["values"] for entry in outputs],
-            "first_call_s": first_call_s, "triton_launches": launches,
+    bundle = {f"set_{i}": entry["values"] for i, entry in enumerate(outputs)}
+    bundle["repeat"] = repeat["values"]
+    structures = {f"set_{i}": entry["structure"] for i, entry in enumerate(outputs)}
+    structures["repeat"] = repeat["structure"]
+    if knockout is not None:
+        bundle["knockout"] = knockout["values"]
+        structures["knockout"] = knockout["structure"]
+    return {"bundle": bundle, "structures": structures, "problems": problems,
+            "ops": sorted(ops), "first_call_s": first_call_s, "triton_launches": launches,
             "cuda_switchable": bool(switch.cuda_setters)}
 
 
@@ -184,9 +201,9 @@ def _call_checked(model: Any, task: Any, seed: int, variant: Any, device: str,
 
 
 def _plain(value: Any) -> Any:
-    """A detached plain-tensor copy on the CPU (what the judge will compare)."""
+    """A detached plain tensor (what the judge will compare), or a stand-in string."""
     if isinstance(value, torch.Tensor):
-        return value.detach().as_subclass(torch.Tensor).cpu().clone()
+        return value.detach().as_subclass(torch.Tensor).clone()
     return f"<{type(value).__name__}>"
 
 

@@ -19,18 +19,53 @@ from kernelevo.evaluate.sandbox import Channel
 from kernelevo.evaluate.timing import time_contestants
 from kernelevo.evaluate.tolerance import compare_tensor
 
+_LAUNCH_BOUNDS = re.compile(r"__launch_bounds__\s*\([^)]*\)")
 _CUDA_KERNEL = re.compile(r"__global__\s+(?:[\w:<>,\s\*]+?\s+)?(\w+)\s*\(")
 
 
-def run_timing(loaded: dict[int, Any], task: Any, payload: dict[str, Any], channel: Channel,
-               snapshot: Any) -> None:
+class Baselines:
+    """The reference model, eager and compiled, warmed up before any candidate loads."""
+
+    def __init__(self, contestants: dict[str, Any], notes: list[str],
+                 compile_s: float | None) -> None:
+        self.contestants, self.notes, self.compile_s = contestants, notes, compile_s
+
+
+def warm_baselines(task: Any, payload: dict[str, Any]) -> Baselines:
+    """Build and warm eager and torch.compile on throwaway inputs (never the judged ones)."""
+    device, dtype = payload["device"], getattr(torch, payload["dtype"])
+    config = _TimingSettings(payload["timing"])
+    reference = task_inputs.build_model(task.Model, list(task.get_init_inputs()), device, dtype)
+    warm_inputs = task_inputs.make_inputs(task, 0, device, dtype)
+    contestants: dict[str, Any] = {}
+    notes: list[str] = []
+    compile_s = None
+    if "eager" in config.baselines:
+        contestants["eager"] = reference
+    if "compile" in config.baselines:
+        started = time.perf_counter()
+        try:
+            compiled = torch.compile(reference)
+            with torch.no_grad():
+                compiled(*warm_inputs)
+            torch.cuda.synchronize()
+            contestants["compile"] = compiled
+        except Exception as exc:  # a baseline that cannot compile is reported, not fatal
+            notes.append(f"torch.compile baseline failed: {type(exc).__name__}: {exc}"[:300])
+        compile_s = time.perf_counter() - started
+    torch.cuda.synchronize()
+    return Baselines(contestants, notes, compile_s)
+
+
+def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any,
+               payload: dict[str, Any], channel: Channel, snapshot: Any) -> None:
     device, dtype = payload["device"], getattr(torch, payload["dtype"])
     config = _TimingSettings(payload["timing"])
     channel.send("progress", phase="timing")
     started = time.perf_counter()
     sets = [task_inputs.make_inputs(task, seed, device, dtype, variant)
             for seed, variant in zip(payload["seeds"], payload["variants"])]
-    contestants, baseline_notes, compile_s = _baselines(task, device, dtype, config, sets[0])
+    contestants = dict(baselines.contestants)
     shares = {}
     for index, (model, module, _) in loaded.items():
         contestants[f"candidate_{index}"] = model
@@ -55,8 +90,8 @@ def run_timing(loaded: dict[int, Any], task: Any, payload: dict[str, Any], chann
         if problem:
             inconsistent[index] = problem
     channel.send("timing", stats={k: vars(v) for k, v in run.stats.items()},
-                 notes=baseline_notes + run.notes, flags=run.flags,
-                 inconsistent=inconsistent, shares=shares, compile_s=compile_s,
+                 notes=baselines.notes + run.notes, flags=run.flags,
+                 inconsistent=inconsistent, shares=shares, compile_s=baselines.compile_s,
                  timing_s=time.perf_counter() - started,
                  tampered=snapshot.tampered(), device_name=torch.cuda.get_device_name(0),
                  versions={"torch": torch.__version__, "triton": _triton_version(),
@@ -66,28 +101,6 @@ def run_timing(loaded: dict[int, Any], task: Any, payload: dict[str, Any], chann
 class _TimingSettings:
     def __init__(self, values: dict[str, Any]) -> None:
         self.__dict__.update(values)
-
-
-def _baselines(task: Any, device: str, dtype: torch.dtype, config: Any,
-               first_set: list[Any]) -> tuple[dict[str, Any], list[str], float | None]:
-    reference = task_inputs.build_model(task.Model, list(task.get_init_inputs()), device, dtype)
-    contestants: dict[str, Any] = {}
-    notes: list[str] = []
-    compile_s = None
-    if "eager" in config.baselines:
-        contestants["eager"] = reference
-    if "compile" in config.baselines:
-        started = time.perf_counter()
-        try:
-            compiled = torch.compile(reference)
-            with torch.no_grad():
-                compiled(*first_set)
-            torch.cuda.synchronize()
-            contestants["compile"] = compiled
-        except Exception as exc:  # a baseline that cannot compile is reported, not fatal
-            notes.append(f"torch.compile baseline failed: {type(exc).__name__}: {exc}"[:300])
-        compile_s = time.perf_counter() - started
-    return contestants, notes, compile_s
 
 
 def own_kernel_share(model: Any, module: Any, candidate: dict[str, Any],
@@ -115,7 +128,7 @@ def own_kernel_share(model: Any, module: Any, candidate: dict[str, Any],
 
 
 def _own_kernel_names(module: Any, source: str) -> set[str]:
-    names = set(_CUDA_KERNEL.findall(source))
+    names = set(_CUDA_KERNEL.findall(_LAUNCH_BOUNDS.sub("", source)))
     try:
         from triton.runtime.jit import KernelInterface
     except ImportError:
@@ -139,7 +152,7 @@ def _consistency(name: str, kept: dict[tuple[str, int], Any], verified: list[lis
             if not isinstance(value, torch.Tensor):
                 return f"set {set_index} output {position} is not a tensor during timing"
             atol, rtol = tolerances[position]
-            outcome = compare_tensor(value, reference.to(value.device), atol, rtol,
+            outcome = compare_tensor(value, reference, atol, rtol,
                                      f"set {set_index} output {position} during timing")
             if outcome.reason:
                 return outcome.message

@@ -1,0 +1,128 @@
+"""Moving output tensors from a child process to the judge.
+
+CUDA tensors travel as CUDA IPC handles written into JSON (the judge maps the
+child's memory and copies it at once, while the child waits for the reply),
+so outputs never take the trip through host memory and disk. CPU tensors go
+through a file read with `weights_only=True`. Either way nothing the child
+sends is unpickled as code.
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from pathlib import Path
+from typing import Any
+
+import torch
+
+_DTYPES = {str(d).replace("torch.", ""): d for d in (
+    torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
+    torch.int16, torch.int32, torch.int64, torch.bool, torch.complex64,
+    torch.float8_e4m3fn, torch.float8_e5m2)}
+
+
+class TransferError(Exception):
+    """What the child sent cannot be read back as tensors."""
+
+
+def export_bundle(bundle: dict[str, list[Any]], folder: Path) -> dict[str, Any]:
+    """Describe named lists of tensors (or strings) for the judge; keep them alive until it replies."""
+    if any(isinstance(v, torch.Tensor) and v.is_cuda for values in bundle.values()
+           for v in values):
+        return {"kind": "cuda", "items": {name: [_export_one(v) for v in values]
+                                          for name, values in bundle.items()}}
+    path = folder / f"bundle-{uuid.uuid4().hex}.pt"
+    torch.save({name: [v.detach().cpu() if isinstance(v, torch.Tensor) else str(v)
+                       for v in values] for name, values in bundle.items()}, path)
+    return {"kind": "file", "path": str(path)}
+
+
+def _export_one(value: Any) -> dict[str, Any]:
+    if not isinstance(value, torch.Tensor):
+        return {"kind": "other", "text": str(value)[:200]}
+    if not value.is_cuda:
+        value = value.cuda()
+    (device, handle, size_bytes, offset_bytes, counter_handle, counter_offset, event_handle,
+     event_sync) = value.untyped_storage()._share_cuda_()
+    return {"kind": "tensor", "dtype": str(value.dtype).replace("torch.", ""),
+            "shape": list(value.shape), "stride": list(value.stride()),
+            "offset": value.storage_offset(), "device": device,
+            "handle": _b64(handle), "size_bytes": size_bytes, "offset_bytes": offset_bytes,
+            "counter_handle": _b64(counter_handle), "counter_offset": counter_offset,
+            "event_handle": _b64(event_handle), "event_sync": bool(event_sync)}
+
+
+def import_bundle(description: Any, device: str) -> dict[str, list[Any]]:
+    """Copies of the child's tensors on `device`; raises TransferError on anything malformed."""
+    if not isinstance(description, dict):
+        raise TransferError("the bundle description is not an object")
+    if description.get("kind") == "file":
+        return _import_file(str(description.get("path", "")), device)
+    if description.get("kind") != "cuda" or not isinstance(description.get("items"), dict):
+        raise TransferError("unknown bundle kind")
+    bundle = {}
+    for name, specs in description["items"].items():
+        if not isinstance(specs, list):
+            raise TransferError(f"bundle entry {name!r} is not a list")
+        bundle[str(name)] = [_import_one(spec, device) for spec in specs]
+    torch.cuda.synchronize()
+    return bundle
+
+
+def _import_file(path: str, device: str) -> dict[str, list[Any]]:
+    try:
+        loaded = torch.load(path, weights_only=True)
+    except Exception as exc:
+        raise TransferError(f"unreadable bundle file: {exc}") from None
+    finally:
+        Path(path).unlink(missing_ok=True)
+    if not isinstance(loaded, dict):
+        raise TransferError("the bundle file holds no dictionary")
+    return {str(k): [v.to(device) if isinstance(v, torch.Tensor) else str(v) for v in values]
+            for k, values in loaded.items() if isinstance(values, list)}
+
+
+def _import_one(spec: Any, device: str) -> Any:
+    if not isinstance(spec, dict):
+        raise TransferError("a tensor description is not an object")
+    if spec.get("kind") == "other":
+        return str(spec.get("text", ""))
+    from torch.multiprocessing.reductions import rebuild_cuda_tensor
+
+    try:
+        dtype = _DTYPES[spec["dtype"]]
+        shape, stride = _ints(spec["shape"]), _ints(spec["stride"])
+        mapped = rebuild_cuda_tensor(
+            torch.Tensor, torch.Size(shape), tuple(stride), _int(spec["offset"]),
+            torch.UntypedStorage, dtype, _int(spec["device"]), _unb64(spec["handle"]),
+            _int(spec["size_bytes"]), _int(spec["offset_bytes"]), False,
+            _unb64(spec["counter_handle"]), _int(spec["counter_offset"]),
+            _unb64(spec["event_handle"]), bool(spec["event_sync"]))
+        return mapped.to(device, copy=True)
+    except TransferError:
+        raise
+    except Exception as exc:  # a forged or stale handle is the child's fault, never ours
+        raise TransferError(f"cannot map a tensor from the child: {type(exc).__name__}: {exc}")
+
+
+def _ints(values: Any) -> list[int]:
+    if not isinstance(values, list) or len(values) > 16:
+        raise TransferError("shape or stride is not a short list")
+    return [_int(v) for v in values]
+
+
+def _int(value: Any) -> int:
+    if type(value) is not int or value < 0:
+        raise TransferError(f"expected a non-negative integer, got {value!r}")
+    return value
+
+
+def _b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode()
+
+
+def _unb64(text: Any) -> bytes:
+    if not isinstance(text, str):
+        raise TransferError("a handle is not a string")
+    return base64.b64decode(text)
