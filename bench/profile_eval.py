@@ -34,6 +34,8 @@ def main() -> None:
         steps.append(f"{label} {ended - previous:.2f}s")
         print(f"{verdict.status} total {ended - started:.2f}s: " + " | ".join(steps))
         print("   phases", verdict.phases_s, "speedup", verdict.speedup_vs_eager)
+        if not verdict.ok:
+            print("   ", verdict.reason, verdict.message[:600])
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")
 
 @pytest.fixture(scope="session", autouse=True)
 def _private_cache(tmp_path_factory):
-    os.environ["KERNELEVO_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
+    os.environ.setdefault("KERNELEVO_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
 
 
 def write(tmp_path: Path, name: str, text: str) -> Path:

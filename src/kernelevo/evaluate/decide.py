@@ -92,6 +92,10 @@ def decide_honesty(report: dict[str, Any], outputs: dict[str, Any], reference: l
                    policy: str, reference_ops: set[str], device: str) -> Decision:
     """Kernels must matter, and the reference's PyTorch ops must not reappear."""
     decision = Decision()
+    if backend == "pytorch":
+        # Declared PyTorch (a seed or a baseline) is not a disguised reference;
+        # the strict policy's static checks reject it as having no kernel.
+        return decision
     if backend == "triton" and report.get("triton_launches", 0) == 0:
         return Decision("no_custom_kernel", "no Triton kernel was launched during forward")
     switchable = backend == "triton" or report.get("cuda_switchable")

@@ -54,10 +54,14 @@ class ProcessWatch:
         self._workdir = workdir
         self._threads = {t.ident for t in threading.enumerate()}
         self._files = self._listing()
+        self._children = set(self.children())
 
     def new_threads(self) -> list[str]:
         return [t.name for t in threading.enumerate()
                 if t.ident not in self._threads and t.is_alive()]
+
+    def new_children(self) -> list[int]:
+        return sorted(set(self.children()) - self._children)
 
     def new_files(self) -> list[str]:
         return sorted(self._listing() - self._files)
@@ -97,18 +101,24 @@ def output_problem(value: Any, position: int) -> str | None:
     return None
 
 
-def poison_allocator(nbytes: int, device: str) -> None:
-    """Fill memory the caching allocator will hand out next with NaN.
+def poison_allocator(device: str) -> None:
+    """Fill every free block the caching allocator holds with NaN bytes.
 
-    A kernel that leaves part of its output unwritten must then show NaN there,
-    whatever an earlier call left in that memory.
+    The next allocation of a kernel that leaves part of its output unwritten
+    then shows NaN there, whatever an earlier call (its own, or the freed copy
+    of a correct answer) left in that memory. Each free block is claimed at its
+    exact size, which the allocator serves from that same block.
     """
-    if device != "cuda" or nbytes <= 0:
+    if device != "cuda":
         return
-    big = torch.empty(nbytes // 4 + 1, dtype=torch.float32, device=device)
-    big.fill_(float("nan"))
-    small = [torch.full((1 << 17,), float("nan"), device=device) for _ in range(32)]
-    del big, small
+    claimed = []
+    for segment in torch.cuda.memory_snapshot():
+        for block in segment.get("blocks", []):
+            if block.get("state") == "inactive" and block.get("size", 0) > 0:
+                claimed.append(torch.empty(block["size"], dtype=torch.uint8, device=device))
+    for tensor in claimed:
+        tensor.fill_(0xFF)  # all-ones bytes are NaN in fp32, fp16 and bf16
+    del claimed
 
 
 class KernelSwitch:

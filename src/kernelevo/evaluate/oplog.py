@@ -20,22 +20,39 @@ is_contiguous arange _has_compatible_shallow_copy_type is_same_size record_strea
 """.split())
 
 
+def _matmul_flops(name: str, args: Any, out: Any) -> int:
+    """FLOPs of the matrix products and convolutions that dominate compute-bound tasks."""
+    if name in ("mm", "addmm", "bmm", "baddbmm", "addbmm"):
+        first = args[1] if name.startswith(("addmm", "baddbmm", "addbmm")) else args[0]
+        return 2 * out.numel() * first.shape[-1]
+    if name in ("convolution", "_convolution", "cudnn_convolution") and len(args) > 1:
+        weight = args[1]
+        return 2 * out.numel() * weight[0].numel()
+    return 0
+
+
 class _Recorder(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.names: set[str] = set()
+        self.flops = 0
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None):
-        self.names.add(func.overloadpacket.__name__)
-        return func(*args, **(kwargs or {}))
+        name = func.overloadpacket.__name__
+        self.names.add(name)
+        out = func(*args, **(kwargs or {}))
+        if isinstance(out, torch.Tensor):
+            self.flops += _matmul_flops(name, args, out)
+        return out
 
 
-def record_ops(call: Callable[[], Any]) -> tuple[Any, set[str]]:
-    """Run `call` and return its result and the names of the compute ops it dispatched."""
+def record_ops(call: Callable[[], Any]) -> tuple[Any, set[str], int]:
+    """Run `call`; returns its result, the compute ops it dispatched and their matmul FLOPs."""
     recorder = _Recorder()
     with recorder:
         result = call()
-    return result, {name for name in recorder.names if name not in NON_COMPUTE_OPS}
+    ops = {name for name in recorder.names if name not in NON_COMPUTE_OPS}
+    return result, ops, recorder.flops
 
 
 def reference_reused(reference_ops: set[str], candidate_ops: set[str]) -> bool:

@@ -47,6 +47,7 @@ def _compute(payload: dict[str, Any], channel: Channel) -> dict[str, Any]:
         raise _TaskProblem(f"get_init_inputs() returned {type(init_inputs).__name__}; "
                            "it must return a list of constructor arguments")
     model = task_inputs.build_model(module.Model, list(init_inputs), device, dtype)
+    channel.send("progress", phase="reference outputs")
     outputs, structure, kept = [], None, []
     for index, (seed, variant) in enumerate(zip(payload["seeds"], payload["variants"])):
         result, structure_now = _run_set(model, module, seed, device, dtype, variant)
@@ -58,8 +59,11 @@ def _compute(payload: dict[str, Any], channel: Channel) -> dict[str, Any]:
             continue  # the rescaled inputs leave the task's domain: drop that set
         outputs.append(result)
         kept.append(index)
+    channel.send("progress", phase="reference determinism")
     _check_deterministic(model, module, payload, outputs[0], device, dtype)
+    channel.send("progress", phase="reference profile")
     ops, flops = _profile(model, module, payload["seeds"][0], device, dtype)
+    channel.send("progress", phase="reference transfer")
     bundle = {f"set_{i}": values for i, values in enumerate(outputs)}
     # The judge copies the outputs while this process waits, then lets it exit.
     channel.ask("reference", bundle=export_bundle(bundle, Path(payload["scratch"])))
@@ -127,15 +131,10 @@ def _check_deterministic(model: Any, module: Any, payload: dict[str, Any],
 def _profile(model: Any, module: Any, seed: int, device: str,
              dtype: torch.dtype) -> tuple[set[str], int]:
     """The reference's compute operators and its FLOPs (matmuls and convolutions)."""
-    from torch.utils.flop_counter import FlopCounterMode
-
     inputs = task_inputs.make_inputs(module, seed, device, dtype)
     with torch.no_grad():
-        _, ops = record_ops(lambda: model(*inputs))
-        counter = FlopCounterMode(display=False)
-        with counter:
-            model(*inputs)
-    return ops, int(counter.get_total_flops())
+        _, ops, flops = record_ops(lambda: model(*inputs))
+    return ops, flops
 
 
 def _all_finite(values: list[torch.Tensor]) -> bool:

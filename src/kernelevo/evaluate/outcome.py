@@ -51,6 +51,9 @@ def judge_candidate(state: Any, index: int, report: dict[str, Any]) -> tuple[str
     if correctness.reason:
         return "failed", {"reason": correctness.reason, "message": correctness.message,
                           "metrics": correctness.metrics}
+    if report.get("rotation_problem"):
+        return "failed", {"reason": "inconsistent_under_timing",
+                          "message": str(report["rotation_problem"])[:1000]}
     candidate = state.candidates[index]
     honesty = decide.decide_honesty(report, outputs, ref["outputs"][0], ref["structure"],
                                     ref["tolerances"], candidate.backend,

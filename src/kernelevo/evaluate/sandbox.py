@@ -31,14 +31,13 @@ def _forkserver_context() -> Any:
     global _context
     if _context is None:
         _context = multiprocessing.get_context("forkserver")
-        preload = ["torch"]
+        # torch._dynamo takes seconds to import and is needed by torch.compile
+        # and by dispatch modes; it leaves CUDA untouched, unlike inductor's
+        # compile_fx or cpp_extension, which a child must import itself (a
+        # child of a server holding a CUDA context could not use the GPU).
+        preload = ["torch", "torch._dynamo"]
         if _triton_available():
             preload.append("triton")
-        import torch
-
-        if torch.cuda.is_available():
-            # Importing these costs seconds; paid once here, not in every child.
-            preload += ["torch._dynamo", "torch._inductor.compile_fx", "torch.profiler"]
         _context.set_forkserver_preload(preload)
     return _context
 

@@ -21,7 +21,7 @@ from kernelevo.evaluate.cuda_build import CompileOnly, LoadInlineHook
 from kernelevo.evaluate.oplog import record_ops
 from kernelevo.evaluate.sandbox import Channel
 from kernelevo.evaluate.transfer import export_bundle
-from kernelevo.evaluate.worker_timing import run_timing, warm_baselines
+from kernelevo.evaluate.worker_timing import rotation_check, run_timing, warm_baselines
 
 
 class Failure(Exception):
@@ -41,14 +41,18 @@ def run_worker(payload: dict[str, Any], channel: Channel) -> None:
     task = task_inputs.import_source(payload["task_source"], "kernelevo_task", scratch)
     # Baselines compile while the oracle computes the reference in its own
     # process; the candidate is loaded only once the reference is done.
-    baselines = warm_baselines(task, payload) if device == "cuda" and payload["time"] else None
+    baselines = None
+    if device == "cuda" and payload["time"]:
+        channel.send("progress", phase="warming baselines")
+        baselines = warm_baselines(task, payload)
+        channel.send("progress", phase="baselines warm")
     reply = channel.ask("ready")
     if reply.get("abort"):
         return
     payload.update(reply)
     switch = guards.KernelSwitch()
     hook = LoadInlineHook(device == "cuda", switch)
-    watch = guards.ProcessWatch(scratch / "work")
+    watch = guards.ProcessWatch(scratch / "work")  # after the baselines: their helpers are ours
     snapshot = guards.HarnessSnapshot(extra_modules=(guards, task_inputs))
     loaded = []
     for index, candidate in enumerate(payload["candidates"]):
@@ -84,13 +88,17 @@ def _check_candidate(index: int, candidate: dict[str, Any], task: Any, payload: 
                   instrumented=hook.instrumented, uninstrumented=hook.uninstrumented)
     report["tampered"] = snapshot.tampered()
     report["threads"] = watch.new_threads()
-    report["children"] = guards.ProcessWatch.children()
+    report["children"] = watch.new_children()
     report["files"] = watch.new_files()
     bundle = report.pop("bundle")
+    verified = [bundle[f"set_{i}"] for i in range(len(payload["seeds"]))]
+    if not payload["time"] or payload["device"] != "cuda":
+        # Without a timing phase, repeated calls on rotated inputs stand in for
+        # it, so caches and warm-up-only computation are still caught.
+        report["rotation_problem"] = rotation_check(model, task, payload, verified)
     # The judge copies the outputs while this process waits for its reply.
     channel.ask("checked_candidate", candidate=index,
                 bundle=export_bundle(bundle, Path(payload["scratch"])), **report)
-    verified = [bundle[f"set_{i}"] for i in range(len(payload["seeds"]))]
     return model, module, verified
 
 
@@ -176,13 +184,13 @@ def _call_checked(model: Any, task: Any, seed: int, variant: Any, device: str,
     """One forward call on fresh copies of an input set, with the per-call guards."""
     inputs = task_inputs.make_inputs(task, seed, device, dtype, variant)
     given = task_inputs.clone_inputs(inputs)
-    guards.poison_allocator(2 * task_inputs.tensor_bytes(inputs) + (64 << 20), device)
+    guards.poison_allocator(device)
     try:
         with torch.no_grad():
             if ops is None:
                 output = model(*given)
             else:
-                output, recorded = record_ops(lambda: model(*given))
+                output, recorded, _ = record_ops(lambda: model(*given))
                 ops.update(recorded)
         if device == "cuda":
             torch.cuda.synchronize()
@@ -230,4 +238,7 @@ def cache_environment(cache_dir: Path) -> dict[str, str]:
         "TORCH_EXTENSIONS_DIR": str(cache_dir / "torch_extensions"),
         "TORCHINDUCTOR_CACHE_DIR": str(cache_dir / "inductor"),
         "MAX_JOBS": os.environ.get("MAX_JOBS", str(min(8, os.cpu_count() or 1))),
+        # A pool of compile processes costs seconds to start and is not needed
+        # once the caches are warm; it would also look like spawned processes.
+        "TORCHINDUCTOR_COMPILE_THREADS": "1",
     }

@@ -16,7 +16,7 @@ import torch
 
 from kernelevo.evaluate import inputs as task_inputs
 from kernelevo.evaluate.sandbox import Channel
-from kernelevo.evaluate.timing import time_contestants
+from kernelevo.evaluate.timing import load_set, time_contestants
 from kernelevo.evaluate.tolerance import compare_tensor
 
 _LAUNCH_BOUNDS = re.compile(r"__launch_bounds__\s*\([^)]*\)")
@@ -101,6 +101,33 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any,
 class _TimingSettings:
     def __init__(self, values: dict[str, Any]) -> None:
         self.__dict__.update(values)
+
+
+def rotation_check(model: Any, task: Any, payload: dict[str, Any], verified: list[list[Any]],
+                   min_s: float = 1.5) -> str | None:
+    """Rotate the input sets through fixed buffers for a while; outputs must stay right."""
+    device, dtype = payload["device"], getattr(torch, payload["dtype"])
+    sets = [task_inputs.make_inputs(task, seed, device, dtype, variant)
+            for seed, variant in zip(payload["seeds"], payload["variants"])]
+    arena = task_inputs.clone_inputs(sets[0])
+    kept: dict[tuple[str, int], Any] = {}
+    started, rounds = time.perf_counter(), 0
+    while rounds < 2 or time.perf_counter() - started < min_s:
+        for set_index, values in enumerate(sets):
+            load_set(arena, values)
+            try:
+                with torch.no_grad():
+                    output = model(*arena)
+            except Exception as exc:  # a candidate that fails on a later call is inconsistent
+                return f"call {rounds * len(sets) + set_index} raised {type(exc).__name__}: {exc}"
+            outputs, _ = task_inputs.flatten_outputs(output)
+            kept[("candidate", set_index)] = [v.detach().clone() if isinstance(v, torch.Tensor)
+                                              else v for v in outputs]
+        problem = _consistency("candidate", kept, verified, payload["tolerances"])
+        if problem:
+            return f"after {rounds + 1} rounds of rotated inputs: {problem}"
+        rounds += 1
+    return None
 
 
 def own_kernel_share(model: Any, module: Any, candidate: dict[str, Any],

@@ -1,0 +1,68 @@
+"""Every fixture candidate gets the verdict its manifest entry expects.
+
+Each fixture runs twice: with every check on (static and runtime, shape
+variation included), and with the static checks off, so that the runtime side
+of each check is shown to catch the trick on its own.
+"""
+
+import tomllib
+
+import pytest
+
+from kernelevo.candidate import Candidate
+from kernelevo.config import EvalConfig
+from kernelevo.evaluate.judge import Judge
+from kernelevo.task import load_task
+from tests.conftest import ROOT
+
+FIXTURES = ROOT / "tests" / "fixtures"
+ENTRIES = tomllib.loads((FIXTURES / "manifest.toml").read_text())["fixture"]
+
+
+def _params(needs_gpu: bool, key: str):
+    marks = [pytest.mark.gpu] if needs_gpu else []
+    return [pytest.param(entry, id=entry["file"].removesuffix(".py"), marks=marks)
+            for entry in ENTRIES if entry["needs_gpu"] == needs_gpu and entry[key]]
+
+
+def _judge(entry: dict, static_checks: bool):
+    task = load_task(str(FIXTURES / "tasks" / entry["task"]))
+    # Faults that hang are killed at this limit; builds are cached by then.
+    timeout_s = 30.0 if entry["needs_gpu"] else 60.0
+    config = EvalConfig(static_checks=static_checks, vary_shapes=True, timeout_s=timeout_s)
+    return Judge(task, config)
+
+
+def _candidate(entry: dict) -> Candidate:
+    source = (FIXTURES / "candidates" / entry["file"]).read_text()
+    return Candidate(source=source, backend=entry["backend"], name=entry["file"])
+
+
+def _check(entry: dict, static_checks: bool, reasons_key: str) -> None:
+    verdict = _judge(entry, static_checks).evaluate(_candidate(entry))
+    expected = entry[reasons_key]
+    assert verdict.reason in expected, (
+        f"{entry['file']} ({entry['trick']}): got {verdict.status}/{verdict.reason}: "
+        f"{verdict.message[:500]}\n{verdict.logs[-1500:]}")
+    if verdict.reason == "passed":
+        assert verdict.errors is not None and verdict.errors.mismatch_fraction == 0.0
+
+
+@pytest.mark.parametrize("entry", _params(False, "expect_reasons"))
+def test_fixture_with_every_check(entry):
+    _check(entry, True, "expect_reasons")
+
+
+@pytest.mark.parametrize("entry", _params(False, "dynamic_reasons"))
+def test_fixture_caught_at_runtime(entry):
+    _check(entry, False, "dynamic_reasons")
+
+
+@pytest.mark.parametrize("entry", _params(True, "expect_reasons"))
+def test_gpu_fixture_with_every_check(entry):
+    _check(entry, True, "expect_reasons")
+
+
+@pytest.mark.parametrize("entry", _params(True, "dynamic_reasons"))
+def test_gpu_fixture_caught_at_runtime(entry):
+    _check(entry, False, "dynamic_reasons")
