@@ -8,6 +8,8 @@ Steps (each writes its JSON to DIR as soon as it is done):
              compile cache), CUDA once (build cached); wall time split by phase
   stability  the same kernel judged five times: spread of the medians
   do_bench   triton.testing.do_bench (with its L2 flush) against our median
+  overhead   warm evaluations with and without the torch.compile baseline
+  prebuild_fixtures   like prebuild, for the fixtures' CUDA candidates only
 """
 
 from __future__ import annotations
@@ -54,9 +56,10 @@ def _summary(verdict, wall_s: float) -> dict:
     }
 
 
-def prebuild(out: Path) -> None:
+def prebuild(out: Path, examples_too: bool = True) -> None:
     """Build every CUDA candidate concurrently (correctness only), recording cold build times."""
-    pairs = [(f"examples/{n}/task.py", f"examples/{n}/cuda_candidate.py") for n in EXAMPLES]
+    pairs = [(f"examples/{n}/task.py", f"examples/{n}/cuda_candidate.py") for n in EXAMPLES
+             if examples_too]
     fixtures = ROOT / "tests/fixtures"
     import tomllib
 
@@ -79,7 +82,8 @@ def prebuild(out: Path) -> None:
         stdout, _ = process.communicate(timeout=900)
         lines = stdout.strip().splitlines()
         results[candidate] = json.loads(lines[-1]) if lines else {"status": "no output"}
-    _write(out, "prebuild", {"wall_s": time.perf_counter() - started, "builds": results})
+    name = "prebuild" if examples_too else "prebuild_fixtures"
+    _write(out, name, {"wall_s": time.perf_counter() - started, "builds": results})
 
 
 def examples(out: Path) -> None:
@@ -98,10 +102,30 @@ def examples(out: Path) -> None:
         _write(out, "examples", results)
 
 
+def overhead(out: Path) -> None:
+    """Warm evaluations with and without the torch.compile baseline."""
+    from kernelevo.config import TimingConfig
+
+    results = {}
+    for name in ("softmax", "gemm_bias_relu"):
+        path = ROOT / f"examples/{name}/triton_candidate.py"
+        for label, baselines in (("eager+compile", ("eager", "compile")), ("eager", ("eager",))):
+            judge = _judge(f"examples/{name}/task.py", timing=TimingConfig(baselines=baselines))
+            for run in range(2):
+                started = time.perf_counter()
+                verdict = judge.evaluate(_candidate(path))
+                results[f"{name}/{label}/{run}"] = _summary(verdict, time.perf_counter() - started)
+        _write(out, "overhead", results)
+    for key, value in results.items():
+        print(key, value["status"], value["wall_s"], value["overhead_s"], value["phases_s"])
+
+
 def stability(out: Path) -> None:
+    from kernelevo.config import TimingConfig
+
     results = {}
     for name in STABILITY:
-        judge = _judge(f"examples/{name}/task.py")
+        judge = _judge(f"examples/{name}/task.py", timing=TimingConfig(baselines=("eager",)))
         candidate = _candidate(ROOT / f"examples/{name}/triton_candidate.py")
         medians = []
         for _ in range(5):
@@ -121,20 +145,24 @@ def do_bench(out: Path) -> None:
 
     from kernelevo.evaluate import inputs as task_inputs
 
-    ours = json.loads((out / "examples.json").read_text())
+    import tempfile
+
+    stable = json.loads((out / "stability.json").read_text())
+    modules = Path(tempfile.mkdtemp())
     results = {}
-    for name in EXAMPLES:
+    for name in STABILITY:
         folder = ROOT / "examples" / name
-        task = task_inputs.import_source((folder / "task.py").read_text(), f"t_{name}", out)
+        task = task_inputs.import_source((folder / "task.py").read_text(), f"t_{name}", modules)
         module = task_inputs.import_source((folder / "triton_candidate.py").read_text(),
-                                           f"c_{name}", out)
+                                           f"c_{name}", modules)
         model = task_inputs.build_model(module.ModelNew, list(task.get_init_inputs()), "cuda",
                                         torch.float32)
         args = task_inputs.make_inputs(task, 1, "cuda", torch.float32)
         with torch.no_grad():
             reference_ms = triton.testing.do_bench(lambda: model(*args), warmup=100, rep=500,
                                                    return_mode="median")
-        mine = ours.get(f"{name}/triton/warm", {}).get("median_ms", {}).get("candidate")
+        medians = stable.get(name, {}).get("medians_ms") or []
+        mine = statistics.median(medians) if medians else None
         results[name] = {"do_bench_ms": reference_ms, "kernelevo_ms": mine,
                          "difference": (mine - reference_ms) / reference_ms if mine else None}
         print(name, results[name], flush=True)
@@ -153,7 +181,8 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     steps = {"prebuild": prebuild, "examples": examples, "stability": stability,
-             "do_bench": do_bench}
+             "do_bench": do_bench, "overhead": overhead,
+             "prebuild_fixtures": lambda out: prebuild(out, examples_too=False)}
     for step in args.steps:
         started = time.perf_counter()
         steps[step](args.out)

@@ -10,7 +10,7 @@ import tomllib
 import pytest
 
 from kernelevo.candidate import Candidate
-from kernelevo.config import EvalConfig
+from kernelevo.config import EvalConfig, TimingConfig
 from kernelevo.evaluate.judge import Judge
 from kernelevo.task import load_task
 from tests.conftest import ROOT
@@ -29,7 +29,9 @@ def _judge(entry: dict, static_checks: bool):
     task = load_task(str(FIXTURES / "tasks" / entry["task"]))
     # Faults that hang are killed at this limit; builds are cached by then.
     timeout_s = 30.0 if entry["needs_gpu"] else 60.0
-    config = EvalConfig(static_checks=static_checks, vary_shapes=True, timeout_s=timeout_s)
+    # The eager baseline suffices here; torch.compile would add seconds per test.
+    config = EvalConfig(static_checks=static_checks, vary_shapes=True, timeout_s=timeout_s,
+                        timing=TimingConfig(baselines=("eager",)))
     return Judge(task, config)
 
 
