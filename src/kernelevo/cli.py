@@ -121,6 +121,79 @@ def compare_command(
     raise typer.Exit(0 if result.a.ok and result.b.ok else EXIT_FAILED)
 
 
+@app.command("evolve")
+def evolve_command(
+    task: Optional[str] = typer.Argument(None, help="task file or kernelbench:levelN/M "
+                                         "(omit with --resume)"),
+    backend: str = typer.Option("triton", help="triton or cuda"),
+    model: list[str] = typer.Option([], "--model", help="model name, or NAME=WEIGHT; repeat "
+                                    "for several"),
+    base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible endpoint"),
+    api_key_env: str = typer.Option("OPENAI_API_KEY", help="environment variable with the key"),
+    tokens: Optional[str] = typer.Option(None, help="token budget, e.g. 1M (default 1M)"),
+    usd: Optional[str] = typer.Option(None, help="dollar budget, e.g. 2"),
+    time_limit: Optional[str] = typer.Option(None, "--time", help="wall-time budget, e.g. 2h"),
+    candidates: Optional[int] = typer.Option(None, help="most candidates to propose"),
+    gpus: str = typer.Option("all", help="'all' or a list like 0,1"),
+    resume: Optional[str] = typer.Option(None, help="run id or folder to continue"),
+    runs_dir: Path = typer.Option(Path("runs"), envvar="KERNELEVO_RUNS_DIR",
+                                  help="where runs are stored"),
+    seed: list[Path] = typer.Option([], "--seed", help="starting candidate file(s)"),
+    llm_in_flight: int = typer.Option(8, help="LLM requests in flight"),
+    islands: int = typer.Option(3, help="archive islands"),
+    precision: Optional[str] = _PRECISION, device: Optional[str] = _DEVICE,
+    policy: Optional[str] = _POLICY,
+    no_compile: bool = typer.Option(False, help="skip the torch.compile baseline (faster)"),
+    kernelbench_dir: Optional[str] = _KB, config_file: Optional[str] = _CONFIG,
+) -> None:
+    """Search for faster kernels with an LLM and the zero-token tuner, within budgets."""
+    from kernelevo import evolve_setup as setup
+    from kernelevo.cli_evolve import run_evolve
+    from kernelevo.search.loop import SearchConfig
+    from kernelevo.task import load_task
+
+    try:
+        file_config = _toml(config_file)
+        eval_config = _config(config_file, precision, device, policy, None, None, None, None,
+                              False, False, no_compile, False)
+        search = SearchConfig(**{**file_config.get("search", {}), "backend": backend,
+                                 "islands": islands, "llm_in_flight": llm_in_flight})
+        llm = dict(file_config.get("llm", {}))
+        llm.update({k: v for k, v in (("base_url", base_url), ("api_key_env", api_key_env),
+                                      ("in_flight", llm_in_flight)) if v is not None})
+        if model:
+            llm["models"] = setup.parse_models(model)
+        budget_file = file_config.get("budget", {})
+        limits = setup.parse_budget(tokens or budget_file.get("tokens"),
+                                    usd or budget_file.get("usd"),
+                                    time_limit or budget_file.get("time"),
+                                    candidates or budget_file.get("candidates"))
+        if task is None and resume is None:
+            raise typer.BadParameter("give a TASK, or --resume RUN")
+        loaded = load_task(task, kernelbench_dir) if task else None
+        result = run_evolve(console, loaded, {
+            "runs_dir": runs_dir, "eval": eval_config, "search": search, "llm": llm,
+            "budget": limits, "resume": resume, "gpus": gpus, "seeds": list(seed)})
+    except KernelEvoError as exc:
+        _fail(exc)
+    out.print(f"stopped: {result.message}; best {result.best_id or '-'}"
+              + (f" at {result.best_vs_eager:.2f}x vs eager" if result.best_vs_eager else ""))
+
+
+def _toml(path: Optional[str]) -> dict:
+    if not path:
+        return {}
+    import tomllib
+
+    from kernelevo.errors import ConfigError
+
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read config {path}: {exc}") from exc
+
+
 def main() -> None:
     app()
 

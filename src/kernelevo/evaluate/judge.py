@@ -26,7 +26,7 @@ from kernelevo.config import EvalConfig, tolerances
 from kernelevo.errors import TaskError
 from kernelevo.evaluate import static
 from kernelevo.evaluate.oracle import run_oracle
-from kernelevo.evaluate.outcome import build_verdicts, compare_device
+from kernelevo.evaluate.outcome import build_verdicts
 from kernelevo.evaluate.sandbox import JobResult, run_job
 from kernelevo.evaluate.transfer import import_bundle
 from kernelevo.evaluate.worker import cache_environment, run_worker
@@ -52,9 +52,15 @@ class Judge:
     """Evaluates candidates of one task under one configuration."""
 
     def __init__(self, task: Task, config: EvalConfig | None = None,
-                 progress: Progress | None = None, cache_dir: Path | None = None) -> None:
+                 progress: Progress | None = None, cache_dir: Path | None = None,
+                 gpu_index: int | None = None) -> None:
         self.config = config or EvalConfig()
         self.device = resolve_device(self.config)
+        # Children are confined to one GPU; the judge compares on that same GPU.
+        self.gpu_index = gpu_index if self.device == "cuda" else None
+        self.compare_device = f"cuda:{gpu_index or 0}" if self.device == "cuda" else "cpu"
+        self.child_environment = ({"CUDA_VISIBLE_DEVICES": str(gpu_index)}
+                                  if self.gpu_index is not None else {})
         self.progress = progress or (lambda phase: None)
         self.cache_dir = cache_dir or default_cache_dir()
         self.notes: list[str] = []
@@ -126,7 +132,8 @@ class Judge:
         }
         state = _WorkerState(self, candidates, oracle, time_them)
         result = run_job(run_worker, payload, scratch, self.config.timeout_s,
-                         self.config.output_limit_bytes, on_message=state.on_message)
+                         self.config.output_limit_bytes, on_message=state.on_message,
+                         environment=self.child_environment)
         if oracle.error is not None:
             return []
         return build_verdicts(state, result, self)
@@ -182,7 +189,8 @@ class _OracleRun:
             "variants": [None] * (count - 1) + [variant_scale],
         }
         result = run_job(run_oracle, payload, self.scratch, config.timeout_s,
-                         config.output_limit_bytes, on_message=self._on_message)
+                         config.output_limit_bytes, on_message=self._on_message,
+                         environment=self.judge.child_environment)
         return self._reference_from(result, payload)
 
     def _on_message(self, message: dict[str, Any]) -> dict[str, Any] | None:
@@ -190,7 +198,8 @@ class _OracleRun:
         if kind == "progress":
             self.judge.progress(str(message.get("phase", "")))
         elif kind == "reference":
-            self._bundle = import_bundle(message.get("bundle"), compare_device())
+            self._bundle = import_bundle(message.get("bundle"), self.judge.compare_device,
+                                         self.judge.gpu_index)
             return {}
         return None
 

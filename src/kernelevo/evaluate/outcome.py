@@ -16,13 +16,9 @@ from kernelevo.evaluate.verdict import TimingStats, Verdict, verdict_for
 ISOLATION = "own process group, wall-clock kill, output cap, scratch cwd, fresh CUDA context"
 
 
-def compare_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def _outputs_from(report: dict[str, Any], count: int, device: str) -> dict[str, Any]:
+def _outputs_from(report: dict[str, Any], count: int, judge: Any) -> dict[str, Any]:
     """The worker's outputs as {'sets': [...], 'repeat': ..., 'knockout': ...}."""
-    bundle = import_bundle(report.get("bundle"), device)
+    bundle = import_bundle(report.get("bundle"), judge.compare_device, judge.gpu_index)
     structures = report.get("structures", {})
 
     def entry(name: str) -> dict[str, Any] | None:
@@ -39,10 +35,10 @@ def _outputs_from(report: dict[str, Any], count: int, device: str) -> dict[str, 
 def judge_candidate(state: Any, index: int, report: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     """Decide one candidate from its checked report: ('passed'|'failed', details)."""
     try:
-        outputs = _outputs_from(report, len(state.reference["outputs"]), compare_device())
+        outputs = _outputs_from(report, len(state.reference["outputs"]), state.judge)
     except TransferError as exc:  # a candidate that corrupts its own report fails, not the judge
         return "failed", {"reason": "harness_tampered", "message": f"unreadable outputs: {exc}"}
-    ref, device = state.reference, compare_device()
+    ref, device = state.reference, state.judge.compare_device
     guard = decide.guard_reason(report)
     if guard:
         return "failed", {"reason": guard[0], "message": guard[1]}

@@ -90,9 +90,10 @@ class Channel:
 
 
 def _child_main(target: Callable[..., None], payload: dict[str, Any], connection: Any,
-                scratch: str, log_path: str, marker: str) -> None:
+                scratch: str, log_path: str, marker: str, environment: dict[str, str]) -> None:
     """Entry point in the forked child: detach, confine, redirect output, run."""
     os.setsid()
+    os.environ.update(environment)  # before anything opens CUDA: CUDA_VISIBLE_DEVICES
     os.environ[_MARKER_ENV] = marker
     # The candidate's working folder is apart from the harness's files, so
     # anything that appears in it was written by the candidate.
@@ -116,7 +117,7 @@ def _child_main(target: Callable[..., None], payload: dict[str, Any], connection
 def run_job(target: Callable[..., None], payload: dict[str, Any], scratch: Path,
             timeout_s: float, output_limit_bytes: int,
             on_message: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None,
-            ) -> JobResult:
+            environment: dict[str, str] | None = None) -> JobResult:
     """Run `target(payload, channel)` in a sandboxed child and collect its messages.
 
     `on_message` sees each message; a dict it returns is sent back as the reply
@@ -129,7 +130,8 @@ def run_job(target: Callable[..., None], payload: dict[str, Any], scratch: Path,
     parent_end, child_end = context.Pipe()
     process = context.Process(
         target=_child_main,
-        args=(target, payload, child_end, str(scratch), str(log_path), marker),
+        args=(target, payload, child_end, str(scratch), str(log_path), marker,
+              dict(environment or {})),
         daemon=False,
     )
     result = JobResult()

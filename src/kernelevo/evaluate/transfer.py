@@ -53,8 +53,12 @@ def _export_one(value: Any) -> dict[str, Any]:
             "event_handle": _b64(event_handle), "event_sync": bool(event_sync)}
 
 
-def import_bundle(description: Any, device: str) -> dict[str, list[Any]]:
-    """Copies of the child's tensors on `device`; raises TransferError on anything malformed."""
+def import_bundle(description: Any, device: str,
+                  source_gpu: int | None = None) -> dict[str, list[Any]]:
+    """Copies of the child's tensors on `device`; raises TransferError on anything malformed.
+
+    `source_gpu` is the GPU the child was confined to (it sees it as device 0).
+    """
     if not isinstance(description, dict):
         raise TransferError("the bundle description is not an object")
     if description.get("kind") == "file":
@@ -65,7 +69,7 @@ def import_bundle(description: Any, device: str) -> dict[str, list[Any]]:
     for name, specs in description["items"].items():
         if not isinstance(specs, list):
             raise TransferError(f"bundle entry {name!r} is not a list")
-        bundle[str(name)] = [_import_one(spec, device) for spec in specs]
+        bundle[str(name)] = [_import_one(spec, device, source_gpu) for spec in specs]
     torch.cuda.synchronize()
     return bundle
 
@@ -83,7 +87,7 @@ def _import_file(path: str, device: str) -> dict[str, list[Any]]:
             for k, values in loaded.items() if isinstance(values, list)}
 
 
-def _import_one(spec: Any, device: str) -> Any:
+def _import_one(spec: Any, device: str, source_gpu: int | None) -> Any:
     if not isinstance(spec, dict):
         raise TransferError("a tensor description is not an object")
     if spec.get("kind") == "other":
@@ -95,7 +99,8 @@ def _import_one(spec: Any, device: str) -> Any:
         shape, stride = _ints(spec["shape"]), _ints(spec["stride"])
         mapped = rebuild_cuda_tensor(
             torch.Tensor, torch.Size(shape), tuple(stride), _int(spec["offset"]),
-            torch.UntypedStorage, dtype, _int(spec["device"]), _unb64(spec["handle"]),
+            torch.UntypedStorage, dtype,
+            _int(spec["device"]) if source_gpu is None else source_gpu, _unb64(spec["handle"]),
             _int(spec["size_bytes"]), _int(spec["offset_bytes"]), False,
             _unb64(spec["counter_handle"]), _int(spec["counter_offset"]),
             _unb64(spec["event_handle"]), bool(spec["event_sync"]))

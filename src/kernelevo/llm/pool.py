@@ -101,9 +101,11 @@ class ModelPool:
         """One member, chosen with probability proportional to its weight."""
         return self._rng.choices(self.members, weights=[m.weight for m in self.members])[0]
 
-    async def complete(self, messages: list[dict], *, max_tokens: int) -> Completion:
-        """Answer with a model chosen by weight; BudgetExhausted when the call cannot fit."""
-        member = self.pick()
+    async def complete(
+        self, messages: list[dict], *, max_tokens: int, member: PoolMember | None = None
+    ) -> Completion:
+        """Answer with `member`, or one chosen by weight; BudgetExhausted when it cannot fit."""
+        member = member or self.pick()
         async with self._in_flight:
             # Reserve only once a slot is free, so waiting calls hold no budget.
             reservation = self._reserve(messages, max_tokens, member.price)

@@ -1,0 +1,91 @@
+"""`kernelevo evolve`: flags and config into a run, with a live view of its progress."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from kernelevo import evolve_setup as setup
+from kernelevo.search.loop import Evolution, Progress, SearchConfig
+
+
+def progress_table(progress: Progress, run_id: str, mode: str) -> Table:
+    table = Table(title=f"kernelevo evolve {run_id} ({mode})", show_header=False)
+    best = "-" if progress.best_vs_eager is None else (
+        f"{progress.best_vs_eager:.2f}x vs eager, "
+        + ("-" if progress.best_vs_compile is None else f"{progress.best_vs_compile:.2f}x")
+        + f" vs torch.compile ({progress.best_id})")
+    table.add_row("best", best)
+    table.add_row("candidates", ", ".join(f"{k} {v}" for k, v in
+                                          sorted(progress.by_status.items())) or "-")
+    table.add_row("tokens / cost", f"{progress.tokens:,} / ${progress.cost_usd:.4f}")
+    table.add_row("elapsed", f"{progress.elapsed_s:.0f} s; GPU busy "
+                  f"{progress.gpu_busy_share:.0%}; queued {progress.queued}; "
+                  f"LLM calls in flight {progress.llm_in_flight}")
+    if progress.message:
+        table.add_row("status", progress.message)
+    return table
+
+
+def run_evolve(console: Console, task: Any, options: dict[str, Any]) -> Progress:
+    """Create or resume a run and search until a budget or the work runs out."""
+    runs_dir = Path(options["runs_dir"])
+    eval_config, search, llm, limits = (options["eval"], options["search"], options["llm"],
+                                        options["budget"])
+    config = setup.run_config(eval_config, search, llm, limits)
+    store, task, config = setup.open_or_create(runs_dir, options.get("resume"), task, config)
+    resumed = bool(options.get("resume"))
+    if resumed:
+        eval_config, search = setup.configs_from_run(config)
+        llm, limits = config.get("llm", {}), config.get("budget", limits)
+    budget = setup.make_budget(limits, store if resumed else None)
+    pool = setup.make_pool(llm, budget)
+    judges = setup.make_judges(task, eval_config, options.get("gpus", "all"))
+    proposer = _proposer(pool, store, task, search, eval_config)
+    seeds = [setup.reference_seed(task)] + setup.user_seeds(options.get("seeds", []),
+                                                             search.backend)
+    if pool is None and not any(s.backend in ("triton", "cuda") for s in seeds) and not resumed:
+        from kernelevo.errors import ConfigError
+
+        raise ConfigError("no LLM is configured and no Triton or CUDA starting candidate was "
+                          "given: the tuner needs a working kernel to tune (--seed FILE), or "
+                          "give --model and --base-url")
+    mode = "LLM + tuner" if pool else "tuner only (no LLM configured)"
+    run_id = store.run_info().id
+    console.print(f"run {run_id} in {runs_dir / run_id} ({mode}); "
+                  f"{len(judges)} evaluation worker(s)")
+    evolution = Evolution(store, judges, search, budget, proposer)
+    if resumed:
+        evolution.resume()
+    else:
+        evolution.seed(seeds)
+    store.set_status("running")
+    with Live(progress_table(Progress(), run_id, mode), console=console,
+              refresh_per_second=2) as live:
+        evolution.on_progress = lambda p: live.update(progress_table(p, run_id, mode))
+        try:
+            result = asyncio.run(evolution.run())
+        except KeyboardInterrupt:
+            store.set_status("interrupted")
+            raise
+    store.set_status("finished")
+    return result
+
+
+def _proposer(pool: Any, store: Any, task: Any, search: SearchConfig, eval_config: Any) -> Any:
+    if pool is None:
+        return None
+    import torch
+
+    from kernelevo.search.proposals import LLMProposer
+
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "NVIDIA H200"
+    return LLMProposer(pool, store, task.source, search.backend, eval_config.precision,
+                       search.max_output_tokens, random.Random(search.seed + 7),
+                       search.diff_probability, gpu)

@@ -1,0 +1,136 @@
+"""Building an evolve run from flags and a config file: store, judges, budget, model pool."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import re
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from kernelevo.budget import Budget, parse_duration_s, parse_tokens, parse_usd
+from kernelevo.candidate import Candidate, load_candidate
+from kernelevo.config import EvalConfig, TimingConfig
+from kernelevo.errors import ConfigError
+from kernelevo.search.loop import SearchConfig
+from kernelevo.store import RunStore
+from kernelevo.task import Task, task_from_source
+
+DEFAULT_RUNS_DIR = "runs"
+
+
+def reference_seed(task: Task) -> Candidate:
+    """The task's own Model, renamed ModelNew: the PyTorch starting point of every run."""
+    source = re.sub(r"\bModel\b", "ModelNew", task.source)
+    return Candidate(source=source, backend="pytorch", name="reference", origin="seed")
+
+
+def user_seeds(paths: list[Path], backend: str) -> list[Candidate]:
+    seeds = []
+    for path in paths:
+        loaded = load_candidate(path)
+        if loaded.backend not in (backend, "pytorch"):
+            raise ConfigError(f"starting candidate {path} is {loaded.backend}, but the run's "
+                              f"backend is {backend}: pass --backend {loaded.backend}")
+        seeds.append(dataclasses.replace(loaded, origin="seed"))
+    return seeds
+
+
+def run_config(eval_config: EvalConfig, search: SearchConfig, llm: dict[str, Any],
+               budget: dict[str, Any]) -> dict[str, Any]:
+    return {"eval": asdict(eval_config), "search": asdict(search), "llm": llm,
+            "budget": budget}
+
+
+def configs_from_run(config: dict[str, Any]) -> tuple[EvalConfig, SearchConfig]:
+    """The EvalConfig and SearchConfig a stored run was started with."""
+    values = dict(config.get("eval", {}))
+    timing = dict(values.pop("timing", {}))
+    if "baselines" in timing:
+        timing["baselines"] = tuple(timing["baselines"])
+    eval_config = EvalConfig(timing=TimingConfig(**timing), **values)
+    return eval_config, SearchConfig(**config.get("search", {}))
+
+
+def parse_budget(tokens: str | None, usd: str | None, time_limit: str | None,
+                 candidates: int | None) -> dict[str, Any]:
+    return {"tokens": parse_tokens(tokens) if tokens else 1_000_000,
+            "usd": parse_usd(usd) if usd else None,
+            "wall_s": parse_duration_s(time_limit) if time_limit else None,
+            "candidates": candidates}
+
+
+def make_budget(limits: dict[str, Any], store: RunStore | None) -> Budget:
+    """A budget; on resume it starts from what the run already spent."""
+    budget = Budget(tokens=limits["tokens"], usd=limits["usd"],
+                    candidates=limits["candidates"], wall_s=limits["wall_s"])
+    if store is not None:
+        store.settle_interrupted_llm_calls()
+        totals = store.totals()
+        produced = sum(1 for c in store.candidates() if c.candidate.origin != "seed")
+        elapsed = max((e.payload.get("elapsed_s", 0.0) for e in store.events("elapsed")),
+                      default=0.0)
+        budget.restore(totals.tokens_in + totals.tokens_out, totals.cost_usd, produced,
+                       elapsed)
+    return budget
+
+
+def make_judges(task: Task, eval_config: EvalConfig, gpus: str) -> list[Any]:
+    """One judge per GPU (or one on the CPU), each confining its children to its GPU."""
+    import torch
+
+    from kernelevo.evaluate.judge import Judge
+
+    if eval_config.device == "cpu" or not torch.cuda.is_available():
+        return [Judge(task, eval_config)]
+    count = torch.cuda.device_count()
+    indexes = list(range(count)) if gpus == "all" else [int(g) for g in gpus.split(",")]
+    bad = [i for i in indexes if not 0 <= i < count]
+    if bad:
+        raise ConfigError(f"--gpus {gpus}: GPUs {bad} do not exist (this machine has {count})")
+    return [Judge(task, eval_config, gpu_index=i) for i in indexes]
+
+
+def make_pool(llm: dict[str, Any], budget: Budget) -> Any:
+    """The model pool, or None when no model is configured (the tuner runs alone)."""
+    if not llm.get("models"):
+        return None
+    from kernelevo.llm.openai_compat import ClientConfig
+    from kernelevo.llm.pool import ModelPool
+    from kernelevo.llm.pricing import PriceTable
+
+    if not llm.get("base_url"):
+        raise ConfigError("a model was given without --base-url: give the endpoint, e.g. "
+                          "https://openrouter.ai/api/v1 or http://localhost:8000/v1")
+    models = llm["models"]
+    base = ClientConfig(base_url=llm["base_url"], model=next(iter(models)),
+                        api_key_env=llm.get("api_key_env", "OPENAI_API_KEY"),
+                        timeout_s=float(llm.get("timeout_s", 300.0)))
+    return ModelPool.from_models(base, models, prices=PriceTable.with_overrides(
+        llm.get("prices")), max_in_flight=int(llm.get("in_flight", 8)), budget=budget,
+        seed=random.randrange(1 << 30))
+
+
+def parse_models(values: list[str]) -> dict[str, float]:
+    """`name` or `name=weight` entries into {name: weight}."""
+    models: dict[str, float] = {}
+    for value in values:
+        name, _, weight = value.partition("=")
+        try:
+            models[name] = float(weight) if weight else 1.0
+        except ValueError:
+            raise ConfigError(f"--model {value}: write NAME or NAME=WEIGHT") from None
+    return models
+
+
+def open_or_create(runs_dir: Path, resume: str | None, task: Task | None,
+                   config: dict[str, Any]) -> tuple[RunStore, Task, dict[str, Any]]:
+    if resume:
+        path = Path(resume)
+        store = RunStore.open(path if path.exists() else runs_dir / resume)
+        info = store.run_info()
+        return store, task_from_source(info.task_source, name=info.task_name), info.config
+    assert task is not None
+    store = RunStore.create(runs_dir, task.name, task.source, config)
+    return store, task, config

@@ -1,0 +1,279 @@
+"""Prompts for LLM mutations: what the model sees of the task, the parent and its verdict.
+
+Templates are data files in `kernelevo/prompts/`; a user directory may replace
+any of them by name. Rendering is strict, so a template that names a missing
+variable fails loudly instead of sending the model a silently blank prompt.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable
+
+import jinja2
+
+from kernelevo.config import DEFAULT_TOLERANCES, PRECISIONS
+from kernelevo.errors import ConfigError
+from kernelevo.evaluate.verdict import REASONS, ErrorMetrics, TimingStats, Verdict
+
+PROMPT_BACKENDS = {"triton": "Triton", "cuda": "CUDA"}
+MODES = ("rewrite", "diff", "repair")
+# Statuses where the parent has a concrete failure worth fixing rather than speeding up.
+REPAIR_STATUSES = frozenset({"compile_error", "runtime_error", "incorrect", "crashed", "timeout"})
+LOG_STATUSES = frozenset({"compile_error", "runtime_error", "crashed", "timeout", "incorrect"})
+_BASELINE_LABELS = {"eager": "PyTorch eager", "compile": "torch.compile"}
+
+
+@dataclass(frozen=True)
+class Exemplar:
+    """A candidate shown to the model: the parent or an inspiration."""
+
+    candidate_id: str
+    source: str
+    verdict: Verdict | None
+
+
+@dataclass(frozen=True)
+class PromptRequest:
+    """Everything one mutation prompt depends on."""
+
+    task_source: str
+    backend: str
+    precision: str
+    mode: str
+    parent: Exemplar
+    inspirations: tuple[Exemplar, ...] = ()
+    gpu_name: str = "NVIDIA H200"
+
+    def __post_init__(self) -> None:
+        if self.backend not in PROMPT_BACKENDS:
+            raise ConfigError(f"prompt backend {self.backend!r}: use one of "
+                              f"{', '.join(PROMPT_BACKENDS)}")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"precision {self.precision!r}: use one of {', '.join(PRECISIONS)}")
+        if self.mode not in MODES:
+            raise ConfigError(f"mutation mode {self.mode!r}: use one of {', '.join(MODES)}")
+
+
+def build_messages(request: PromptRequest,
+                   templates_dir: Path | None = None) -> list[dict[str, str]]:
+    """The system and user chat messages for one mutation."""
+    environment = _environment(templates_dir)
+    dtype = PRECISIONS[request.precision]
+    atol, rtol = DEFAULT_TOLERANCES[dtype]
+    shared = {"backend": request.backend, "backend_name": PROMPT_BACKENDS[request.backend],
+              "precision": request.precision, "dtype": dtype, "gpu_name": request.gpu_name}
+    system = _render(environment, "system.j2", {**shared, "atol": f"{atol:g}", "rtol": f"{rtol:g}"})
+    user = _render(environment, "user.j2", {
+        **shared,
+        "task_source": request.task_source.strip(),
+        "mode": request.mode,
+        "parent": {"id": request.parent.candidate_id, "source": request.parent.source.strip(),
+                   "feedback": feedback(request.parent.verdict)},
+        "inspirations": [{"id": item.candidate_id, "source": item.source.strip(),
+                          "summary": summary(item.verdict)} for item in request.inspirations],
+    })
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+def choose_mode(parent_verdict: Verdict | None, rng: random.Random,
+                diff_probability: float = 0.5) -> str:
+    """Repair a parent that failed; otherwise rewrite it or edit it by diff at random."""
+    if not 0.0 <= diff_probability <= 1.0:
+        raise ConfigError(f"diff_probability={diff_probability}: use a value in [0, 1]")
+    if parent_verdict is not None and parent_verdict.status in REPAIR_STATUSES:
+        return "repair"
+    return "diff" if rng.random() < diff_probability else "rewrite"
+
+
+# Templates -----------------------------------------------------------------------------
+
+def _package_template(name: str) -> tuple[str, str, Callable[[], bool]] | None:
+    resource = resources.files("kernelevo").joinpath("prompts").joinpath(name)
+    if not resource.is_file():
+        return None
+    return resource.read_text(encoding="utf-8"), str(resource), lambda: True
+
+
+def _environment(templates_dir: Path | None) -> jinja2.Environment:
+    loaders: list[jinja2.BaseLoader] = [jinja2.FunctionLoader(_package_template)]
+    if templates_dir is not None:
+        if not Path(templates_dir).is_dir():
+            raise ConfigError(f"prompt templates directory {templates_dir} does not exist: "
+                              "create it or leave the setting out to use the built-in templates")
+        loaders.insert(0, jinja2.FileSystemLoader(str(templates_dir)))
+    return jinja2.Environment(loader=jinja2.ChoiceLoader(loaders), autoescape=False,
+                              undefined=jinja2.StrictUndefined, trim_blocks=True,
+                              lstrip_blocks=True, keep_trailing_newline=False)
+
+
+def _render(environment: jinja2.Environment, name: str, context: dict[str, Any]) -> str:
+    try:
+        return environment.get_template(name).render(**context).strip() + "\n"
+    except jinja2.TemplateError as exc:
+        raise ConfigError(f"prompt template {_where(exc, name)}: {exc.message}; fix the template "
+                          "or remove it from the templates directory to use the built-in one. "
+                          f"Variables available: {', '.join(sorted(context))}") from None
+
+
+def _where(exc: jinja2.TemplateError, name: str) -> str:
+    """The template file and line an error comes from (an include may be the culprit)."""
+    if isinstance(exc, jinja2.TemplateSyntaxError):
+        return f"{exc.filename or exc.name or name}, line {exc.lineno}"
+    # Jinja rewrites render tracebacks so frames carry the template's file and line.
+    found = name
+    traceback = exc.__traceback__
+    while traceback is not None:
+        filename = traceback.tb_frame.f_code.co_filename
+        if filename.endswith(".j2"):
+            found = f"{filename}, line {traceback.tb_lineno}"
+        traceback = traceback.tb_next
+    return found
+
+
+# Feedback ------------------------------------------------------------------------------
+
+def feedback(verdict: Verdict | None, max_log_chars: int = 3000) -> str:
+    """What the model learns from a verdict, as plain text lines."""
+    if verdict is None:
+        return "status: not evaluated yet"
+    explanation = REASONS.get(verdict.reason, ("", ""))[1]
+    lines = [f"status: {verdict.status} ({verdict.reason}"
+             + (f": {explanation})" if explanation else ")")]
+    if verdict.message and verdict.message != explanation:
+        lines.append(f"message: {verdict.message.strip()}")
+    if verdict.errors is not None:
+        lines.extend(_mismatch_lines(verdict.errors))
+    if verdict.ok:
+        lines.extend(_timing_lines(verdict))
+    lines.extend(f"flag: {flag}" for flag in verdict.flags)
+    lines.extend(f"note: {note}" for note in verdict.notes)
+    if verdict.logs.strip() and verdict.status in LOG_STATUSES:
+        lines.append("log (trimmed):\n" + trim_log(verdict.logs, max_log_chars))
+    return "\n".join(lines)
+
+
+def summary(verdict: Verdict | None) -> str:
+    """One line about a verdict, for inspirations."""
+    if verdict is None:
+        return "not evaluated"
+    if verdict.ok and "candidate" in verdict.timings:
+        parts = [f"ok, {verdict.timings['candidate'].median_ms:.4f} ms"]
+        if verdict.speedup_vs_eager:
+            parts.append(f"{verdict.speedup_vs_eager:.2f}x vs eager")
+        if verdict.speedup_vs_compile:
+            parts.append(f"{verdict.speedup_vs_compile:.2f}x vs torch.compile")
+        return ", ".join(parts)
+    text = f"{verdict.status} ({verdict.reason})"
+    if verdict.errors is not None:
+        text += f", max abs error {verdict.errors.max_abs_error:.3g}"
+    return text
+
+
+def _mismatch_lines(errors: ErrorMetrics) -> list[str]:
+    lines = [f"mismatch: max abs error {errors.max_abs_error:.4g}, max rel error "
+             f"{errors.max_rel_error:.4g}, {errors.mismatch_fraction:.2%} of elements beyond "
+             f"tolerance, relative L2 error {errors.rel_l2_error:.4g}"]
+    if errors.worst_index:
+        index = ", ".join(str(i) for i in errors.worst_index)
+        lines.append(f"worst element: index ({index}): got {errors.worst_value:.6g}, "
+                     f"expected {errors.worst_expected:.6g}")
+    if errors.atol or errors.rtol:
+        lines.append(f"tolerance: atol {errors.atol:g} (times max(1, rms(ref))), "
+                     f"rtol {errors.rtol:g}")
+    return lines
+
+
+def _timing_lines(verdict: Verdict) -> list[str]:
+    own = verdict.timings.get("candidate")
+    if own is None:
+        return ["time: not measured"]
+    lines = [f"time: {_stats(own)}"]
+    speedups = {"eager": verdict.speedup_vs_eager, "compile": verdict.speedup_vs_compile}
+    for name, stats in verdict.timings.items():
+        if name == "candidate":
+            continue
+        gain = speedups.get(name)
+        speed = f" -> speedup {gain:.2f}x" if gain else ""
+        lines.append(f"{_BASELINE_LABELS.get(name, name)}: {_stats(stats)}{speed}")
+    return lines
+
+
+def _stats(stats: TimingStats) -> str:
+    return (f"{stats.median_ms:.4f} ms median (IQR {stats.iqr_ms:.4f} ms, "
+            f"{stats.samples} samples)")
+
+
+# Logs ----------------------------------------------------------------------------------
+
+# Lines that cost tokens and teach nothing: build-system chatter, include chains,
+# compiler command lines, repeated header warnings.
+_NOISE = re.compile(
+    r"^\s*(\[\d+/\d+\]|In file included from|from \S+[:,]\s*$|Emitting ninja|Building extension"
+    r"|Allowing ninja|Detected CUDA files|Loading extension|Using \S+ as PyTorch extensions root"
+    r"|Creating extension directory|ninja: build stopped|(\S*/)?(nvcc|c\+\+|g\+\+|gcc|clang\+\+)"
+    r"\s+-|\S*/site-packages/torch/include/\S*: warning)")
+_ERROR = re.compile(r"\berror\b|Error\b|Traceback|Exception\b|FAILED|undefined reference", re.I)
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_MAX_LINE_CHARS = 300
+_ERROR_CONTEXT_LINES = 2  # nvcc puts the offending source line and a caret after the error
+
+
+def trim_log(log: str, max_chars: int = 3000) -> str:
+    """The first error lines and the tail of a compiler or runtime log, noise removed."""
+    lines = _clean_lines(log)
+    if len("\n".join(lines)) <= max_chars:
+        return "\n".join(lines)
+    head = _first_error_lines(lines, max_chars // 2)
+    budget = max_chars - sum(len(lines[i]) + 1 for i in head) - 60
+    tail: list[int] = []
+    for index in range(len(lines) - 1, -1, -1):
+        if index in head or len(lines[index]) + 1 > budget:
+            break
+        tail.append(index)
+        budget -= len(lines[index]) + 1
+    return _join_kept(lines, sorted(set(head) | set(tail)))
+
+
+def _clean_lines(log: str) -> list[str]:
+    cleaned: list[str] = []
+    for line in _ANSI.sub("", log.replace("\r\n", "\n")).split("\n"):
+        line = line.rstrip()
+        if not line or _NOISE.match(line) or (cleaned and cleaned[-1] == line):
+            continue
+        if len(line) > _MAX_LINE_CHARS:
+            line = line[:_MAX_LINE_CHARS] + " [...]"
+        cleaned.append(line)
+    return cleaned
+
+
+def _first_error_lines(lines: list[str], budget: int) -> list[int]:
+    kept: list[int] = []
+    for index, line in enumerate(lines):
+        if not _ERROR.search(line) or index in kept:
+            continue
+        group = [i for i in range(index, min(index + 1 + _ERROR_CONTEXT_LINES, len(lines)))
+                 if i not in kept]
+        cost = sum(len(lines[i]) + 1 for i in group)
+        if cost > budget:
+            break
+        kept.extend(group)
+        budget -= cost
+    return kept
+
+
+def _join_kept(lines: list[str], kept: list[int]) -> str:
+    out: list[str] = []
+    previous = -1
+    for index in kept:
+        if index > previous + 1:
+            out.append(f"[... {index - previous - 1} lines omitted ...]")
+        out.append(lines[index])
+        previous = index
+    if previous < len(lines) - 1:
+        out.append(f"[... {len(lines) - 1 - previous} lines omitted ...]")
+    return "\n".join(out)

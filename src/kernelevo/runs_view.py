@@ -1,0 +1,347 @@
+"""Views of stored runs for the command line: `runs`, `show RUN` and `export RUN`.
+
+Plain functions that read run databases and print with rich; the CLI owns
+flags and exit codes.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import sqlite3
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from kernelevo.config import EvalConfig, TimingConfig
+from kernelevo.errors import ConfigError
+from kernelevo.evaluate.verdict import Verdict
+from kernelevo.render import print_verdict
+from kernelevo.store import DB_NAME, RunInfo, RunStore, StoreError, StoredCandidate, list_runs
+
+TOP_CANDIDATES = 10
+# Entry points of a KernelBench file besides the model: the harness calls these.
+TASK_ENTRY_POINTS = ("get_inputs", "get_init_inputs")
+SECTION_RULE = "# " + "-" * 76
+
+
+def default_runs_dir() -> Path:
+    """KERNELEVO_RUNS_DIR, else ./runs; read at call time so tests and shells can change it."""
+    return Path(os.environ.get("KERNELEVO_RUNS_DIR") or "runs")
+
+
+def eval_config_from_run(config: Mapping[str, Any]) -> EvalConfig:
+    """Rebuild the run's EvalConfig from its stored JSON; absent settings take defaults."""
+    values = dict(config.get("eval") or {})
+    timing_values = dict(values.pop("timing", None) or {})
+    # Settings a newer or older KernelEvo wrote that this one lacks are dropped,
+    # so an old run can still be shown and exported.
+    values = {k: v for k, v in values.items() if k in EvalConfig.__dataclass_fields__}
+    timing_values = {k: v for k, v in timing_values.items()
+                     if k in TimingConfig.__dataclass_fields__}
+    if "baselines" in timing_values:
+        timing_values["baselines"] = tuple(timing_values["baselines"])  # JSON made it a list
+    return EvalConfig(timing=TimingConfig(**timing_values), **values)
+
+
+# -- runs ----------------------------------------------------------------------
+
+
+def list_runs_table(console: Console, runs_dir: Path) -> int:
+    """Print one row per run under `runs_dir`, oldest first; returns how many."""
+    summaries = list_runs(runs_dir)
+    if not summaries:
+        console.print(f"no runs in {runs_dir}: start one with `kernelevo evolve TASK`, "
+                      "or point KERNELEVO_RUNS_DIR at the folder that holds them")
+        return 0
+    table = Table(header_style="bold")
+    for column in ("run", "task", "status", "created", "candidates", "best vs eager",
+                   "best vs compile", "tokens", "cost"):
+        table.add_column(column, justify="right" if column.startswith(("best", "tok", "cost"))
+                         else "left")
+    for summary in summaries:
+        table.add_row(*_run_row(summary.run_id, summary.path, summary.problem))
+    console.print(table)
+    return len(summaries)
+
+
+def _run_row(run_id: str, path: Path, problem: str) -> list[str]:
+    unreadable = [run_id, problem, "[red]unreadable[/]", "", "", "", "", "", ""]
+    if problem:
+        return unreadable
+    try:
+        with RunStore.open(path) as store:
+            info, totals = store.run_info(), store.totals()
+            by_eager, by_compile = store.best("speedup_vs_eager"), store.best("speedup_vs_compile")
+    except (StoreError, sqlite3.Error) as exc:  # deleted or corrupted since it was listed
+        unreadable[1] = str(exc)
+        return unreadable
+    total = sum(totals.candidates_by_status.values())
+    evaluated = total - totals.candidates_by_status.get("unevaluated", 0)
+    return [info.id, info.task_name, info.status, _when(info.created_at), f"{evaluated}/{total}",
+            _speedup(by_eager.verdict.speedup_vs_eager if by_eager else None),
+            _speedup(by_compile.verdict.speedup_vs_compile if by_compile else None),
+            f"{totals.tokens_in + totals.tokens_out:,}", _usd(totals.cost_usd)]
+
+
+# -- show ----------------------------------------------------------------------
+
+
+def show_run(console: Console, runs_dir: Path, run: str) -> None:
+    """Print a run's summary, spend, its best candidates and the best one's verdict."""
+    with _open_run(runs_dir, run) as store:
+        info, totals, candidates = store.run_info(), store.totals(), store.candidates()
+    console.print(f"[bold]run {info.id}[/]  task {info.task_name}  status {info.status}")
+    finished = f", finished {_when(info.finished_at)}" if info.finished_at else ""
+    console.print(f"created {_when(info.created_at)}{finished}")
+    for section, text in _config_essentials(info.config).items():
+        console.print(f"{section}: {text}")
+    in_flight = (f" ({totals.llm_calls_in_flight} in flight, up to "
+                 f"{_usd(totals.in_flight_cost_bound_usd)})" if totals.llm_calls_in_flight else "")
+    console.print(f"tokens: {totals.tokens_in:,} in, {totals.tokens_out:,} out; "
+                  f"cost {_usd(totals.cost_usd)}; LLM calls {totals.llm_calls}{in_flight}")
+    by_status = ", ".join(f"{status} {count}"
+                          for status, count in sorted(totals.candidates_by_status.items()))
+    console.print(f"candidates: {len(candidates)} ({by_status or 'none yet'})")
+    ranked = _ranked(candidates)
+    if not ranked:
+        console.print("no candidate has passed yet")
+        return
+    console.print(_top_table(ranked[:TOP_CANDIDATES], len(ranked)))
+    print_verdict(console, f"best {ranked[0].id}", ranked[0].verdict)
+
+
+def _config_essentials(config: Mapping[str, Any]) -> dict[str, str]:
+    """One line per config section: the settings that shape results, no secrets."""
+    lines = {}
+    try:
+        evaluation = eval_config_from_run(config)
+        lines["eval"] = (f"device {evaluation.device}, {evaluation.precision}, policy "
+                         f"{evaluation.policy}, {evaluation.input_sets} input sets, baselines "
+                         f"{', '.join(evaluation.timing.baselines) or 'none'}")
+    except (ConfigError, TypeError) as exc:
+        lines["eval"] = f"[red]unreadable[/] ({exc})"
+    for section in ("search", "llm"):
+        values = config.get(section) or {}
+        # Scalars only, and never anything that could name a credential.
+        shown = [f"{key} {value}" for key, value in sorted(values.items())
+                 if isinstance(value, (str, int, float, bool)) and value != ""
+                 and not any(word in key.lower() for word in ("key", "secret", "password"))]
+        if shown:
+            lines[section] = ", ".join(shown)
+    return lines
+
+
+def _ranked(candidates: list[StoredCandidate]) -> list[StoredCandidate]:
+    """Passing candidates, fastest against eager first; untimed ones (CPU runs) last."""
+    passed = [c for c in candidates if c.verdict is not None and c.verdict.ok]
+    # Ties go to the earliest, as in RunStore.best, so `show` and `export --best` agree.
+    return sorted(passed, key=lambda c: (c.verdict.speedup_vs_eager is None,
+                                         -(c.verdict.speedup_vs_eager or 0.0), c.sequence))
+
+
+def _top_table(top: list[StoredCandidate], passed: int) -> Table:
+    table = Table(title=f"top {len(top)} of {passed} passing candidates", header_style="bold")
+    for column in ("candidate", "vs eager", "vs compile", "runtime", "origin", "backend",
+                   "parents"):
+        table.add_column(column)
+    for stored in top:
+        verdict = stored.verdict
+        timing = verdict.timings.get("candidate")
+        table.add_row(stored.id, _speedup(verdict.speedup_vs_eager),
+                      _speedup(verdict.speedup_vs_compile),
+                      f"{timing.median_ms:.4f} ms" if timing else "-",
+                      stored.candidate.origin, stored.candidate.backend,
+                      ", ".join(stored.candidate.parent_ids) or "-")
+    return table
+
+
+# -- export --------------------------------------------------------------------
+
+
+def export_candidate(
+    runs_dir: Path,
+    run: str,
+    output: Path,
+    candidate_id: str | None,
+    best: bool,
+    recheck: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> tuple[Path, Verdict | None]:
+    """Write a candidate as a standalone KernelBench file; with `recheck`, judge it afresh."""
+    if best == (candidate_id is not None):
+        raise ConfigError("say which candidate to export: --best, or --candidate ID "
+                          "(ids are listed by `kernelevo show RUN`), not both")
+    with _open_run(runs_dir, run) as store:
+        info = store.run_info()
+        stored = store.candidate(candidate_id) if candidate_id else _best_or_refuse(store)
+    text = standalone_source(info, stored)
+    verdict = _recheck(info, stored, progress) if recheck else None
+    _write_atomically(Path(output), text)
+    return Path(output), verdict
+
+
+def _best_or_refuse(store: RunStore) -> StoredCandidate:
+    ranked = _ranked(store.candidates("evaluated"))
+    if not ranked:
+        raise ConfigError(f"run {store.run_id} has no candidate that passed: export one anyway "
+                          "with --candidate ID (see `kernelevo show RUN`)")
+    return ranked[0]
+
+
+def _recheck(info: RunInfo, stored: StoredCandidate, progress: Callable[[str], None] | None):
+    # Imported here so `runs` and `show` stay fast: the judge pulls in torch.
+    from kernelevo.candidate import Candidate
+    from kernelevo.evaluate.judge import Judge
+    from kernelevo.task import task_from_source
+
+    task = task_from_source(info.task_source, name=info.task_name)
+    judge = Judge(task, eval_config_from_run(info.config), progress=progress)
+    return judge.evaluate(Candidate(source=stored.candidate.source,
+                                    backend=stored.candidate.backend, name=stored.id))
+
+
+def standalone_source(info: RunInfo, stored: StoredCandidate) -> str:
+    """The candidate's file, then the task's sizes and input functions, so it runs alone."""
+    candidate = stored.candidate
+    parents = ", ".join(candidate.parent_ids) or "none"
+    header = [
+        f"# KernelEvo export of run {info.id}, task {info.task_name}",
+        f"# candidate {stored.id}: origin {candidate.origin}, backend {candidate.backend}, "
+        f"parents {parents}",
+        f"# recorded verdict: {_verdict_summary(stored.verdict)}",
+        "",
+    ]
+    support = [
+        "", "", SECTION_RULE,
+        f"# From the task {info.task_name}: its sizes and inputs (the reference Model is left out).",
+        SECTION_RULE, "", task_support_source(info.task_source),
+    ]
+    # A candidate chosen by id is written as stored, even if it does not parse:
+    # the user asked for it, often to see why it failed.
+    return "\n".join(header) + candidate.source.rstrip("\n") + "\n" + "\n".join(support)
+
+
+def task_support_source(task_source: str) -> str:
+    """The task's int constants and input functions, with every module-level name they use."""
+    tree = ast.parse(task_source)
+    binders: dict[str, ast.stmt] = {}
+    for node in tree.body:
+        for name in _bound_names(node):
+            binders[name] = node
+    wanted = list(TASK_ENTRY_POINTS) + [
+        name for name, node in binders.items() if _is_int_constant(node)]
+    chosen: set[int] = set()
+    while wanted:
+        node = binders.get(wanted.pop())
+        # The reference Model stays out: the export must stand on ModelNew alone.
+        if node is None or id(node) in chosen or "Model" in _bound_names(node):
+            continue
+        chosen.add(id(node))
+        wanted.extend(n.id for n in ast.walk(node)
+                      if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))
+    lines = task_source.splitlines()
+    blocks = [_statement_text(lines, node) for node in tree.body if id(node) in chosen]
+    return "\n\n".join(blocks) + "\n"
+
+
+def _bound_names(node: ast.stmt) -> list[str]:
+    """Module-level names a statement defines; `from __future__` binds none that move."""
+    if isinstance(node, ast.Import):
+        return [alias.asname or alias.name.split(".")[0] for alias in node.names]
+    if isinstance(node, ast.ImportFrom):
+        if node.module == "__future__":  # legal only at the top of a file
+            return []
+        return [alias.asname or alias.name for alias in node.names]
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    targets = node.targets if isinstance(node, ast.Assign) else (
+        [node.target] if isinstance(node, ast.AnnAssign) else [])
+    return [n.id for target in targets for n in ast.walk(target) if isinstance(n, ast.Name)]
+
+
+def _is_int_constant(node: ast.stmt) -> bool:
+    return (isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
+            and type(node.value.value) is int)
+
+
+def _statement_text(lines: list[str], node: ast.stmt) -> str:
+    decorators = getattr(node, "decorator_list", [])
+    first = min([node.lineno] + [d.lineno for d in decorators])
+    return "\n".join(lines[first - 1:node.end_lineno])
+
+
+def _write_atomically(output: Path, text: str) -> None:
+    """Write through a temporary file in the same folder, so `output` is never half written."""
+    if output.is_dir():
+        raise ConfigError(f"{output} is a folder: give a file name such as {output / 'best.py'}")
+    temporary = None
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=output.parent, prefix=f".{output.name}.",
+                                         suffix=".tmp", delete=False) as handle:
+            temporary = Path(handle.name)
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        temporary.chmod(0o644)  # mkstemp makes 0600; an exported kernel is meant to be shared
+        os.replace(temporary, output)
+    except OSError as exc:
+        if temporary is not None:
+            temporary.unlink(missing_ok=True)
+        raise ConfigError(f"cannot write {output}: {exc}") from exc
+
+
+# -- shared --------------------------------------------------------------------
+
+
+def _open_run(runs_dir: Path, run: str) -> RunStore:
+    """Open a run by id, by a unique part of its id, or by its folder or run.db path."""
+    given = Path(run)
+    if given.is_file() or (given / DB_NAME).is_file():
+        return RunStore.open(given)
+    if (Path(runs_dir) / run / DB_NAME).is_file():
+        return RunStore.open(Path(runs_dir) / run)
+    runs = list_runs(runs_dir)
+    matches = [summary for summary in runs if run in summary.run_id]
+    if len(matches) == 1:
+        return RunStore.open(matches[0].path)
+    if not runs:
+        raise StoreError(f"no run {run!r}: {runs_dir} holds no runs (set KERNELEVO_RUNS_DIR "
+                         "or give the path to a run folder)")
+    listed = matches if matches else runs
+    ids = ", ".join(summary.run_id for summary in listed[-20:])
+    more = f" and {len(listed) - 20} older" if len(listed) > 20 else ""
+    why = f"{run!r} matches several runs" if matches else f"no run {run!r} in {runs_dir}"
+    raise StoreError(f"{why}: give one of {ids}{more}")
+
+
+def _verdict_summary(verdict: Verdict | None) -> str:
+    if verdict is None:
+        return "not evaluated"
+    parts = [f"{verdict.status} ({verdict.reason})"]
+    if verdict.speedup_vs_eager:
+        parts.append(f"{verdict.speedup_vs_eager:.2f}x vs eager")
+    if verdict.speedup_vs_compile:
+        parts.append(f"{verdict.speedup_vs_compile:.2f}x vs torch.compile")
+    timing = verdict.timings.get("candidate")
+    if timing:
+        parts.append(f"{timing.median_ms:.4f} ms median")
+    return ", ".join(parts)
+
+
+def _speedup(value: float | None) -> str:
+    return f"{value:.2f}x" if value else "-"
+
+
+def _usd(value: float) -> str:
+    return f"${value:.4f}" if value < 1 else f"${value:.2f}"
+
+
+def _when(timestamp: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(timestamp)) if timestamp else "-"
