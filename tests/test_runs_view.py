@@ -143,7 +143,8 @@ def test_runs_table_lists_every_run_with_its_numbers(runs_dir: Path) -> None:
     for expected in ("scale", "finished", "3/4", "2.50x", "1.25x", "4,700", "$0.0579"):
         assert expected in run_a, (expected, run_a)
     run_b = next(line for line in text.splitlines() if "run-b" in line)
-    assert "running" in run_b and "1/1" in run_b and "-" in run_b
+    cells = [cell.strip() for cell in run_b.split("│")[1:-1]]
+    assert cells[1:3] == ["other", "running"] and cells[4:] == ["1/1", "-", "-", "0", "$0.0000"]
 
 
 def test_runs_table_without_runs_says_how_to_start(tmp_path: Path) -> None:
@@ -176,10 +177,11 @@ def test_show_prints_summary_spend_ranking_and_best_verdict(runs_dir: Path) -> N
 
 
 def test_show_opens_a_run_by_path_or_by_part_of_its_id(runs_dir: Path) -> None:
-    for run in (str(runs_dir / "run-a"), str(runs_dir / "run-a" / "run.db"), "n-a"):
-        _, text = printed(show_run, Path("elsewhere"), run) if run != "n-a" else printed(
-            show_run, runs_dir, run)
-        assert "run run-a" in text
+    elsewhere = runs_dir.parent / "elsewhere"
+    for where, run in ((elsewhere, str(runs_dir / "run-a")),
+                       (elsewhere, str(runs_dir / "run-a" / "run.db")), (runs_dir, "n-a")):
+        _, text = printed(show_run, where, run)
+        assert "run run-a" in text, run
 
 
 def test_show_without_passing_candidates_says_so(runs_dir: Path) -> None:

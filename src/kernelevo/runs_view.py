@@ -1,8 +1,4 @@
-"""Views of stored runs for the command line: `runs`, `show RUN` and `export RUN`.
-
-Plain functions that read run databases and print with rich; the CLI owns
-flags and exit codes.
-"""
+"""`kernelevo runs`, `show RUN` and `export RUN`: plain functions the CLI calls."""
 
 from __future__ import annotations
 
@@ -16,18 +12,23 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
+from kernelevo.candidate import Candidate
 from kernelevo.config import EvalConfig, TimingConfig
 from kernelevo.errors import ConfigError
 from kernelevo.evaluate.verdict import Verdict
 from kernelevo.render import print_verdict
 from kernelevo.store import DB_NAME, RunInfo, RunStore, StoreError, StoredCandidate, list_runs
+from kernelevo.task import find_constants, task_from_source
 
 TOP_CANDIDATES = 10
 # Entry points of a KernelBench file besides the model: the harness calls these.
 TASK_ENTRY_POINTS = ("get_inputs", "get_init_inputs")
 SECTION_RULE = "# " + "-" * 76
+_DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+_IMPORTS = (ast.Import, ast.ImportFrom)
 
 
 def default_runs_dir() -> Path:
@@ -49,9 +50,6 @@ def eval_config_from_run(config: Mapping[str, Any]) -> EvalConfig:
     return EvalConfig(timing=TimingConfig(**timing_values), **values)
 
 
-# -- runs ----------------------------------------------------------------------
-
-
 def list_runs_table(console: Console, runs_dir: Path) -> int:
     """Print one row per run under `runs_dir`, oldest first; returns how many."""
     summaries = list_runs(runs_dir)
@@ -60,10 +58,10 @@ def list_runs_table(console: Console, runs_dir: Path) -> int:
                       "or point KERNELEVO_RUNS_DIR at the folder that holds them")
         return 0
     table = Table(header_style="bold")
-    for column in ("run", "task", "status", "created", "candidates", "best vs eager",
-                   "best vs compile", "tokens", "cost"):
-        table.add_column(column, justify="right" if column.startswith(("best", "tok", "cost"))
-                         else "left")
+    for column in ("run", "task", "status", "created", "candidates"):
+        table.add_column(column)
+    for column in ("best vs eager", "best vs compile", "tokens", "cost"):
+        table.add_column(column, justify="right")
     for summary in summaries:
         table.add_row(*_run_row(summary.run_id, summary.path, summary.problem))
     console.print(table)
@@ -71,7 +69,7 @@ def list_runs_table(console: Console, runs_dir: Path) -> int:
 
 
 def _run_row(run_id: str, path: Path, problem: str) -> list[str]:
-    unreadable = [run_id, problem, "[red]unreadable[/]", "", "", "", "", "", ""]
+    unreadable = [run_id, escape(problem), "[red]unreadable[/]"] + [""] * 6
     if problem:
         return unreadable
     try:
@@ -79,24 +77,21 @@ def _run_row(run_id: str, path: Path, problem: str) -> list[str]:
             info, totals = store.run_info(), store.totals()
             by_eager, by_compile = store.best("speedup_vs_eager"), store.best("speedup_vs_compile")
     except (StoreError, sqlite3.Error) as exc:  # deleted or corrupted since it was listed
-        unreadable[1] = str(exc)
+        unreadable[1] = escape(str(exc))
         return unreadable
     total = sum(totals.candidates_by_status.values())
     evaluated = total - totals.candidates_by_status.get("unevaluated", 0)
-    return [info.id, info.task_name, info.status, _when(info.created_at), f"{evaluated}/{total}",
+    return [info.id, escape(info.task_name), info.status, _when(info.created_at), f"{evaluated}/{total}",
             _speedup(by_eager.verdict.speedup_vs_eager if by_eager else None),
             _speedup(by_compile.verdict.speedup_vs_compile if by_compile else None),
             f"{totals.tokens_in + totals.tokens_out:,}", _usd(totals.cost_usd)]
-
-
-# -- show ----------------------------------------------------------------------
 
 
 def show_run(console: Console, runs_dir: Path, run: str) -> None:
     """Print a run's summary, spend, its best candidates and the best one's verdict."""
     with _open_run(runs_dir, run) as store:
         info, totals, candidates = store.run_info(), store.totals(), store.candidates()
-    console.print(f"[bold]run {info.id}[/]  task {info.task_name}  status {info.status}")
+    console.print(f"[bold]run {info.id}[/]  task {escape(info.task_name)}  status {info.status}")
     finished = f", finished {_when(info.finished_at)}" if info.finished_at else ""
     console.print(f"created {_when(info.created_at)}{finished}")
     for section, text in _config_essentials(info.config).items():
@@ -125,7 +120,7 @@ def _config_essentials(config: Mapping[str, Any]) -> dict[str, str]:
                          f"{evaluation.policy}, {evaluation.input_sets} input sets, baselines "
                          f"{', '.join(evaluation.timing.baselines) or 'none'}")
     except (ConfigError, TypeError) as exc:
-        lines["eval"] = f"[red]unreadable[/] ({exc})"
+        lines["eval"] = f"[red]unreadable[/] ({escape(str(exc))})"
     for section in ("search", "llm"):
         values = config.get(section) or {}
         # Scalars only, and never anything that could name a credential.
@@ -133,7 +128,7 @@ def _config_essentials(config: Mapping[str, Any]) -> dict[str, str]:
                  if isinstance(value, (str, int, float, bool)) and value != ""
                  and not any(word in key.lower() for word in ("key", "secret", "password"))]
         if shown:
-            lines[section] = ", ".join(shown)
+            lines[section] = escape(", ".join(shown))
     return lines
 
 
@@ -161,18 +156,9 @@ def _top_table(top: list[StoredCandidate], passed: int) -> Table:
     return table
 
 
-# -- export --------------------------------------------------------------------
-
-
-def export_candidate(
-    runs_dir: Path,
-    run: str,
-    output: Path,
-    candidate_id: str | None,
-    best: bool,
-    recheck: bool = True,
-    progress: Callable[[str], None] | None = None,
-) -> tuple[Path, Verdict | None]:
+def export_candidate(runs_dir: Path, run: str, output: Path, candidate_id: str | None,
+                     best: bool, recheck: bool = True,
+                     progress: Callable[[str], None] | None = None) -> tuple[Path, Verdict | None]:
     """Write a candidate as a standalone KernelBench file; with `recheck`, judge it afresh."""
     if best == (candidate_id is not None):
         raise ConfigError("say which candidate to export: --best, or --candidate ID "
@@ -195,10 +181,7 @@ def _best_or_refuse(store: RunStore) -> StoredCandidate:
 
 
 def _recheck(info: RunInfo, stored: StoredCandidate, progress: Callable[[str], None] | None):
-    # Imported here so `runs` and `show` stay fast: the judge pulls in torch.
-    from kernelevo.candidate import Candidate
-    from kernelevo.evaluate.judge import Judge
-    from kernelevo.task import task_from_source
+    from kernelevo.evaluate.judge import Judge  # here, so `runs` and `show` need no torch
 
     task = task_from_source(info.task_source, name=info.task_name)
     judge = Judge(task, eval_config_from_run(info.config), progress=progress)
@@ -210,32 +193,26 @@ def standalone_source(info: RunInfo, stored: StoredCandidate) -> str:
     """The candidate's file, then the task's sizes and input functions, so it runs alone."""
     candidate = stored.candidate
     parents = ", ".join(candidate.parent_ids) or "none"
-    header = [
-        f"# KernelEvo export of run {info.id}, task {info.task_name}",
-        f"# candidate {stored.id}: origin {candidate.origin}, backend {candidate.backend}, "
-        f"parents {parents}",
-        f"# recorded verdict: {_verdict_summary(stored.verdict)}",
-        "",
-    ]
-    support = [
-        "", "", SECTION_RULE,
-        f"# From the task {info.task_name}: its sizes and inputs (the reference Model is left out).",
-        SECTION_RULE, "", task_support_source(info.task_source),
-    ]
+    header = [f"# KernelEvo export of run {info.id}, task {info.task_name}",
+              f"# candidate {stored.id}: origin {candidate.origin}, backend {candidate.backend},"
+              f" parents {parents}",
+              f"# recorded verdict: {_verdict_summary(stored.verdict)}", ""]
+    support = ["", "", SECTION_RULE, f"# From the task {info.task_name}: its sizes and inputs"
+               " (the reference Model is left out).", SECTION_RULE, "",
+               task_support_source(info.task_source, candidate.source)]
     # A candidate chosen by id is written as stored, even if it does not parse:
     # the user asked for it, often to see why it failed.
     return "\n".join(header) + candidate.source.rstrip("\n") + "\n" + "\n".join(support)
 
 
-def task_support_source(task_source: str) -> str:
+def task_support_source(task_source: str, candidate_source: str = "") -> str:
     """The task's int constants and input functions, with every module-level name they use."""
     tree = ast.parse(task_source)
     binders: dict[str, ast.stmt] = {}
     for node in tree.body:
         for name in _bound_names(node):
             binders[name] = node
-    wanted = list(TASK_ENTRY_POINTS) + [
-        name for name, node in binders.items() if _is_int_constant(node)]
+    wanted = list(TASK_ENTRY_POINTS) + list(find_constants(tree))
     chosen: set[int] = set()
     while wanted:
         node = binders.get(wanted.pop())
@@ -245,9 +222,29 @@ def task_support_source(task_source: str) -> str:
         chosen.add(id(node))
         wanted.extend(n.id for n in ast.walk(node)
                       if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))
-    lines = task_source.splitlines()
-    blocks = [_statement_text(lines, node) for node in tree.body if id(node) in chosen]
-    return "\n\n".join(blocks) + "\n"
+    repeated = _imports_of(candidate_source)  # the candidate already imports these
+    kept = [node for node in tree.body if id(node) in chosen and ast.unparse(node) not in repeated]
+    lines, parts = task_source.splitlines(), []
+    for before, node in zip([None] + kept, kept):
+        parts.append(_gap(before, node) + _statement_text(lines, node))
+    return "".join(parts) + "\n"
+
+
+def _imports_of(source: str) -> set[str]:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    return {ast.unparse(n) for n in tree.body if isinstance(n, _IMPORTS)}
+
+
+def _gap(before: ast.stmt | None, after: ast.stmt) -> str:
+    """PEP 8 spacing: two blank lines around definitions, one between kinds of statement."""
+    if before is None:
+        return ""
+    if isinstance(before, _DEFINITIONS) or isinstance(after, _DEFINITIONS):
+        return "\n\n\n"
+    return "\n" if isinstance(before, _IMPORTS) == isinstance(after, _IMPORTS) else "\n\n"
 
 
 def _bound_names(node: ast.stmt) -> list[str]:
@@ -258,16 +255,11 @@ def _bound_names(node: ast.stmt) -> list[str]:
         if node.module == "__future__":  # legal only at the top of a file
             return []
         return [alias.asname or alias.name for alias in node.names]
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+    if isinstance(node, _DEFINITIONS):
         return [node.name]
     targets = node.targets if isinstance(node, ast.Assign) else (
         [node.target] if isinstance(node, ast.AnnAssign) else [])
     return [n.id for target in targets for n in ast.walk(target) if isinstance(n, ast.Name)]
-
-
-def _is_int_constant(node: ast.stmt) -> bool:
-    return (isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant)
-            and type(node.value.value) is int)
 
 
 def _statement_text(lines: list[str], node: ast.stmt) -> str:
@@ -297,9 +289,6 @@ def _write_atomically(output: Path, text: str) -> None:
         raise ConfigError(f"cannot write {output}: {exc}") from exc
 
 
-# -- shared --------------------------------------------------------------------
-
-
 def _open_run(runs_dir: Path, run: str) -> RunStore:
     """Open a run by id, by a unique part of its id, or by its folder or run.db path."""
     given = Path(run)
@@ -324,15 +313,12 @@ def _open_run(runs_dir: Path, run: str) -> RunStore:
 def _verdict_summary(verdict: Verdict | None) -> str:
     if verdict is None:
         return "not evaluated"
-    parts = [f"{verdict.status} ({verdict.reason})"]
-    if verdict.speedup_vs_eager:
-        parts.append(f"{verdict.speedup_vs_eager:.2f}x vs eager")
-    if verdict.speedup_vs_compile:
-        parts.append(f"{verdict.speedup_vs_compile:.2f}x vs torch.compile")
     timing = verdict.timings.get("candidate")
-    if timing:
-        parts.append(f"{timing.median_ms:.4f} ms median")
-    return ", ".join(parts)
+    parts = [f"{verdict.status} ({verdict.reason})",
+             verdict.speedup_vs_eager and f"{verdict.speedup_vs_eager:.2f}x vs eager",
+             verdict.speedup_vs_compile and f"{verdict.speedup_vs_compile:.2f}x vs torch.compile",
+             timing and f"{timing.median_ms:.4f} ms median"]
+    return ", ".join(part for part in parts if part)
 
 
 def _speedup(value: float | None) -> str:

@@ -108,7 +108,7 @@ def _environment(templates_dir: Path | None) -> jinja2.Environment:
         loaders.insert(0, jinja2.FileSystemLoader(str(templates_dir)))
     return jinja2.Environment(loader=jinja2.ChoiceLoader(loaders), autoescape=False,
                               undefined=jinja2.StrictUndefined, trim_blocks=True,
-                              lstrip_blocks=True, keep_trailing_newline=False)
+                              lstrip_blocks=True, keep_trailing_newline=True)
 
 
 def _render(environment: jinja2.Environment, name: str, context: dict[str, Any]) -> str:
@@ -232,7 +232,9 @@ def trim_log(log: str, max_chars: int = 3000) -> str:
     budget = max_chars - sum(len(lines[i]) + 1 for i in head) - 60
     tail: list[int] = []
     for index in range(len(lines) - 1, -1, -1):
-        if index in head or len(lines[index]) + 1 > budget:
+        if index in head:
+            continue
+        if len(lines[index]) + 1 > budget:
             break
         tail.append(index)
         budget -= len(lines[index]) + 1
