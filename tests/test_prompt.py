@@ -71,12 +71,14 @@ NOISY_LOG = "\n".join(
      "Building extension module relu..."]
     + [f"[{i}/3] /usr/local/cuda/bin/nvcc -DTORCH_EXTENSION_NAME=relu " + "-I/include " * 60
        for i in (1, 2)]
-    + [f"In file included from /site-packages/torch/include/ATen/header_{i}.h:{i}," for i in range(80)]
+    + [f"In file included from /site-packages/torch/include/ATen/header_{i}.h:{i},"
+       for i in range(80)]
     + ["                 from /site-packages/torch/include/torch/extension.h:5:"] * 40
     + [COMPILER_ERROR, "      undeclared_thing(x);", "      ^"]
     + [f"relu.cu({50 + i}): warning: variable unused_{i} was declared but never referenced"
        for i in range(150)]
-    + ["1 error detected in the compilation of \"relu.cu\".", "ninja: build stopped: subcommand failed.",
+    + ["1 error detected in the compilation of \"relu.cu\".",
+       "ninja: build stopped: subcommand failed.",
        "Traceback (most recent call last):", '  File "candidate.py", line 30, in <module>',
        "RuntimeError: Error building extension 'relu'"])
 COMPILE_ERROR = verdict_for("compile_failed", "building the CUDA extension failed", logs=NOISY_LOG)
@@ -155,8 +157,19 @@ def test_feedback_trims_a_noisy_compiler_log():
     assert COMPILER_ERROR in text and "      ^" in text
     assert "RuntimeError: Error building extension 'relu'" in text
     assert "[1/3]" not in text and "In file included from" not in text
-    assert "Emitting ninja" not in text and "lines omitted" in text
-    assert len(text) < 3400 < len(NOISY_LOG)
+    assert "Emitting ninja" not in text and "unused_" not in text
+    assert len(text) < 600 < 3000 < len(NOISY_LOG)
+
+
+def test_trim_log_keeps_first_errors_and_tail_within_budget():
+    log = "\n".join([f"starting {i}" for i in range(3)]
+                    + ["kernel.py:10: error: first failure", "context a", "context b"]
+                    + [f"step {i}: still running" for i in range(500)] + ["the very end"])
+    trimmed = trim_log(log, max_chars=1000)
+    assert len(trimmed) <= 1000
+    assert trimmed.startswith("[... 3 lines omitted ...]\nkernel.py:10: error: first failure")
+    assert "context b\n[... " in trimmed
+    assert trimmed.endswith("step 499: still running\nthe very end")
 
 
 def test_trim_log_keeps_short_logs_whole_and_cuts_long_lines():

@@ -78,6 +78,7 @@ RUN_CONFIG = {
                               timing=TimingConfig(baselines=("eager",)))),
     "search": {"backend": "pytorch", "islands": 2},
     "llm": {"model": "tiny-model", "api_key": "sk-do-not-print"},
+    "budget": {"tokens": 1_000_000, "usd": None},
 }
 
 
@@ -166,7 +167,7 @@ def test_runs_table_marks_an_unreadable_run(runs_dir: Path) -> None:
 def test_show_prints_summary_spend_ranking_and_best_verdict(runs_dir: Path) -> None:
     _, text = printed(show_run, runs_dir, "run-a")
     for expected in ("run run-a", "task scale", "status finished", "device cpu", "permissive",
-                     "islands 2", "tiny-model", "4,000 in", "700 out", "$0.0579",
+                     "islands 2", "tiny-model", "tokens 1000000", "4,000 in", "700 out", "$0.0579",
                      "LLM calls 3", "compile_error 1", "ok 2", "unevaluated 1",
                      "top 2 of 2 passing", "OK  best c0002: passed", "0.2000 ms"):
         assert expected in text, expected

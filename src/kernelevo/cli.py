@@ -180,6 +180,60 @@ def evolve_command(
               + (f" at {result.best_vs_eager:.2f}x vs eager" if result.best_vs_eager else ""))
 
 
+_RUNS_DIR = typer.Option(None, "--runs-dir", envvar="KERNELEVO_RUNS_DIR",
+                         help="where runs are stored (default ./runs)")
+
+
+@app.command("runs")
+def runs_command(runs_dir: Optional[Path] = _RUNS_DIR) -> None:
+    """List the runs with their best speedups, tokens and cost."""
+    from kernelevo.runs_view import default_runs_dir, list_runs_table
+
+    try:
+        list_runs_table(out, runs_dir or default_runs_dir())
+    except KernelEvoError as exc:
+        _fail(exc)
+
+
+@app.command("show")
+def show_command(run: str = typer.Argument(..., help="run id, part of it, or its folder"),
+                 runs_dir: Optional[Path] = _RUNS_DIR) -> None:
+    """Summarise one run: settings, spending, the best candidates and the best verdict."""
+    from kernelevo.runs_view import default_runs_dir, show_run
+
+    try:
+        show_run(out, runs_dir or default_runs_dir(), run)
+    except KernelEvoError as exc:
+        _fail(exc)
+
+
+@app.command("export")
+def export_command(
+    run: str = typer.Argument(..., help="run id, part of it, or its folder"),
+    output: Path = typer.Option(..., "-o", "--output", help="file to write"),
+    best: bool = typer.Option(False, "--best", help="export the fastest correct candidate"),
+    candidate: Optional[str] = typer.Option(None, "--candidate", help="candidate id"),
+    no_recheck: bool = typer.Option(False, help="skip judging the exported file again"),
+    runs_dir: Optional[Path] = _RUNS_DIR,
+) -> None:
+    """Write a candidate as a standalone KernelBench file, re-judged on the way out."""
+    from kernelevo.render import print_verdict
+    from kernelevo.runs_view import default_runs_dir, export_candidate
+
+    try:
+        with console.status("re-checking the candidate") as status:
+            path, verdict = export_candidate(runs_dir or default_runs_dir(), run, output,
+                                             candidate, best, recheck=not no_recheck,
+                                             progress=lambda p: status.update(f"{p}..."))
+    except KernelEvoError as exc:
+        _fail(exc)
+    out.print(f"wrote {path}")
+    if verdict is not None:
+        print_verdict(out, path.name, verdict)
+        if not verdict.ok:
+            raise typer.Exit(EXIT_FAILED)
+
+
 def _toml(path: Optional[str]) -> dict:
     if not path:
         return {}

@@ -11,7 +11,7 @@ from typing import Any
 
 from kernelevo.budget import Budget, parse_duration_s, parse_tokens, parse_usd
 from kernelevo.candidate import Candidate, load_candidate
-from kernelevo.config import EvalConfig, TimingConfig
+from kernelevo.config import EvalConfig
 from kernelevo.errors import ConfigError
 from kernelevo.search.loop import SearchConfig
 from kernelevo.store import RunStore
@@ -45,12 +45,9 @@ def run_config(eval_config: EvalConfig, search: SearchConfig, llm: dict[str, Any
 
 def configs_from_run(config: dict[str, Any]) -> tuple[EvalConfig, SearchConfig]:
     """The EvalConfig and SearchConfig a stored run was started with."""
-    values = dict(config.get("eval", {}))
-    timing = dict(values.pop("timing", {}))
-    if "baselines" in timing:
-        timing["baselines"] = tuple(timing["baselines"])
-    eval_config = EvalConfig(timing=TimingConfig(**timing), **values)
-    return eval_config, SearchConfig(**config.get("search", {}))
+    from kernelevo.runs_view import eval_config_from_run
+
+    return eval_config_from_run(config), SearchConfig(**config.get("search", {}))
 
 
 def parse_budget(tokens: str | None, usd: str | None, time_limit: str | None,
@@ -104,9 +101,11 @@ def make_pool(llm: dict[str, Any], budget: Budget) -> Any:
         raise ConfigError("a model was given without --base-url: give the endpoint, e.g. "
                           "https://openrouter.ai/api/v1 or http://localhost:8000/v1")
     models = llm["models"]
+    tuning = {key: llm[key] for key in ("timeout_s", "max_attempts", "backoff_base_s",
+                                        "backoff_max_s", "retry_after_max_s", "temperature")
+              if key in llm}
     base = ClientConfig(base_url=llm["base_url"], model=next(iter(models)),
-                        api_key_env=llm.get("api_key_env", "OPENAI_API_KEY"),
-                        timeout_s=float(llm.get("timeout_s", 300.0)))
+                        api_key_env=llm.get("api_key_env", "OPENAI_API_KEY"), **tuning)
     return ModelPool.from_models(base, models, prices=PriceTable.with_overrides(
         llm.get("prices")), max_in_flight=int(llm.get("in_flight", 8)), budget=budget,
         seed=random.randrange(1 << 30))

@@ -121,7 +121,7 @@ def _config_essentials(config: Mapping[str, Any]) -> dict[str, str]:
                          f"{', '.join(evaluation.timing.baselines) or 'none'}")
     except (ConfigError, TypeError) as exc:
         lines["eval"] = f"[red]unreadable[/] ({escape(str(exc))})"
-    for section in ("search", "llm"):
+    for section in ("search", "llm", "budget"):
         values = config.get(section) or {}
         # Scalars only, and never anything that could name a credential.
         shown = [f"{key} {value}" for key, value in sorted(values.items())

@@ -18,7 +18,9 @@ _PYTHON_TAGS = frozenset({"", "python", "py", "python3", "py3"})
 _MODELNEW = re.compile(r"^[ \t]*class[ \t]+ModelNew\b", re.M)
 _SEARCH_MARK = re.compile(r"^[ \t]*<{5,9}[ \t]*SEARCH\b", re.M)
 _BLOCK = re.compile(
-    r"^[ \t]*<{5,9}[ \t]*SEARCH\b[^\n]*\n(.*?)^[ \t]*={5,9}[ \t]*\n(.*?)^[ \t]*>{5,9}[ \t]*REPLACE\b",
+    r"^[ \t]*<{5,9}[ \t]*SEARCH\b[^\n]*\n(.*?)"  # the SEARCH lines
+    r"^[ \t]*={5,9}[ \t]*\n(.*?)"  # the REPLACE lines
+    r"^[ \t]*>{5,9}[ \t]*REPLACE\b",
     re.M | re.S)
 _SNIPPET_CHARS = 80
 _FULL_FORMAT = "the complete file in a single ```python block that defines `class ModelNew`"
@@ -77,8 +79,7 @@ def _fences(text: str) -> list[tuple[str, str, bool]]:
             if match:
                 opened, body = (match.group(1), match.group(2).lower()), []
             continue
-        fence = opened[0]
-        if line.strip().startswith(fence[0] * len(fence)) and not line.strip().strip(fence[0]):
+        if _closes(line, opened[0]):
             blocks.append((opened[1], "\n".join(body), True))
             opened = None
         else:
@@ -86,6 +87,12 @@ def _fences(text: str) -> list[tuple[str, str, bool]]:
     if opened is not None:
         blocks.append((opened[1], "\n".join(body), False))
     return blocks
+
+
+def _closes(line: str, fence: str) -> bool:
+    # As in CommonMark: only fence characters, at least as many as opened the block.
+    mark = line.strip()
+    return mark.startswith(fence) and not mark.strip(fence[0])
 
 
 def _full_source(text: str) -> tuple[str, bool] | None:

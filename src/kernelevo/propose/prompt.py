@@ -7,6 +7,7 @@ variable fails loudly instead of sending the model a silently blank prompt.
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 from dataclasses import dataclass
@@ -100,12 +101,19 @@ def _package_template(name: str) -> tuple[str, str, Callable[[], bool]] | None:
 
 
 def _environment(templates_dir: Path | None) -> jinja2.Environment:
+    if templates_dir is not None and not Path(templates_dir).is_dir():
+        raise ConfigError(f"prompt templates directory {templates_dir} does not exist: "
+                          "create it or leave the setting out to use the built-in templates")
+    return _cached_environment(None if templates_dir is None else str(templates_dir))
+
+
+# An environment keeps its compiled templates, and the search renders thousands of prompts.
+# User files are still re-read when they change (FileSystemLoader checks their mtime).
+@functools.lru_cache(maxsize=8)
+def _cached_environment(templates_dir: str | None) -> jinja2.Environment:
     loaders: list[jinja2.BaseLoader] = [jinja2.FunctionLoader(_package_template)]
     if templates_dir is not None:
-        if not Path(templates_dir).is_dir():
-            raise ConfigError(f"prompt templates directory {templates_dir} does not exist: "
-                              "create it or leave the setting out to use the built-in templates")
-        loaders.insert(0, jinja2.FileSystemLoader(str(templates_dir)))
+        loaders.insert(0, jinja2.FileSystemLoader(templates_dir))
     return jinja2.Environment(loader=jinja2.ChoiceLoader(loaders), autoescape=False,
                               undefined=jinja2.StrictUndefined, trim_blocks=True,
                               lstrip_blocks=True, keep_trailing_newline=True)
@@ -117,7 +125,7 @@ def _render(environment: jinja2.Environment, name: str, context: dict[str, Any])
     except jinja2.TemplateError as exc:
         raise ConfigError(f"prompt template {_where(exc, name)}: {exc.message}; fix the template "
                           "or remove it from the templates directory to use the built-in one. "
-                          f"Variables available: {', '.join(sorted(context))}") from None
+                          f"Variables available: {', '.join(sorted(context))}") from exc
 
 
 def _where(exc: jinja2.TemplateError, name: str) -> str:
@@ -215,9 +223,10 @@ def _stats(stats: TimingStats) -> str:
 _NOISE = re.compile(
     r"^\s*(\[\d+/\d+\]|In file included from|from \S+[:,]\s*$|Emitting ninja|Building extension"
     r"|Allowing ninja|Detected CUDA files|Loading extension|Using \S+ as PyTorch extensions root"
-    r"|Creating extension directory|ninja: build stopped|(\S*/)?(nvcc|c\+\+|g\+\+|gcc|clang\+\+)"
-    r"\s+-|\S*/site-packages/torch/include/\S*: warning)")
+    r"|Creating extension directory|ninja: build stopped|Remark: The warnings can be suppressed"
+    r"|(\S*/)?(nvcc|c\+\+|g\+\+|gcc|clang\+\+)\s+-|\S*/site-packages/torch/include/\S*: warning)")
 _ERROR = re.compile(r"\berror\b|Error\b|Traceback|Exception\b|FAILED|undefined reference", re.I)
+_WARNING = re.compile(r"^\S+?(\(\d+\)|:\d+(:\d+)?):\s*warning\b")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _MAX_LINE_CHARS = 300
 _ERROR_CONTEXT_LINES = 2  # nvcc puts the offending source line and a caret after the error
@@ -226,6 +235,9 @@ _ERROR_CONTEXT_LINES = 2  # nvcc puts the offending source line and a caret afte
 def trim_log(log: str, max_chars: int = 3000) -> str:
     """The first error lines and the tail of a compiler or runtime log, noise removed."""
     lines = _clean_lines(log)
+    if any(_ERROR.search(line) for line in lines):
+        # Warnings never explain a failure, and a header can emit hundreds of them.
+        lines = [line for line in lines if not _WARNING.match(line)]
     if len("\n".join(lines)) <= max_chars:
         return "\n".join(lines)
     head = _first_error_lines(lines, max_chars // 2)
@@ -271,11 +283,11 @@ def _first_error_lines(lines: list[str], budget: int) -> list[int]:
 def _join_kept(lines: list[str], kept: list[int]) -> str:
     out: list[str] = []
     previous = -1
-    for index in kept:
-        if index > previous + 1:
-            out.append(f"[... {index - previous - 1} lines omitted ...]")
-        out.append(lines[index])
+    for index in [*kept, len(lines)]:
+        skipped = index - previous - 1
+        if skipped:
+            out.append(f"[... {skipped} line{'s' if skipped > 1 else ''} omitted ...]")
+        if index < len(lines):
+            out.append(lines[index])
         previous = index
-    if previous < len(lines) - 1:
-        out.append(f"[... {len(lines) - 1 - previous} lines omitted ...]")
     return "\n".join(out)

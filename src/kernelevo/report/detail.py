@@ -1,0 +1,60 @@
+"""One candidate in full, for its page: source, parent, verdict, LLM calls, lineage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from kernelevo.report.data import call_mode, reference_source, run_database
+from kernelevo.report.lineage import LineageStep, lineage
+from kernelevo.store import LlmCall, RunStore, StoredCandidate
+
+
+@dataclass(frozen=True)
+class CandidateDetail:
+    """A candidate with what it came from and what it cost."""
+
+    run_id: str
+    task_name: str
+    run_status: str
+    stored: StoredCandidate
+    parent: StoredCandidate | None
+    reference_source: str
+    calls: tuple[LlmCall, ...]
+    lineage: tuple[LineageStep, ...]
+
+    @property
+    def tokens(self) -> int:
+        return sum(call.input_tokens + call.output_tokens for call in self.calls)
+
+    @property
+    def cost_usd(self) -> float:
+        return sum(call.cost_usd for call in self.calls)
+
+
+def load_candidate_detail(run_path: Path, candidate_id: str) -> CandidateDetail:
+    """Read one candidate; raises StoreError when the run has no such candidate."""
+    with RunStore.open(run_database(Path(run_path))) as store:
+        info = store.run_info()
+        stored = store.candidate(candidate_id)
+        everything = store.candidates()
+        calls = store.llm_calls()
+    by_id = {candidate.id: candidate for candidate in everything}
+    parents = stored.candidate.parent_ids
+    own_calls = tuple(call for call in calls if call.candidate_id == candidate_id)
+    modes = {call.candidate_id: call_mode(call) for call in calls if call.candidate_id}
+    return CandidateDetail(
+        run_id=info.id, task_name=info.task_name, run_status=info.status, stored=stored,
+        parent=by_id.get(parents[0]) if parents else None,
+        reference_source=reference_source(everything, info.task_source),
+        calls=own_calls, lineage=lineage(by_id, candidate_id, modes))
+
+
+def prompt_messages(call: LlmCall) -> list[dict[str, str]]:
+    """The chat messages of a call's prompt as {'role', 'content'}, whatever was stored."""
+    prompt = call.prompt
+    messages = prompt.get("messages") if isinstance(prompt, dict) else prompt
+    if not isinstance(messages, list):
+        return [{"role": "prompt", "content": str(prompt)}]
+    return [{"role": str(m.get("role", "")), "content": str(m.get("content", ""))}
+            if isinstance(m, dict) else {"role": "", "content": str(m)} for m in messages]

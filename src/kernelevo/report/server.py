@@ -1,0 +1,193 @@
+"""The local web UI: the runs, a live page per run, a page per candidate, JSON to poll.
+
+A stdlib ThreadingHTTPServer, so the UI needs nothing to install. It keeps
+no state: each request opens the run's database afresh, and WAL lets it read
+while a search process writes, so a page always shows the run as it is now.
+Routes:
+    /                                    runs, and their best-so-far lines on one plot
+    /run/<id>                            the report's views, refreshing while it runs
+    /run/<id>/candidate/<candidate id>   code, diffs, verdict, logs, prompt and answer
+    /api/run/<id>/summary                JSON the pages poll every 2 s
+    /compare?runs=a,b                    several runs side by side
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import sys
+import traceback
+import webbrowser
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from kernelevo.errors import KernelEvoError
+from kernelevo.report import html, units
+from kernelevo.report.data import load_run, run_database
+from kernelevo.report.detail import CandidateDetail, load_candidate_detail
+from kernelevo.store import DB_NAME, RunStore, list_runs
+
+# Run ids are folder names; anything else (slashes, '..') could leave runs_dir.
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+# The front page plots this many of the newest runs; more would be unreadable.
+INDEX_PLOT_RUNS = 10
+
+
+class NotFound(Exception):
+    """No such page, run or candidate."""
+
+
+@dataclass(frozen=True)
+class Response:
+    status: int
+    content_type: str
+    body: bytes
+
+
+def route(runs_dir: Path, path: str, query: dict[str, list[str]]) -> Response:
+    """The response to a GET of `path`; raises NotFound for anything unknown."""
+    parts = [unquote(part) for part in path.split("/") if part]
+    match parts:
+        case []:
+            return _page(_index(runs_dir))
+        case ["run", run_id]:
+            return _page(html.render_run_page(load_run(_run_path(runs_dir, run_id))))
+        case ["run", run_id, "candidate", candidate_id]:
+            return _page(html.render_candidate_page(_detail(runs_dir, run_id, candidate_id)))
+        case ["api", "run", run_id, "summary"]:
+            summary = live_summary(_run_path(runs_dir, run_id))
+            return Response(200, "application/json", json.dumps(summary).encode())
+        case ["compare"]:
+            return _page(_comparison(runs_dir, query))
+    raise NotFound(f"no page at {path}")
+
+
+def _run_path(runs_dir: Path, run_id: str) -> Path:
+    if not _RUN_ID.fullmatch(run_id) or not (runs_dir / run_id / DB_NAME).is_file():
+        raise NotFound(f"no run {run_id!r} in {runs_dir}")
+    return runs_dir / run_id
+
+
+def _detail(runs_dir: Path, run_id: str, candidate_id: str) -> CandidateDetail:
+    run_path = _run_path(runs_dir, run_id)
+    try:
+        return load_candidate_detail(run_path, candidate_id)
+    except KernelEvoError as exc:
+        raise NotFound(str(exc)) from exc
+
+
+def _index(runs_dir: Path) -> str:
+    summaries = list_runs(runs_dir)
+    readable = [summary for summary in summaries if not summary.problem]
+    runs = [load_run(summary.path) for summary in readable[-INDEX_PLOT_RUNS:]]
+    return html.render_index(runs_dir, summaries, runs)
+
+
+def _comparison(runs_dir: Path, query: dict[str, list[str]]) -> str:
+    # Both ?runs=a,b and the front page's checkboxes (?runs=a&runs=b) work.
+    run_ids = [run_id for value in query.get("runs", []) for run_id in value.split(",") if run_id]
+    if not run_ids:
+        raise NotFound("no runs to compare: give /compare?runs=RUN_A,RUN_B")
+    return html.render_comparison([load_run(_run_path(runs_dir, i)) for i in run_ids], ui=True)
+
+
+def live_summary(run_path: Path) -> dict[str, Any]:
+    """A cheap status for the UI's polling; `version` changes when the views would."""
+    with RunStore.open(run_database(run_path)) as store:
+        info, totals = store.run_info(), store.totals()
+        by_eager, by_compile = store.best("speedup_vs_eager"), store.best("speedup_vs_compile")
+    by_status = dict(sorted(totals.candidates_by_status.items()))
+    answered_calls = totals.llm_calls - totals.llm_calls_in_flight
+    return {
+        "run_id": info.id, "task": info.task_name, "status": info.status,
+        "candidates": sum(by_status.values()), "by_status": by_status,
+        "best_id": by_eager.id if by_eager else None,
+        "best_speedup_vs_eager": by_eager.verdict.speedup_vs_eager
+        if by_eager and by_eager.verdict else None,
+        "best_speedup_vs_compile": by_compile.verdict.speedup_vs_compile
+        if by_compile and by_compile.verdict else None,
+        "tokens": totals.tokens_in + totals.tokens_out, "cost_usd": totals.cost_usd,
+        "llm_calls_in_flight": totals.llm_calls_in_flight,
+        "text": {
+            "status": info.status, "candidates": str(sum(by_status.values())),
+            "tokens": units.tokens(totals.tokens_in + totals.tokens_out),
+            "cost": units.usd(totals.cost_usd),
+            "best": units.speedup(by_eager.verdict.speedup_vs_eager)
+            if by_eager and by_eager.verdict else "-",
+        },
+        # Elapsed-time events are left out: they tick every few seconds and
+        # would redraw an unchanged page.
+        "version": json.dumps([info.status, by_status, answered_calls], sort_keys=True),
+    }
+
+
+def _page(text: str, status: int = 200) -> Response:
+    return Response(status, "text/html; charset=utf-8", text.encode())
+
+
+def _error(status: int, message: str) -> Response:
+    text = html.environment().get_template("error.html.j2").render(
+        title=f"{status}: {message}", status=status, message=message, ui=True, live=None)
+    return _page(text, status)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    runs_dir = Path("runs")
+    server_version = "kernelevo-ui"
+
+    def do_GET(self) -> None:  # noqa: N802 (the name http.server dispatches to)
+        url = urlsplit(self.path)
+        try:
+            response = route(self.runs_dir, url.path, parse_qs(url.query))
+        except NotFound as exc:
+            response = _error(404, str(exc))
+        except (KernelEvoError, sqlite3.Error) as exc:
+            response = _error(500, f"cannot read the run: {exc}")
+        except Exception as exc:  # a bug in one page must not take the UI down
+            traceback.print_exc(file=sys.stderr)
+            response = _error(500, f"internal error: {exc}")
+        self._send(response)
+
+    def _send(self, response: Response) -> None:
+        try:
+            self.send_response(response.status)
+            self.send_header("Content-Type", response.content_type)
+            self.send_header("Content-Length", str(len(response.body)))
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            self.wfile.write(response.body)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the browser left (closed the tab, navigated on) before the reply
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        # Quiet: every open page polls every 2 s, which would flood the terminal.
+        return
+
+
+def make_server(runs_dir: Path, host: str = "127.0.0.1", port: int = 8765) -> ThreadingHTTPServer:
+    """A UI server over `runs_dir`, bound but not yet serving; port 0 picks a free one."""
+    handler = type("RunsHandler", (_Handler,), {"runs_dir": Path(runs_dir)})
+    server = ThreadingHTTPServer((host, port), handler)
+    server.daemon_threads = True  # a hung browser connection must not block shutdown
+    return server
+
+
+def serve(runs_dir: Path, host: str = "127.0.0.1", port: int = 8765,
+          open_browser: bool = False) -> None:
+    """Serve the UI until interrupted (Ctrl-C)."""
+    server = make_server(runs_dir, host, port)
+    bound_host, bound_port = server.server_address[:2]
+    url = f"http://{bound_host}:{bound_port}/"
+    print(f"KernelEvo UI for {runs_dir} at {url} (Ctrl-C to stop)", file=sys.stderr)
+    if open_browser:
+        webbrowser.open(url)
+    try:
+        server.serve_forever(poll_interval=0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()

@@ -1,0 +1,59 @@
+"""The command line: exit codes, JSON verdicts, readable output, clear errors."""
+
+import json
+import os
+import subprocess
+import sys
+
+from tests.conftest import ROOT, write
+
+ADD_TASK = ROOT / "tests/fixtures/tasks/add.py"
+HONEST = ROOT / "tests/fixtures/candidates/honest_add.py"
+WRONG = ROOT / "tests/fixtures/candidates/off_by_one_mask.py"
+
+
+def kernelevo(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "kernelevo.cli", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_eval_json_of_an_honest_candidate():
+    done = kernelevo("eval", str(ADD_TASK), str(HONEST), "--json")
+    assert done.returncode == 0, done.stderr
+    verdict = json.loads(done.stdout)
+    assert verdict["status"] == "ok" and verdict["reason"] == "passed"
+    assert verdict["errors"]["mismatch_fraction"] == 0.0
+    assert any("timings unavailable" in note for note in verdict["notes"])
+    assert verdict["speedup_vs_eager"] is None  # never a number without a GPU
+
+
+def test_eval_of_a_wrong_candidate_exits_1_and_says_where():
+    done = kernelevo("eval", str(ADD_TASK), str(WRONG))
+    assert done.returncode == 1
+    assert "INCORRECT" in done.stdout and "output_mismatch" in done.stdout
+    assert "index" in done.stdout and "expected" in done.stdout
+
+
+def test_bad_inputs_exit_2_with_the_fix(tmp_path):
+    done = kernelevo("eval", str(tmp_path / "missing.py"), str(HONEST))
+    assert done.returncode == 2 and "not found" in done.stderr
+    done = kernelevo("eval", str(ADD_TASK), str(write(tmp_path, "c.py", "x = 1\n")))
+    assert done.returncode == 2 and "defines no ModelNew" in done.stderr
+    done = kernelevo("eval", str(ADD_TASK), str(HONEST), "--precision", "fp8")
+    assert done.returncode == 2 and "fp32" in done.stderr
+
+
+def test_compare_two_candidates_without_gpu():
+    other = ROOT / "tests/fixtures/candidates/honest_add.py"
+    done = kernelevo("compare", str(ADD_TASK), str(HONEST), str(other), "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["a"]["status"] == "ok" and result["b"]["status"] == "ok"
+    assert result["faster"] is None  # no timings on the CPU, so no winner is claimed
+
+
+def test_evolve_without_llm_or_kernel_seed_says_what_to_do(tmp_path):
+    done = kernelevo("evolve", str(ADD_TASK), "--runs-dir", str(tmp_path))
+    assert done.returncode == 2
+    assert "--seed" in done.stderr and "--model" in done.stderr
