@@ -12,4 +12,10 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   $pip install -q "${KERNELEVO_TORCH:-torch==2.13.0}"
 fi
 $pip install -q -e ".[triton,test]" "numpy<2.3"
+# The web UI's browser tests drive Debian's Chromium through Playwright (no
+# browser download); install it where we may, the tests skip where it is absent.
+if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+     --no-install-recommends chromium >/dev/null) || echo "chromium not installed: browser tests will skip"
+fi
 echo "installed: $(.venv/bin/python -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)')"

@@ -48,7 +48,7 @@ def test_scripted_series_with_faults(tmp_path):
               "", Status(500), "<<<<<<< SEARCH\nnot in the parent\n=======\nx\n>>>>>>> REPLACE",
               Delay(0.3, fenced(GOOD))]
     with FakeOpenAIServer(script, default=answer_by_mode) as server:
-        store = run_evolve(tmp_path, server, "--candidates", "5", "--tokens", "400k")
+        store = run_evolve(tmp_path, server, "--candidates", "10", "--tokens", "400k")
         requests = list(server.requests)
     candidates = store.candidates()
     verdicts = {c.id: c.verdict for c in candidates}
@@ -66,8 +66,8 @@ def test_scripted_series_with_faults(tmp_path):
     unparsed = store.events("unparsed_answer")
     assert len(unparsed) >= 2
     assert all(e.payload["reason"] for e in unparsed)
-    # Budgets: no more than 5 proposed candidates, tokens within the limit.
-    assert len([c for c in candidates if c.candidate.origin != "seed"]) <= 5
+    # Budgets: no more than 10 proposed candidates, tokens within the limit.
+    assert len([c for c in candidates if c.candidate.origin != "seed"]) <= 10
     totals = store.totals()
     assert 0 < totals.tokens_in + totals.tokens_out <= 400_000
     assert totals.llm_calls >= 5

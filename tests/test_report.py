@@ -265,3 +265,13 @@ def test_units():
     assert units.usd(0.0123) == "$0.0123" and units.usd(12.5) == "$12.50"
     assert units.duration(42) == "42s" and units.duration(3725) == "1h 02m"
     assert units.speedup(None) == "-" and units.speedup(2.5) == "2.50x"
+
+
+def test_a_run_just_started_renders(tmp_path):
+    with RunStore.create(tmp_path, "add", ADD_TASK, {}, run_id="fresh") as store:
+        empty = write_report(tmp_path / "fresh", tmp_path / "empty.html").read_text()
+        store.add_candidate(Candidate(HONEST_ADD, "triton", "honest_add", "seed"))
+        pending = write_report(tmp_path / "fresh", tmp_path / "pending.html").read_text()
+    assert "no candidates yet" in empty and "no correct candidate yet" in empty
+    assert "pending" in text_of(section(pending, "candidates"))
+    assert "no correct candidate yet" in pending and pending.count("<svg") >= 4

@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +19,8 @@ from kernelevo.propose.tuner import (
     neighbours,
     propose_variants,
 )
+
+ROOT_FIXTURES = Path(__file__).parent / "fixtures" / "candidates"
 
 TRITON_ELEMENTWISE = '''\
 import torch
@@ -550,3 +553,14 @@ def test_a_variant_runs_under_the_triton_interpreter(tmp_path):
     )
     assert result.returncode == 0, f"{describe_change(changes)}\n{result.stderr[-3000:]}"
     assert "variant matches torch" in result.stdout
+
+
+def test_grid_held_in_a_variable_moves_with_the_block_size():
+    source = (ROOT_FIXTURES / "honest_add.py").read_text()
+    variants = propose_variants(source, "triton", random.Random(0), count=2)
+    assert variants
+    for new_source, changes in variants:
+        old, new = changes["BLOCK"]
+        assert f"triton.cdiv(n, {new})" in new_source
+        assert f"BLOCK={new}" in new_source
+        assert f"triton.cdiv(n, {old})" not in new_source

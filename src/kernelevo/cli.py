@@ -234,6 +234,47 @@ def export_command(
             raise typer.Exit(EXIT_FAILED)
 
 
+@app.command("report")
+def report_command(
+    runs: list[str] = typer.Argument(..., help="run id(s) or folder(s); two or more make a "
+                                     "comparison"),
+    output: Path = typer.Option(Path("report.html"), "-o", "--output", help="HTML file to write"),
+    runs_dir: Optional[Path] = _RUNS_DIR,
+) -> None:
+    """Write a self-contained HTML report of a run, or a comparison of several runs."""
+    from kernelevo.report import write_comparison, write_report
+    from kernelevo.runs_view import default_runs_dir, open_run
+
+    try:
+        paths = []
+        for run in runs:
+            with open_run(runs_dir or default_runs_dir(), run) as store:
+                paths.append(store.path)
+        written = (write_report(paths[0], output) if len(paths) == 1
+                   else write_comparison(paths, output))
+    except KernelEvoError as exc:
+        _fail(exc)
+    out.print(f"wrote {written}")
+
+
+@app.command("ui")
+def ui_command(
+    runs_dir: Optional[Path] = _RUNS_DIR,
+    host: str = typer.Option("127.0.0.1", help="address to bind (keep 127.0.0.1; forward the "
+                             "port over SSH)"),
+    port: int = typer.Option(8765, help="port to serve on (0: any free port)"),
+    open_browser: bool = typer.Option(False, "--open", help="open the UI in a browser"),
+) -> None:
+    """Serve a local web UI that lists runs and follows them live."""
+    from kernelevo.report import serve
+    from kernelevo.runs_view import default_runs_dir
+
+    try:
+        serve(runs_dir or default_runs_dir(), host, port, open_browser)
+    except OSError as exc:
+        _fail(KernelEvoError(f"cannot serve on {host}:{port}: {exc} (pick another --port)"))
+
+
 def _toml(path: Optional[str]) -> dict:
     if not path:
         return {}

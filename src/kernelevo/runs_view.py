@@ -89,7 +89,7 @@ def _run_row(run_id: str, path: Path, problem: str) -> list[str]:
 
 def show_run(console: Console, runs_dir: Path, run: str) -> None:
     """Print a run's summary, spend, its best candidates and the best one's verdict."""
-    with _open_run(runs_dir, run) as store:
+    with open_run(runs_dir, run) as store:
         info, totals, candidates = store.run_info(), store.totals(), store.candidates()
     console.print(f"[bold]run {info.id}[/]  task {escape(info.task_name)}  status {info.status}")
     finished = f", finished {_when(info.finished_at)}" if info.finished_at else ""
@@ -163,7 +163,7 @@ def export_candidate(runs_dir: Path, run: str, output: Path, candidate_id: str |
     if best == (candidate_id is not None):
         raise ConfigError("say which candidate to export: --best, or --candidate ID "
                           "(ids are listed by `kernelevo show RUN`), not both")
-    with _open_run(runs_dir, run) as store:
+    with open_run(runs_dir, run) as store:
         info = store.run_info()
         stored = store.candidate(candidate_id) if candidate_id else _best_or_refuse(store)
     text = standalone_source(info, stored)
@@ -289,7 +289,7 @@ def _write_atomically(output: Path, text: str) -> None:
         raise ConfigError(f"cannot write {output}: {exc}") from exc
 
 
-def _open_run(runs_dir: Path, run: str) -> RunStore:
+def open_run(runs_dir: Path, run: str) -> RunStore:
     """Open a run by id, by a unique part of its id, or by its folder or run.db path."""
     given = Path(run)
     if given.is_file() or (given / DB_NAME).is_file():

@@ -219,7 +219,7 @@ def _triton_knobs(source: str) -> list[Knob]:
                 continue
             if _is_int(value) and _plausible(name, value.value):
                 sizes = kind in ("block", "tile")
-                links = _grid_links(call, value.value, positions) if sizes else ()
+                links = _grid_links(call, value.value, positions, tree) if sizes else ()
                 knobs.append(_knob_at(positions, value, kind, name, links))
             elif isinstance(value, (ast.Name, ast.Attribute)):
                 references.setdefault(_target_name(value), (kind, name))
@@ -276,13 +276,29 @@ def _plausible(name: str, value: int) -> bool:
     return value >= 2 and value & (value - 1) == 0
 
 
-def _grid_links(call: ast.Call, value: int, positions: _Positions) -> tuple[_Link, ...]:
-    """Literals in `kernel[grid]` that repeat the block size, as in cdiv(n, 1024)."""
+def _grid_links(
+    call: ast.Call, value: int, positions: _Positions, tree: ast.AST
+) -> tuple[_Link, ...]:
+    """Literals in `kernel[grid]` that repeat the block size, as in cdiv(n, 1024).
+
+    A grid named by a variable (`grid = (cdiv(n, 1024),)`) is followed to the
+    assignments of that name, so the grid keeps covering the tensor.
+    """
     if not isinstance(call.func, ast.Subscript):
         return ()
+    grids = [call.func.slice]
+    if isinstance(call.func.slice, ast.Name):
+        name = call.func.slice.id
+        grids += [
+            node.value
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
+        ]
     return tuple(
         (*_span(positions, node), node.value - value)
-        for node in ast.walk(call.func.slice)
+        for grid in grids
+        for node in ast.walk(grid)
         if _is_int(node) and node.value in (value, value - 1)
     )
 

@@ -27,10 +27,10 @@ from kernelevo.report.data import Improvement, RunData, load_run
 from kernelevo.report.detail import CandidateDetail, prompt_messages
 from kernelevo.report.diff import diff_html
 from kernelevo.report.highlight import highlight
-from kernelevo.report.svg import PALETTE, STATUS_COLORS, Series, cell_grids, status_plot, step_plot
+from kernelevo.report.svg import (PALETTE, STATUS_COLORS, Link, Series, cell_grids, status_plot,
+                                  step_plot)
 
 TEMPLATES = Path(__file__).parent / "templates"
-Link = Callable[[str], "str | None"]
 
 
 @functools.cache

@@ -43,6 +43,7 @@ class SearchConfig:
     tuner_variants: int = 3
     diff_probability: float = 0.5
     seed: int = 0
+    queued_per_worker: int = 2  # proposals wait while this many per worker await judging
 
 
 @dataclass
@@ -135,21 +136,15 @@ class Evolution:
         return self.progress
 
     async def _until_done(self, proposers: list[asyncio.Task]) -> None:
+        """Return once nothing is queued or running and no proposer can add more."""
         while True:
             await asyncio.sleep(0.2)
             self._report()
             reason = self.budget.exhausted()
-            idle = self.queue.empty() and self.evaluating == 0 and self.repairs.empty()
             producing = any(not task.done() for task in proposers)
-            if reason and not producing and idle:
-                self.store.log_event("stop", {"reason": reason})
-                self.progress.message = reason
-                return
-            if idle and not producing:
-                self.store.log_event("stop", {"reason": "nothing left to try"})
-                self.progress.message = "nothing left to try"
-                return
-            if reason and self.evaluating == 0 and self.queue.empty():
+            drained = self.queue.empty() and self.evaluating == 0
+            if drained and (reason or not producing):
+                reason = reason or "nothing left to try"
                 self.store.log_event("stop", {"reason": reason})
                 self.progress.message = reason
                 return
@@ -204,7 +199,13 @@ class Evolution:
 
     async def _propose_forever(self) -> None:
         assert self.proposer is not None
+        backlog = self.config.queued_per_worker * len(self.judges)
         while not self.stopping and not self.budget.exhausted():
+            if self.queue.qsize() >= backlog:
+                # Enough is waiting for the GPUs: new proposals would not yet
+                # see the verdicts they should learn from, so hold back.
+                await asyncio.sleep(0.1)
+                continue
             repair_of = None if self.repairs.empty() else self.repairs.get_nowait()
             proposal = await self._propose_one(repair_of)
             if proposal is None:
