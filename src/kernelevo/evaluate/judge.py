@@ -29,7 +29,7 @@ from kernelevo.evaluate.oracle import run_oracle
 from kernelevo.evaluate.outcome import build_verdicts
 from kernelevo.evaluate.sandbox import JobResult, run_job
 from kernelevo.evaluate.transfer import import_bundle
-from kernelevo.evaluate.worker import cache_environment, run_worker
+from kernelevo.evaluate.worker import cache_environment, run_prebuild, run_worker
 from kernelevo.task import Task, perturb_sizes, shrink_sizes
 
 Progress = Callable[[str], None]
@@ -61,6 +61,12 @@ class Judge:
         self.compare_device = f"cuda:{gpu_index or 0}" if self.device == "cuda" else "cpu"
         self.child_environment = ({"CUDA_VISIBLE_DEVICES": str(gpu_index)}
                                   if self.gpu_index is not None else {})
+        if self.device == "cuda":
+            # One architecture list for every build, so a build made ahead without
+            # a GPU is the very build the worker looks for.
+            major, minor = torch.cuda.get_device_capability(gpu_index or 0)
+            self.child_environment["TORCH_CUDA_ARCH_LIST"] = os.environ.get(
+                "TORCH_CUDA_ARCH_LIST", f"{major}.{minor}")
         self.progress = progress or (lambda phase: None)
         self.cache_dir = cache_dir or default_cache_dir()
         self.notes: list[str] = []
@@ -92,6 +98,20 @@ class Judge:
         if self.config.vary_shapes:
             verdicts = self._vary_shapes(candidates, verdicts)
         return [_with_total(v, time.perf_counter() - started, self.notes) for v in verdicts]
+
+    def prebuild(self, candidate: Candidate) -> float | None:
+        """Compile a CUDA candidate ahead, on the CPU; seconds spent, or None if not applicable."""
+        if self.device != "cuda" or candidate.backend != "cuda":
+            return None
+        scratch = Path(tempfile.mkdtemp(prefix="kernelevo-build-"))
+        try:
+            result = run_job(run_prebuild, {"source": candidate.source, "scratch": str(scratch)},
+                             scratch, self.config.timeout_s, self.config.output_limit_bytes,
+                             environment={**self.child_environment, "CUDA_VISIBLE_DEVICES": ""})
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        final = result.final or {}
+        return float(final.get("build_s", 0.0))
 
     def _static_verdict(self, candidate: Candidate) -> Any:
         if not self.config.static_checks:

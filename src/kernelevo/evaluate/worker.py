@@ -71,6 +71,23 @@ def run_worker(payload: dict[str, Any], channel: Channel) -> None:
     channel.send("done")
 
 
+def run_prebuild(payload: dict[str, Any], channel: Channel) -> None:
+    """Child entry point with no GPU visible: build a CUDA candidate into the shared cache.
+
+    The worker that later judges it finds the build by its hash and only loads
+    it, so the GPU waits for timing rather than for nvcc.
+    """
+    hook = LoadInlineHook(True, guards.KernelSwitch())
+    started = time.perf_counter()
+    try:
+        task_inputs.import_source(payload["source"], "kernelevo_prebuild",
+                                  Path(payload["scratch"]))
+        ok = True
+    except Exception:  # the judging worker reports failures; here only the build matters
+        ok = False
+    channel.send("done", ok=ok, build_s=hook.build_s, wall_s=time.perf_counter() - started)
+
+
 def _check_candidate(index: int, candidate: dict[str, Any], task: Any, payload: dict[str, Any],
                      channel: Channel, switch: Any, hook: LoadInlineHook, watch: Any,
                      snapshot: Any) -> Any:

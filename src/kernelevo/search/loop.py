@@ -44,6 +44,7 @@ class SearchConfig:
     diff_probability: float = 0.5
     seed: int = 0
     queued_per_worker: int = 2  # proposals wait while this many per worker await judging
+    build_workers: int = 2  # CPU processes compiling CUDA candidates ahead of the GPUs
 
 
 @dataclass
@@ -83,6 +84,8 @@ class Evolution:
                                config.migration_interval)
         self.rng = random.Random(config.seed + 1)
         self.queue: asyncio.Queue[str] = asyncio.Queue()
+        self.to_build: asyncio.Queue[str] = asyncio.Queue()
+        self.building = 0
         self.repairs: asyncio.Queue[str] = asyncio.Queue()
         self.repair_depth: dict[str, int] = {}
         self.progress = Progress()
@@ -120,6 +123,10 @@ class Evolution:
         executor = ThreadPoolExecutor(max_workers=len(self.judges), thread_name_prefix="judge")
         evaluators = [asyncio.create_task(self._evaluate_forever(judge, executor))
                       for judge in self.judges]
+        builders = ThreadPoolExecutor(max_workers=self.config.build_workers,
+                                      thread_name_prefix="build")
+        evaluators += [asyncio.create_task(self._build_forever(builders))
+                       for _ in range(self.config.build_workers)]
         proposers = []
         if self.proposer is not None:
             proposers = [asyncio.create_task(self._propose_forever())
@@ -132,6 +139,7 @@ class Evolution:
                 task.cancel()
             await asyncio.gather(*evaluators, *proposers, return_exceptions=True)
             executor.shutdown(wait=True)
+            builders.shutdown(wait=True)
             self._report("stopped")
         return self.progress
 
@@ -142,12 +150,29 @@ class Evolution:
             self._report()
             reason = self.budget.exhausted()
             producing = any(not task.done() for task in proposers)
-            drained = self.queue.empty() and self.evaluating == 0
+            drained = (self.queue.empty() and self.evaluating == 0 and self.to_build.empty()
+                       and self.building == 0)
             if drained and (reason or not producing):
                 reason = reason or "nothing left to try"
                 self.store.log_event("stop", {"reason": reason})
                 self.progress.message = reason
                 return
+
+    async def _build_forever(self, executor: ThreadPoolExecutor) -> None:
+        """Compile CUDA candidates on CPU cores before they reach a GPU worker."""
+        loop = asyncio.get_running_loop()
+        while True:
+            candidate_id = await self.to_build.get()
+            self.building += 1
+            try:
+                stored = self.store.candidate(candidate_id)
+                await loop.run_in_executor(executor, self.judges[0].prebuild, stored.candidate)
+            except Exception as exc:  # the judging worker builds it then and reports failures
+                self.store.log_event("prebuild_failed", {"candidate": candidate_id,
+                                                         "error": str(exc)[:500]})
+            finally:
+                self.building -= 1
+            self.queue.put_nowait(candidate_id)
 
     async def _evaluate_forever(self, judge: Any, executor: ThreadPoolExecutor) -> None:
         loop = asyncio.get_running_loop()
@@ -201,7 +226,7 @@ class Evolution:
         assert self.proposer is not None
         backlog = self.config.queued_per_worker * len(self.judges)
         while not self.stopping and not self.budget.exhausted():
-            if self.queue.qsize() >= backlog:
+            if self.queue.qsize() + self.to_build.qsize() >= backlog:
                 # Enough is waiting for the GPUs: new proposals would not yet
                 # see the verdicts they should learn from, so hold back.
                 await asyncio.sleep(0.1)
@@ -268,7 +293,8 @@ class Evolution:
         candidate_id = self.store.add_candidate(
             candidate, island=island, cell=list(cell_of(candidate.source, candidate.backend)),
             parent_ids=parents, inspiration_ids=inspirations)
-        self.queue.put_nowait(candidate_id)
+        prebuild = getattr(self.judges[0], "device", "cpu") == "cuda" and candidate.backend == "cuda"
+        (self.to_build if prebuild else self.queue).put_nowait(candidate_id)
         return candidate_id
 
     def _report(self, message: str | None = None) -> None:
