@@ -11,7 +11,8 @@ if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   # KERNELEVO_TORCH picks another build; the default is the CPU wheel CI uses.
   $pip install -q "${KERNELEVO_TORCH:-torch==2.13.0}"
 fi
-$pip install -q -e ".[triton,test]" "numpy<2.3"
+# Triton as on the GPU machines (3.6); its interpreter needs numpy < 2.3.
+$pip install -q -e ".[triton,test]" "${KERNELEVO_TRITON:-triton==3.6.0}" "numpy<2.3"
 # The web UI's browser tests drive Debian's Chromium through Playwright (no
 # browser download); install it where we may, the tests skip where it is absent.
 if [ ! -x /usr/bin/chromium ] && command -v apt-get >/dev/null && [ "$(id -u)" = 0 ]; then
