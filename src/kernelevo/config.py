@@ -46,6 +46,7 @@ class EvalConfig:
     vary_shapes: bool = False
     shrink_on_cpu: bool = True
     time_candidates: bool = True
+    isolate_network: bool = True  # children run in an empty network namespace where allowed
     timing: TimingConfig = field(default_factory=TimingConfig)
 
     def __post_init__(self) -> None:

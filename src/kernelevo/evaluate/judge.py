@@ -153,7 +153,8 @@ class Judge:
         state = _WorkerState(self, candidates, oracle, time_them)
         result = run_job(run_worker, payload, scratch, self.config.timeout_s,
                          self.config.output_limit_bytes, on_message=state.on_message,
-                         environment=self.child_environment)
+                         environment=self.child_environment,
+                         isolate_network=self.config.isolate_network)
         if oracle.error is not None:
             return []
         return build_verdicts(state, result, self)
@@ -210,7 +211,8 @@ class _OracleRun:
         }
         result = run_job(run_oracle, payload, self.scratch, config.timeout_s,
                          config.output_limit_bytes, on_message=self._on_message,
-                         environment=self.judge.child_environment)
+                         environment=self.judge.child_environment,
+                         isolate_network=config.isolate_network)
         return self._reference_from(result, payload)
 
     def _on_message(self, message: dict[str, Any]) -> dict[str, Any] | None:

@@ -13,7 +13,8 @@ from kernelevo.evaluate.sandbox import JobResult
 from kernelevo.evaluate.transfer import TransferError, import_bundle
 from kernelevo.evaluate.verdict import TimingStats, Verdict, verdict_for
 
-ISOLATION = "own process group, wall-clock kill, output cap, scratch cwd, fresh CUDA context"
+ISOLATION = ("own process group, wall-clock kill, output cap, scratch cwd, fresh CUDA context, "
+             "network {network}")
 
 
 def _outputs_from(report: dict[str, Any], count: int, judge: Any) -> dict[str, Any]:
@@ -81,7 +82,7 @@ def build_verdicts(state: Any, result: JobResult, judge: Any) -> list[Verdict]:
     verdicts = []
     for index, candidate in enumerate(state.candidates):
         verdict = _one(state, result, judge, index, candidate)
-        verdicts.append(replace(verdict, isolation=ISOLATION,
+        verdicts.append(replace(verdict, isolation=ISOLATION.format(network=result.network),
                                 phases_s=_phases(state.reports.get(index), state.timing),
                                 environment=_environment(judge, state.timing)))
     return verdicts

@@ -65,6 +65,12 @@ class JobResult:
         return done[-1] if done else None
 
     @property
+    def network(self) -> str:
+        """'off' when the child ran in an empty network namespace."""
+        found = [m.get("network") for m in self.messages if m.get("kind") == "isolation"]
+        return str(found[0]) if found else "unknown"
+
+    @property
     def signal_name(self) -> str | None:
         if self.exit_code is not None and self.exit_code < 0:
             try:
@@ -89,11 +95,30 @@ class Channel:
         return json.loads(self._connection.recv_bytes())
 
 
+def _unshare_network() -> str:
+    """Move this process into an empty network namespace; how the network ended up."""
+    clone_newnet = 0x40000000
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.unshare(clone_newnet) == 0:
+            return "off"
+        return f"shared (unshare: {os.strerror(ctypes.get_errno())})"
+    except (OSError, AttributeError) as exc:
+        return f"shared ({exc})"
+
+
 def _child_main(target: Callable[..., None], payload: dict[str, Any], connection: Any,
-                scratch: str, log_path: str, marker: str, environment: dict[str, str]) -> None:
+                scratch: str, log_path: str, marker: str, environment: dict[str, str],
+                isolate_network: bool) -> None:
     """Entry point in the forked child: detach, confine, redirect output, run."""
     os.setsid()
-    os.environ.update(environment)  # before anything opens CUDA: CUDA_VISIBLE_DEVICES
+    network = _unshare_network() if isolate_network else "shared (not asked)"
+    # The judge's environment as of this job (the forkserver's is as of its
+    # start), before anything opens CUDA: CUDA_VISIBLE_DEVICES among it.
+    os.environ.clear()
+    os.environ.update(environment)
     os.environ[_MARKER_ENV] = marker
     # The candidate's working folder is apart from the harness's files, so
     # anything that appears in it was written by the candidate.
@@ -108,6 +133,7 @@ def _child_main(target: Callable[..., None], payload: dict[str, Any], connection
     sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
     os.chdir(workdir)
     channel = Channel(connection)
+    channel.send("isolation", network=network)
     target(payload, channel)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -117,7 +143,8 @@ def _child_main(target: Callable[..., None], payload: dict[str, Any], connection
 def run_job(target: Callable[..., None], payload: dict[str, Any], scratch: Path,
             timeout_s: float, output_limit_bytes: int,
             on_message: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None,
-            environment: dict[str, str] | None = None) -> JobResult:
+            environment: dict[str, str] | None = None,
+            isolate_network: bool = True) -> JobResult:
     """Run `target(payload, channel)` in a sandboxed child and collect its messages.
 
     `on_message` sees each message; a dict it returns is sent back as the reply
@@ -131,7 +158,7 @@ def run_job(target: Callable[..., None], payload: dict[str, Any], scratch: Path,
     process = context.Process(
         target=_child_main,
         args=(target, payload, child_end, str(scratch), str(log_path), marker,
-              dict(environment or {})),
+              {**os.environ, **(environment or {})}, isolate_network),
         daemon=False,
     )
     result = JobResult()
