@@ -35,7 +35,7 @@ class Failure(Exception):
 
 def run_worker(payload: dict[str, Any], channel: Channel) -> None:
     """Child entry point: warm the baselines, wait for the reference, check, then time."""
-    device, dtype = payload["device"], getattr(torch, payload["dtype"])
+    device = payload["device"]
     task_inputs.set_reference_precision()
     scratch = Path(payload["scratch"])
     task = task_inputs.import_source(payload["task_source"], "kernelevo_task", scratch)

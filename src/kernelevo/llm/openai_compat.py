@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
-import json
 import logging
 import os
 import random
