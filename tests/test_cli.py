@@ -57,3 +57,17 @@ def test_evolve_without_llm_or_kernel_seed_says_what_to_do(tmp_path):
     done = kernelevo("evolve", str(ADD_TASK), "--runs-dir", str(tmp_path))
     assert done.returncode == 2
     assert "--seed" in done.stderr and "--model" in done.stderr
+
+
+def test_compare_decides_only_above_noise():
+    from kernelevo.evaluate.compare import _decide
+    from kernelevo.evaluate.verdict import TimingStats, verdict_for
+
+    def timed(median_ms, iqr_ms):
+        stats = TimingStats(median_ms, iqr_ms, median_ms * 0.9, 100)
+        return verdict_for("passed", timings={"candidate": stats}, speedup_vs_eager=1.0)
+
+    clear = _decide(timed(1.0, 0.01), timed(1.5, 0.01))
+    assert clear.faster == "a" and abs(clear.ratio - 1.5) < 1e-9 and clear.significant
+    noisy = _decide(timed(1.0, 0.2), timed(1.05, 0.2))
+    assert noisy.faster == "a" and not noisy.significant

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
 from kernelevo.candidate import Candidate
@@ -31,13 +31,12 @@ def compare_candidates(task: Task, a: Candidate, b: Candidate, config: EvalConfi
                        progress: Callable[[str], None] | None = None) -> ComparisonResult:
     """Judge a and b alone (so one's crash cannot sink the other), then time both together."""
     judge = Judge(task, config, progress)
-    alone = judge.evaluate_many([a], time_together=False), judge.evaluate_many([b])
-    first, second = alone[0][0], alone[1][0]
-    if not (first.ok and second.ok) or first.speedup_vs_eager is None:
-        return ComparisonResult(first, second)
-    together = judge.evaluate_many([a, b])
-    first, second = together
+    first = judge.evaluate_many([a], timed=False)[0]
+    second = judge.evaluate_many([b], timed=False)[0]
     if not (first.ok and second.ok):
+        return ComparisonResult(first, second)
+    first, second = judge.evaluate_many([a, b])
+    if not (first.ok and second.ok) or first.speedup_vs_eager is None:
         return ComparisonResult(first, second)
     return _decide(first, second)
 
@@ -49,7 +48,3 @@ def _decide(a: Verdict, b: Verdict) -> ComparisonResult:
     noise = time_a.iqr_ms / (2 * time_a.median_ms) + time_b.iqr_ms / (2 * time_b.median_ms)
     ratio = slow / fast
     return ComparisonResult(a, b, faster, ratio, noise, ratio - 1 > noise)
-
-
-def without_timing(verdict: Verdict) -> Verdict:
-    return replace(verdict, timings={}, speedup_vs_eager=None, speedup_vs_compile=None)

@@ -84,7 +84,7 @@ class Judge:
     def evaluate(self, candidate: Candidate) -> Any:
         return self.evaluate_many([candidate])[0]
 
-    def evaluate_many(self, candidates: list[Candidate], time_together: bool = True) -> list[Any]:
+    def evaluate_many(self, candidates: list[Candidate], timed: bool = True) -> list[Any]:
         """Verdicts for several candidates, timed in one process (interleaved) when they pass."""
         started = time.perf_counter()
         early = [self._static_verdict(c) for c in candidates]
@@ -92,7 +92,7 @@ class Judge:
         verdicts = list(early)
         if pending:
             judged = self._run([candidates[i] for i in pending], self.task,
-                               self.config.time_candidates)
+                               timed and self.config.time_candidates)
             for i, verdict in zip(pending, judged):
                 verdicts[i] = verdict
         if self.config.vary_shapes:
