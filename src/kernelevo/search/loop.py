@@ -91,6 +91,7 @@ class Evolution:
         self.progress = Progress()
         self.busy_s = 0.0
         self.started = time.monotonic()
+        self.first_evaluation: float | None = None
         self.evaluating = 0
         self.stopping = False
         self.last_elapsed_log = 0.0
@@ -184,6 +185,7 @@ class Evolution:
             self.store.mark_evaluating(candidate_id)
             self.evaluating += 1
             started = time.monotonic()
+            self.first_evaluation = self.first_evaluation or started
             try:
                 verdict = await loop.run_in_executor(executor, judge.evaluate, stored.candidate)
             except Exception as exc:  # a task problem mid-run must not kill the search
@@ -306,7 +308,9 @@ class Evolution:
         progress.tokens = totals.tokens_in + totals.tokens_out
         progress.cost_usd = totals.cost_usd
         progress.elapsed_s = elapsed
-        progress.gpu_busy_share = self.busy_s / (elapsed * len(self.judges)) if elapsed else 0.0
+        # Busy share counts from the first evaluation: before it, nothing was queued.
+        since = time.monotonic() - (self.first_evaluation or time.monotonic())
+        progress.gpu_busy_share = self.busy_s / (since * len(self.judges)) if since > 0 else 0.0
         progress.queued = self.queue.qsize()
         if best is not None and best.verdict is not None:
             progress.best_id = best.id
@@ -317,5 +321,6 @@ class Evolution:
         if message or elapsed - self.last_elapsed_log > 5.0:
             # The wall-clock budget of a resumed run starts from this.
             self.store.log_event("elapsed", {"elapsed_s": self.budget.usage().elapsed_s})
+            self.store.log_event("busy", {"share": progress.gpu_busy_share})
             self.last_elapsed_log = elapsed
         self.on_progress(progress)
