@@ -30,10 +30,12 @@ class FakeJudge:
     def evaluate(self, candidate):
         with self.lock:
             self.log.append(("judge", candidate.source_hash))
+            # Each judged candidate is a little faster, so each becomes an elite.
+            self.speedup += 0.1
+            speedup = self.speedup
         time.sleep(0.01)
-        stats = TimingStats(1.0 / self.speedup, 0.01, 0.9, 20)
-        return verdict_for("passed", timings={"candidate": stats},
-                           speedup_vs_eager=self.speedup)
+        stats = TimingStats(1.0 / speedup, 0.01, 0.9, 20)
+        return verdict_for("passed", timings={"candidate": stats}, speedup_vs_eager=speedup)
 
 
 def run(tmp_path, device, candidates_limit):
@@ -54,10 +56,12 @@ def test_cuda_candidates_are_built_ahead_then_judged(tmp_path):
     assert set(judged) == set(built) and len(judged) == len(store.candidates())
     for source_hash in judged:
         assert log.index(("build", source_hash)) < log.index(("judge", source_hash))
-    assert progress.message.startswith("candidate budget")
+    # The tuner alone runs until its neighbourhood is explored or the budget is spent.
+    assert progress.message.startswith(("candidate budget", "nothing left"))
     origins = [c.candidate.origin for c in store.candidates()]
-    assert origins.count("tuner") == 4  # the tuner alone stays within the candidate budget
-    assert progress.best_vs_eager == 1.5
+    assert 2 <= origins.count("tuner") <= 4
+    assert len({c.candidate.source_hash for c in store.candidates()}) == len(origins)
+    assert progress.best_vs_eager > 1.5
 
 
 def test_without_gpu_nothing_is_built_ahead(tmp_path):

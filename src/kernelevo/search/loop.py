@@ -179,8 +179,8 @@ class Evolution:
         loop = asyncio.get_running_loop()
         while True:
             candidate_id = await self.queue.get()
-            if self.budget.exhausted() and "wall" in (self.budget.exhausted() or ""):
-                continue  # out of time: leave it pending for a resumed run
+            if (self.budget.exhausted() or "").startswith("time budget"):
+                continue  # out of time: it stays pending for a resumed run
             stored = self.store.candidate(candidate_id)
             self.store.mark_evaluating(candidate_id)
             self.evaluating += 1
@@ -208,7 +208,9 @@ class Evolution:
         depth = self.repair_depth.get(stored.id, 0)
         if repairable and self.proposer is not None and depth < self.config.repair_tries:
             self.repairs.put_nowait(stored.id)
-        if verdict.ok and stored.candidate.backend in ("triton", "cuda"):
+        if accepted and stored.candidate.backend in ("triton", "cuda"):
+            # Only a new elite is worth tuning: tuning every correct variant
+            # would multiply the queue without bound.
             self._tune(stored, island)
 
     def _tune(self, stored: Any, island: int) -> None:
@@ -289,8 +291,8 @@ class Evolution:
 
     def _add(self, candidate: Candidate, island: int, parents: tuple[str, ...],
              inspirations: tuple[str, ...] = (), counted: bool = True) -> str | None:
-        """Store a candidate and queue it; None when the candidate budget is spent."""
-        if counted and not self.budget.count_candidate():
+        """Store a candidate and queue it; None when a budget is spent."""
+        if counted and (self.budget.exhausted() or not self.budget.count_candidate()):
             return None
         candidate_id = self.store.add_candidate(
             candidate, island=island, cell=list(cell_of(candidate.source, candidate.backend)),
