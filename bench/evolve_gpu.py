@@ -35,6 +35,7 @@ from tests.fakes.openai_server import Delay, FakeOpenAIServer  # noqa: E402
 
 SOFTMAX = ROOT / "examples/softmax"
 GELU = ROOT / "examples/gelu"
+LENGTHS = {"latency": "5m", "scaling": "4m"}  # --time of those runs; set from the command line
 
 
 def fenced(source: str) -> str:
@@ -126,7 +127,7 @@ def latency(out: Path, quick: bool) -> dict:
     with FakeOpenAIServer([], default=answer) as server:
         started = time.monotonic()
         store = evolve(out / "runs-latency", SOFTMAX / "task.py", "--llm-in-flight", "8",
-                       "--time", "1m" if quick else "5m", server=server)
+                       "--time", "1m" if quick else LENGTHS["latency"], server=server)
         wall_s = time.monotonic() - started
     busy = [e.payload for e in store.events("busy")]
     return {"wall_s": wall_s, "llm_requests": len(server.requests),
@@ -143,7 +144,8 @@ def scaling(out: Path, quick: bool) -> dict:
     for gpus in gpu_sets:
         started = time.monotonic()
         store = evolve(out / f"runs-scaling-{gpus.replace(',', '')}", GELU / "task.py",
-                       "--seed", str(seed), "--gpus", gpus, "--time", "1m" if quick else "4m",
+                       "--seed", str(seed), "--gpus", gpus,
+                       "--time", "1m" if quick else LENGTHS["scaling"],
                        "--candidates", "1000", "--no-compile")
         wall_s = time.monotonic() - started
         judged = sum(1 for c in store.candidates() if c.verdict is not None)
@@ -158,13 +160,19 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--latency-time", default=LENGTHS["latency"])
+    parser.add_argument("--scaling-time", default=LENGTHS["scaling"])
     parser.add_argument("steps", nargs="*", default=["scripted", "tuner", "latency", "scaling"])
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    LENGTHS.update(latency=args.latency_time, scaling=args.scaling_time)
     steps = {"scripted": scripted, "tuner": tuner, "latency": latency, "scaling": scaling}
     for step in args.steps:
         started = time.perf_counter()
-        result = steps[step](args.out, args.quick)
+        try:
+            result = steps[step](args.out, args.quick)
+        except Exception as exc:  # one failed step must not lose the others
+            result = {"error": f"{type(exc).__name__}: {exc}"[-3000:]}
         (args.out / f"{step}.json").write_text(json.dumps(result, indent=1, default=str))
         summary = {k: v for k, v in result.items() if k != "trajectory"} \
             if isinstance(result, dict) else result
