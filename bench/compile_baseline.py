@@ -107,8 +107,11 @@ def child_aoti_load(task_path: str, package: str) -> dict:
 def _run_child(kind: str, *args: str, env: dict[str, str]) -> dict:
     code = (f"import json, sys; sys.path.insert(0, {str(ROOT / 'bench')!r}); "
             f"import compile_baseline as c; print('RESULT', json.dumps(c.child_{kind}(*{args!r})))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                          timeout=400)
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              env=env, timeout=150)
+    except subprocess.TimeoutExpired:
+        return {"error": "timed out after 150 s"}
     for line in done.stdout.splitlines():
         if line.startswith("RESULT "):
             return json.loads(line[len("RESULT "):])
@@ -121,22 +124,23 @@ def main() -> None:
     parser.add_argument("tasks", nargs="*", default=["softmax", "gemm_bias_relu"])
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    results = {}
+    results: dict[str, dict] = {}
+    steps = [("compile_cold", "compile", False), ("compile_warm", "compile", False),
+             ("compile_warm_profiled", "compile", True), ("aoti_build", "aoti_build", None),
+             ("aoti_load", "aoti_load", None)]
     for name in args.tasks:
         task_path = str(ROOT / "examples" / name / "task.py")
-        with tempfile.TemporaryDirectory() as cache:
-            env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache,
-                   "TRITON_CACHE_DIR": f"{cache}/triton", "TORCHINDUCTOR_COMPILE_THREADS": "1"}
-            row = {"compile_cold": _run_child("compile", task_path, False, env=env),
-                   "compile_warm": _run_child("compile", task_path, False, env=env),
-                   "compile_warm_profiled": _run_child("compile", task_path, True, env=env)}
-            package = f"{cache}/{name}.pt2"
-            row["aoti_build"] = _run_child("aoti_build", task_path, package, env=env)
-            row["aoti_load"] = _run_child("aoti_load", task_path, package, env=env)
-        results[name] = row
-        brief = {k: {m: v for m, v in r.items() if m != "profile"} for k, r in row.items()}
-        print(name, json.dumps(brief)[:1500], flush=True)
-    (args.out / "compile_baseline.json").write_text(json.dumps(results, indent=1))
+        cache = tempfile.mkdtemp()
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": cache,
+               "TRITON_CACHE_DIR": f"{cache}/triton", "TORCHINDUCTOR_COMPILE_THREADS": "1"}
+        package = f"{cache}/{name}.pt2"
+        for label, kind, extra in steps:
+            argument = package if extra is None else extra
+            row = results.setdefault(name, {})
+            row[label] = _run_child(kind, task_path, argument, env=env)
+            brief = {k: v for k, v in row[label].items() if k != "profile"}
+            print(name, label, json.dumps(brief)[:800], flush=True)
+            (args.out / "compile_baseline.json").write_text(json.dumps(results, indent=1))
 
 
 if __name__ == "__main__":

@@ -6,10 +6,11 @@
             example (three-pass, then fused); the best-so-far must improve
   tuner     no LLM: the tuner alone, from the gelu example's Triton kernel as
             written and from a copy with poor launch parameters
+  tuner_gemm  the same from the GEMM example's Triton kernel as written
   latency   8 requests in flight, each answered after 10-30 s: share of wall
             time the evaluation GPU is busy once candidates are queued
-  scaling   tuner-only runs of fixed length on one GPU and on two: evaluated
-            candidates per hour
+  scaling   runs of fixed length on one GPU and on two, fed by an instant fake
+            LLM: evaluated candidates per hour
 
 Each step writes DIR/<step>.json as it finishes. --quick shrinks every step
 (for a dry run on the CPU).
@@ -35,6 +36,7 @@ from tests.fakes.openai_server import Delay, FakeOpenAIServer  # noqa: E402
 
 SOFTMAX = ROOT / "examples/softmax"
 GELU = ROOT / "examples/gelu"
+GEMM = ROOT / "examples/gemm_bias_relu"
 LENGTHS = {"latency": "5m", "scaling": "4m"}  # --time of those runs; set from the command line
 
 
@@ -97,22 +99,31 @@ def detuned(source: str) -> str:
 
 
 def tuner(out: Path, quick: bool) -> dict:
-    results = {}
-    seeds = {"as_written": (GELU / "triton_candidate.py").read_text()}
-    seeds["detuned"] = detuned(seeds["as_written"])
-    for label, source in seeds.items():
-        seed = out / f"gelu_{label}.py"
-        seed.write_text(source)
-        store = evolve(out / f"runs-tuner-{label}", GELU / "task.py", "--seed", str(seed),
-                       "--candidates", "4" if quick else "16", "--no-compile")
-        rows = trajectory(store)
-        seed_ms = next((r["median_ms"] for r in rows if r["origin"] == "seed"
-                        and r["median_ms"] and r["id"] != "c0001"), None)
-        tuned = [r["median_ms"] for r in rows if r["origin"] == "tuner" and r["median_ms"]]
-        results[label] = {"seed_ms": seed_ms, "best_tuned_ms": min(tuned) if tuned else None,
-                          "gain": seed_ms / min(tuned) if seed_ms and tuned else None,
-                          "trajectory": rows}
-    return results
+    """The gelu example as written and detuned, each the seed of a tuner-only run."""
+    source = (GELU / "triton_candidate.py").read_text()
+    return {"as_written": _tuned(out, GELU, "gelu_as_written", source, 16, quick),
+            "detuned": _tuned(out, GELU, "gelu_detuned", detuned(source), 16, quick)}
+
+
+def tuner_gemm(out: Path, quick: bool) -> dict:
+    """The GEMM example as written, seed of a tuner-only run: tile sizes matter here."""
+    source = (GEMM / "triton_candidate.py").read_text()
+    return {"as_written": _tuned(out, GEMM, "gemm_as_written", source, 12, quick)}
+
+
+def _tuned(out: Path, example: Path, label: str, source: str, candidates: int,
+           quick: bool) -> dict:
+    seed = out / f"{label}.py"
+    seed.write_text(source)
+    store = evolve(out / f"runs-tuner-{label}", example / "task.py", "--seed", str(seed),
+                   "--candidates", "4" if quick else str(candidates), "--no-compile")
+    rows = trajectory(store)
+    # c0001 is the reference itself; the user's seed follows it.
+    seed_ms = next((r["median_ms"] for r in rows if r["origin"] == "seed"
+                    and r["median_ms"] and r["id"] != "c0001"), None)
+    tuned = [r["median_ms"] for r in rows if r["origin"] == "tuner" and r["median_ms"]]
+    return {"seed_ms": seed_ms, "best_tuned_ms": min(tuned) if tuned else None,
+            "gain": seed_ms / min(tuned) if seed_ms and tuned else None, "trajectory": rows}
 
 
 def latency(out: Path, quick: bool) -> dict:
@@ -136,21 +147,30 @@ def latency(out: Path, quick: bool) -> dict:
 
 
 def scaling(out: Path, quick: bool) -> dict:
+    """Judged candidates per hour on one GPU and on two, the LLM never the bottleneck.
+
+    The fake server answers at once with distinct variants of the softmax
+    example (a comment differs), 8 requests in flight, so candidates are
+    always queued and the judges set the pace.
+    """
     import torch
 
+    fast = (SOFTMAX / "triton_candidate.py").read_text()
     results = {}
-    seed = GELU / "triton_candidate.py"
     gpu_sets = ["0"] + (["0,1"] if torch.cuda.device_count() >= 2 else [])
     for gpus in gpu_sets:
-        started = time.monotonic()
-        store = evolve(out / f"runs-scaling-{gpus.replace(',', '')}", GELU / "task.py",
-                       "--seed", str(seed), "--gpus", gpus,
-                       "--time", "1m" if quick else LENGTHS["scaling"],
-                       "--candidates", "1000", "--no-compile")
-        wall_s = time.monotonic() - started
+        rng = random.Random(gpus)
+        with FakeOpenAIServer([], default=lambda request: fenced(
+                f"# variant {rng.random()}\n{fast}")) as server:
+            started = time.monotonic()
+            store = evolve(out / f"runs-scaling-{gpus.replace(',', '')}", SOFTMAX / "task.py",
+                           "--gpus", gpus, "--llm-in-flight", "8", "--candidates", "1000",
+                           "--time", "1m" if quick else LENGTHS["scaling"], server=server)
+            wall_s = time.monotonic() - started
         judged = sum(1 for c in store.candidates() if c.verdict is not None)
-        results[gpus] = {"wall_s": wall_s, "judged": judged,
-                         "per_hour": judged / wall_s * 3600}
+        busy = [e.payload for e in store.events("busy")]
+        results[gpus] = {"wall_s": wall_s, "judged": judged, "per_hour": judged / wall_s * 3600,
+                         "busy": busy[-1] if busy else None}
     if len(results) == 2:
         results["ratio"] = results["0,1"]["per_hour"] / results["0"]["per_hour"]
     return results
@@ -162,11 +182,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--latency-time", default=LENGTHS["latency"])
     parser.add_argument("--scaling-time", default=LENGTHS["scaling"])
-    parser.add_argument("steps", nargs="*", default=["scripted", "tuner", "latency", "scaling"])
+    parser.add_argument("steps", nargs="*", default=["scripted", "tuner", "tuner_gemm", "latency",
+                                                         "scaling"])
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     LENGTHS.update(latency=args.latency_time, scaling=args.scaling_time)
-    steps = {"scripted": scripted, "tuner": tuner, "latency": latency, "scaling": scaling}
+    steps = {"scripted": scripted, "tuner": tuner, "tuner_gemm": tuner_gemm, "latency": latency,
+             "scaling": scaling}
     for step in args.steps:
         started = time.perf_counter()
         try:
