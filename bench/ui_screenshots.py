@@ -12,6 +12,7 @@ from pathlib import Path
 from playwright.sync_api import sync_playwright
 
 from kernelevo.report import make_server, write_report
+from kernelevo.store import RunStore
 
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -30,7 +31,11 @@ def main() -> None:
         page.goto(f"{base}/run/{run_id}")
         page.wait_for_selector("svg")
         page.screenshot(path=str(out / "ui-run.png"), full_page=True)
-        page.locator("a[href*='/candidate/']").first.click()
+        best = RunStore.open(runs_dir / run_id / "run.db").best()
+        if best is not None:  # the best candidate's page: it has a lineage and a verdict
+            page.goto(f"{base}/run/{run_id}/candidate/{best.id}")
+        else:
+            page.locator("a[href*='/candidate/']").first.click()
         page.wait_for_selector("pre")
         page.screenshot(path=str(out / "ui-candidate.png"), full_page=True)
         page.goto(report.resolve().as_uri())

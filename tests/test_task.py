@@ -7,7 +7,7 @@ from kernelevo.config import EvalConfig
 from kernelevo.errors import TaskError
 from kernelevo.evaluate.judge import Judge
 from kernelevo.task import load_task, perturb_sizes, shrink_sizes, task_from_source
-from tests.conftest import write
+from tests.conftest import ROOT, write
 
 GOOD = textwrap.dedent("""
     import torch
@@ -100,3 +100,7 @@ def test_broken_references_raise_task_errors(tmp_path, message):
     assert BROKEN[message] != GOOD
     with pytest.raises(TaskError, match=message):
         judge_with(tmp_path, BROKEN[message]).evaluate(SEED)
+
+
+def test_a_file_named_task_takes_its_folders_name():
+    assert load_task(str(ROOT / "examples" / "softmax" / "task.py")).name == "softmax"

@@ -56,7 +56,10 @@ def load_task(spec: str, kernelbench_dir: str | None = None) -> Task:
         source = path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise TaskError(f"cannot read task {path}: {exc}") from exc
-    return task_from_source(source, name=path.stem, path=str(path))
+    # examples/softmax/task.py is "softmax": a file named task.py says nothing.
+    name = path.resolve().parent.name if path.stem == "task" and path.resolve().parent.name \
+        else path.stem
+    return task_from_source(source, name=name, path=str(path))
 
 
 def task_from_source(source: str, name: str = "task", path: str = "") -> Task:
