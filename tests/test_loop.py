@@ -17,8 +17,8 @@ CUDA_SEED = (ROOT / "tests/fixtures/candidates/honest_cuda_add.py").read_text()
 class FakeJudge:
     """Passes everything after a short delay; records the order of builds and judgements."""
 
-    def __init__(self, device: str, log: list, speedup: float = 1.5) -> None:
-        self.device, self.log, self.speedup = device, log, speedup
+    def __init__(self, device: str, log: list, speedup: float = 1.5, delay_s: float = 0.01) -> None:
+        self.device, self.log, self.speedup, self.delay_s = device, log, speedup, delay_s
         self.lock = threading.Lock()
 
     def prebuild(self, candidate):
@@ -33,7 +33,7 @@ class FakeJudge:
             # Each judged candidate is a little faster, so each becomes an elite.
             self.speedup += 0.1
             speedup = self.speedup
-        time.sleep(0.01)
+        time.sleep(self.delay_s)
         stats = TimingStats(1.0 / speedup, 0.01, 0.9, 20)
         return verdict_for("passed", timings={"candidate": stats}, speedup_vs_eager=speedup)
 
@@ -68,3 +68,56 @@ def test_without_gpu_nothing_is_built_ahead(tmp_path):
     store, log, progress = run(tmp_path, "cpu", candidates_limit=2)
     assert all(kind == "judge" for kind, _ in log)
     assert all(c.verdict is not None for c in store.candidates())
+
+
+class ScriptedProposer:
+    """Answers every call at once with a distinct copy of the seed (a comment differs)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def propose(self, parent, inspirations, repair=False):
+        from kernelevo.search.proposals import Proposal
+
+        self.calls += 1
+        await asyncio.sleep(0.005)
+        return Proposal(candidate=Candidate(f"// llm {self.calls}\n{CUDA_SEED}", "cuda",
+                                            origin="llm"))
+
+
+def test_queued_tuner_variants_neither_block_nor_delay_llm_proposals(tmp_path):
+    store = RunStore.create(tmp_path, "add", "source", {})
+    log: list = []
+    # Every verdict is faster than the last, so every candidate is an elite and
+    # every elite is tuned: tuner variants alone would keep the queue full.
+    judge = FakeJudge("cpu", log, delay_s=0.1)
+    proposer = ScriptedProposer()
+    evolution = Evolution(store, [judge], SearchConfig(backend="cuda", tuner_variants=6,
+                                                       llm_in_flight=1, queued_per_worker=2),
+                          Budget(candidates=30), proposer=proposer)
+    evolution.seed([Candidate(CUDA_SEED, "cuda", origin="seed")])
+    asyncio.run(evolution.run())
+    stored = store.candidates()
+    origins = [c.candidate.origin for c in stored]
+    assert origins.count("llm") >= 8 and origins.count("tuner") >= 4
+    # An LLM candidate overtakes tuner variants queued before it.
+    judged_at = {h: i for i, (kind, h) in enumerate(log) if kind == "judge"}
+    overtaken = [(t, c) for c in stored if c.candidate.origin == "llm"
+                 for t in stored if t.candidate.origin == "tuner" and t.sequence < c.sequence
+                 and judged_at[t.candidate.source_hash] > judged_at[c.candidate.source_hash]]
+    assert overtaken
+
+
+def test_judge_queue_serves_urgent_candidates_first_in_order():
+    from kernelevo.search.loop import JudgeQueue
+
+    async def drain():
+        queue = JudgeQueue()
+        for name, urgent in [("t1", False), ("l1", True), ("t2", False), ("l2", True)]:
+            queue.put(name, urgent)
+        assert queue.urgent == 2 and queue.qsize() == 4
+        got = [await queue.get() for _ in range(4)]
+        assert queue.urgent == 0 and queue.empty()
+        return got
+
+    assert asyncio.run(drain()) == ["l1", "l2", "t1", "t2"]

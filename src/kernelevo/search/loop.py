@@ -10,6 +10,7 @@ store as it happens, so a killed run resumes where it stopped.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -71,6 +72,35 @@ def fitness(verdict: Verdict) -> float | None:
     return verdict.speedup_vs_eager if verdict.speedup_vs_eager is not None else 1.0
 
 
+class JudgeQueue:
+    """Candidates waiting for a judge: the LLM's and the seeds' first, tuner variants after.
+
+    A tuner variant costs no tokens and a new elite yields several, so they
+    fill time the GPUs would otherwise idle, but never delay a kernel the LLM
+    was paid for, nor the verdict its next prompts should learn from.
+    """
+
+    def __init__(self) -> None:
+        self._items: asyncio.PriorityQueue[tuple[int, int, str]] = asyncio.PriorityQueue()
+        self._order = itertools.count()
+        self.urgent = 0  # queued candidates that are not tuner variants
+
+    def put(self, candidate_id: str, urgent: bool) -> None:
+        self.urgent += urgent
+        self._items.put_nowait((0 if urgent else 1, next(self._order), candidate_id))
+
+    async def get(self) -> str:
+        rank, _, candidate_id = await self._items.get()
+        self.urgent -= rank == 0
+        return candidate_id
+
+    def qsize(self) -> int:
+        return self._items.qsize()
+
+    def empty(self) -> bool:
+        return self._items.empty()
+
+
 class Evolution:
     """One run of the search over one task."""
 
@@ -83,8 +113,8 @@ class Evolution:
         self.archive = Archive(config.islands, random.Random(config.seed),
                                config.migration_interval)
         self.rng = random.Random(config.seed + 1)
-        self.queue: asyncio.Queue[str] = asyncio.Queue()
-        self.to_build: asyncio.Queue[str] = asyncio.Queue()
+        self.queue = JudgeQueue()
+        self.to_build = JudgeQueue()
         self.building = 0
         self.repairs: asyncio.Queue[str] = asyncio.Queue()
         self.repair_depth: dict[str, int] = {}
@@ -116,7 +146,7 @@ class Evolution:
                 self.store.record_verdict(pending.id, verdict_for(
                     "killed_by_signal", "the evaluation was interrupted twice by a crash"))
             else:
-                self.queue.put_nowait(pending.id)
+                self.queue.put(pending.id, urgent=pending.candidate.origin != "tuner")
 
     # -- the run ---------------------------------------------------------------
 
@@ -165,15 +195,15 @@ class Evolution:
         while True:
             candidate_id = await self.to_build.get()
             self.building += 1
+            stored = self.store.candidate(candidate_id)
             try:
-                stored = self.store.candidate(candidate_id)
                 await loop.run_in_executor(executor, self.judges[0].prebuild, stored.candidate)
             except Exception as exc:  # the judging worker builds it then and reports failures
                 self.store.log_event("prebuild_failed", {"candidate": candidate_id,
                                                          "error": str(exc)[:500]})
             finally:
                 self.building -= 1
-            self.queue.put_nowait(candidate_id)
+            self.queue.put(candidate_id, urgent=stored.candidate.origin != "tuner")
 
     async def _evaluate_forever(self, judge: Any, executor: ThreadPoolExecutor) -> None:
         loop = asyncio.get_running_loop()
@@ -230,9 +260,11 @@ class Evolution:
         assert self.proposer is not None
         backlog = self.config.queued_per_worker * len(self.judges)
         while not self.stopping and not self.budget.exhausted():
-            if self.queue.qsize() + self.to_build.qsize() >= backlog:
-                # Enough is waiting for the GPUs: new proposals would not yet
-                # see the verdicts they should learn from, so hold back.
+            if self.queue.urgent + self.to_build.urgent >= backlog:
+                # Enough of the LLM's work waits for the GPUs: new proposals
+                # would not yet see the verdicts they should learn from, so
+                # hold back. Queued tuner variants do not count: they only
+                # fill time the GPUs would otherwise idle.
                 await asyncio.sleep(0.1)
                 continue
             repair_of = None if self.repairs.empty() else self.repairs.get_nowait()
@@ -298,7 +330,8 @@ class Evolution:
             candidate, island=island, cell=list(cell_of(candidate.source, candidate.backend)),
             parent_ids=parents, inspiration_ids=inspirations)
         prebuild = getattr(self.judges[0], "device", "cpu") == "cuda" and candidate.backend == "cuda"
-        (self.to_build if prebuild else self.queue).put_nowait(candidate_id)
+        (self.to_build if prebuild else self.queue).put(candidate_id,
+                                                        urgent=candidate.origin != "tuner")
         return candidate_id
 
     def _report(self, message: str | None = None) -> None:
