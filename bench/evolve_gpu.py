@@ -7,8 +7,8 @@
   tuner     no LLM: the tuner alone, from the gelu example's Triton kernel as
             written and from a copy with poor launch parameters
   tuner_gemm  the same from the GEMM example's Triton kernel as written
-  latency   8 requests in flight, each answered after 10-30 s: share of wall
-            time the evaluation GPU is busy once candidates are queued
+  latency   8 requests in flight, each answered after 10-30 s, no tuner: share
+            of wall time the evaluation GPU is busy once candidates are queued
   scaling   runs of fixed length on one GPU and on two, fed by an instant fake
             LLM: evaluated candidates per hour
 
@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import random
+from collections import Counter
 import subprocess
 import sys
 import time
@@ -137,11 +138,17 @@ def latency(out: Path, quick: bool) -> dict:
 
     with FakeOpenAIServer([], default=answer) as server:
         started = time.monotonic()
+        # No tuner: only the LLM's answers feed the GPU, so its latency is what is hidden.
         store = evolve(out / "runs-latency", SOFTMAX / "task.py", "--llm-in-flight", "8",
-                       "--time", "1m" if quick else LENGTHS["latency"], server=server)
+                       "--time", "1m" if quick else LENGTHS["latency"], server=server,
+                       config="[search]\ntuner_variants = 0\n")
         wall_s = time.monotonic() - started
     busy = [e.payload for e in store.events("busy")]
+    calls = [(c.started_at, c.finished_at) for c in store.llm_calls()]
     return {"wall_s": wall_s, "llm_requests": len(server.requests),
+            "most_in_flight": max(sum(1 for s, f in calls if s <= t < (f or t + 1))
+                                  for t, _ in calls) if calls else 0,
+            "origins": Counter(c.candidate.origin for c in store.candidates()),
             "judged": sum(1 for c in store.candidates() if c.verdict is not None),
             "busy_share_after_first_queue": busy[-1]["share"] if busy else None}
 

@@ -121,3 +121,29 @@ def test_judge_queue_serves_urgent_candidates_first_in_order():
         return got
 
     assert asyncio.run(drain()) == ["l1", "l2", "t1", "t2"]
+
+
+class SeedOnlyFastJudge(FakeJudge):
+    """The seed is fast; every variant is slower, so no variant becomes an elite."""
+
+    def evaluate(self, candidate):
+        with self.lock:
+            self.log.append(("judge", candidate.source_hash))
+        speedup = 2.0 if candidate.origin == "seed" else 1.0
+        stats = TimingStats(1.0 / speedup, 0.01, 0.9, 20)
+        return verdict_for("passed", timings={"candidate": stats}, speedup_vs_eager=speedup)
+
+
+def test_tuner_alone_keeps_trying_the_best_kernel_until_the_budget_is_spent(tmp_path):
+    source = (ROOT / "examples/gemm_bias_relu/triton_candidate.py").read_text()
+    store = RunStore.create(tmp_path, "gemm", "source", {})
+    evolution = Evolution(store, [SeedOnlyFastJudge("cpu", [])],
+                          SearchConfig(backend="triton", tuner_variants=2),
+                          Budget(candidates=10), proposer=None)
+    evolution.seed([Candidate(source, "triton", origin="seed")])
+    progress = asyncio.run(evolution.run())
+    stored = store.candidates()
+    assert [c.candidate.origin for c in stored].count("tuner") == 10
+    # Two variants per round: the seed, the fittest, was tuned again and again.
+    assert sum(c.candidate.parent_ids == (stored[0].id,) for c in stored) > 2
+    assert progress.message.startswith("candidate budget")

@@ -564,3 +564,13 @@ def test_grid_held_in_a_variable_moves_with_the_block_size():
         assert f"triton.cdiv(n, {new})" in new_source
         assert f"BLOCK={new}" in new_source
         assert f"triton.cdiv(n, {old})" not in new_source
+
+
+def test_sizes_unpacked_from_a_tuple_are_knobs():
+    source = (ROOT_FIXTURES.parents[2] / "examples/gemm_bias_relu/triton_candidate.py").read_text()
+    assert "BLOCK_M, BLOCK_N, BLOCK_K = 128, 128, 32" in source
+    knobs = summary(find_knobs(source, "triton"))
+    assert [("block", "BLOCK_M", 128), ("block", "BLOCK_N", 128),
+            ("block", "BLOCK_K", 32)] == knobs[:3]
+    moved = {name for _, changes in many_variants(source, "triton", seeds=20) for name in changes}
+    assert {"BLOCK_M", "BLOCK_N", "BLOCK_K"} <= moved

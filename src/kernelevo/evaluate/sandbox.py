@@ -16,6 +16,7 @@ import os
 import resource
 import signal
 import sys
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -31,21 +32,10 @@ def _forkserver_context() -> Any:
     global _context
     if _context is None:
         _context = multiprocessing.get_context("forkserver")
-        # torch._dynamo takes seconds to import and is needed by torch.compile
-        # and by dispatch modes; it leaves CUDA untouched, unlike inductor's
-        # compile_fx or cpp_extension, which a child must import itself (a
-        # child of a server holding a CUDA context could not use the GPU).
-        preload = ["torch", "torch._dynamo"]
-        if _triton_available():
-            preload.append("triton")
-        _context.set_forkserver_preload(preload)
+        # torch, torch._dynamo, triton and inductor's compile_fx: seconds of
+        # imports paid once, none of which touches CUDA (see preload.py).
+        _context.set_forkserver_preload(["kernelevo.evaluate.preload"])
     return _context
-
-
-def _triton_available() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("triton") is not None
 
 
 @dataclass
@@ -125,6 +115,9 @@ def _child_main(target: Callable[..., None], payload: dict[str, Any], connection
     workdir = os.path.join(scratch, "work")
     os.environ["TMPDIR"] = os.path.join(workdir, "tmp")
     os.makedirs(os.environ["TMPDIR"], exist_ok=True)
+    # Imports in the forkserver may have asked for the temporary folder,
+    # which tempfile then keeps: make it look again, and find TMPDIR.
+    tempfile.tempdir = None
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(log_fd, 1)

@@ -45,6 +45,9 @@ def warm_baselines(task: Any, payload: dict[str, Any]) -> Baselines:
     if "compile" in config.baselines:
         started = time.perf_counter()
         try:
+            import torch._inductor.config as inductor_config
+
+            inductor_config.compile_threads = 1  # no pool of compile processes in a worker
             compiled = torch.compile(reference)
             with torch.no_grad():
                 compiled(*warm_inputs)

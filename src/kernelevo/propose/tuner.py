@@ -322,8 +322,12 @@ def _constant_assignments(node: ast.AST) -> Iterator[tuple[ast.expr, ast.Constan
         pairs = [(node.target, node.value)]
     else:
         pairs = [(target, node.value) for target in getattr(node, "targets", ())]
-    for target, value in pairs:
-        if isinstance(target, (ast.Name, ast.Attribute)) and _is_int(value):
+    while pairs:
+        target, value = pairs.pop(0)
+        if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) \
+                and len(target.elts) == len(value.elts):
+            pairs += zip(target.elts, value.elts)  # BLOCK_M, BLOCK_N = 128, 64
+        elif isinstance(target, (ast.Name, ast.Attribute)) and _is_int(value):
             yield target, value
 
 

@@ -183,6 +183,8 @@ class Evolution:
             producing = any(not task.done() for task in proposers)
             drained = (self.queue.empty() and self.evaluating == 0 and self.to_build.empty()
                        and self.building == 0)
+            if drained and not reason and not producing and self._tune_again():
+                continue
             if drained and (reason or not producing):
                 reason = reason or "nothing left to try"
                 self.store.log_event("stop", {"reason": reason})
@@ -243,10 +245,11 @@ class Evolution:
             # would multiply the queue without bound.
             self._tune(stored, island)
 
-    def _tune(self, stored: Any, island: int) -> None:
-        """Zero-token variants of a working kernel's numeric parameters."""
+    def _tune(self, stored: Any, island: int) -> int:
+        """Zero-token variants of a working kernel's numeric parameters; how many were added."""
         variants = tuner.propose_variants(stored.candidate.source, stored.candidate.backend,
                                           self.rng, count=self.config.tuner_variants)
+        added = 0
         for source, changes in variants:
             if self.store.find_by_hash(Candidate(source, stored.candidate.backend).source_hash):
                 continue
@@ -254,7 +257,21 @@ class Evolution:
                                   name=tuner.describe_change(changes), origin="tuner",
                                   parent_ids=(stored.id,))
             if not self._add(candidate, island, parents=(stored.id,)):
-                return
+                break
+            added += 1
+        return added
+
+    def _tune_again(self) -> bool:
+        """With nothing else left to judge, new variants of the fittest elites; False if none.
+
+        Variants are drawn at random, so an elite's first few may all have been
+        slower; its untried neighbours are still worth the time left.
+        """
+        for elite in self.archive.elites():
+            stored = self.store.candidate(elite.candidate_id)
+            if stored.candidate.backend in ("triton", "cuda") and self._tune(stored, elite.island):
+                return True
+        return False
 
     async def _propose_forever(self) -> None:
         assert self.proposer is not None

@@ -1,0 +1,39 @@
+"""Imported once by the forkserver, so that every child starts with it loaded.
+
+Nothing here may initialise CUDA: a child forked from a process holding a
+CUDA context cannot use the GPU. torch.compile's inductor takes about 2 s to
+import and 0.5 s to hash torch's and Triton's sources for its cache keys
+(measured on the GPU machine, bench/compile_baseline.py); every worker that
+times the torch.compile baseline would otherwise pay that again.
+"""
+
+import os
+
+# Read when inductor's config is imported: one compile thread, no pool of
+# compile processes (seconds to start, and they would look like spawned
+# processes); is_available() answered by NVML rather than by creating a context.
+os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
+os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+
+import torch  # noqa: E402
+import torch._dynamo  # noqa: E402,F401
+
+try:
+    import triton  # noqa: F401
+except ImportError:  # Triton is optional
+    pass
+
+import torch._inductor.codecache  # noqa: E402
+import torch._inductor.compile_fx  # noqa: E402,F401
+
+# Hashes of torch's and Triton's sources that key inductor's caches: computed
+# once here (0.5 s on the GPU machine) instead of in every worker. Pure file
+# hashing; each is cached once computed, with no thread left behind.
+for _key in ("torch_key", "triton_key"):
+    try:
+        getattr(torch._inductor.codecache, _key)()
+    except Exception:  # noqa: BLE001 - a missing or changed helper only costs time
+        pass
+
+if torch.cuda.is_initialized():  # pragma: no cover - a torch change would be caught here
+    raise RuntimeError("preloading initialised CUDA; children of the forkserver could not use it")
