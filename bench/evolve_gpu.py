@@ -31,7 +31,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "bench"))
 
+from busy_share import busy_share  # noqa: E402
 from kernelevo.store import RunStore  # noqa: E402
 from tests.fakes.openai_server import Delay, FakeOpenAIServer  # noqa: E402
 
@@ -150,7 +152,8 @@ def latency(out: Path, quick: bool) -> dict:
                                   for t, _ in calls) if calls else 0,
             "origins": Counter(c.candidate.origin for c in store.candidates()),
             "judged": sum(1 for c in store.candidates() if c.verdict is not None),
-            "busy_share_after_first_queue": busy[-1]["share"] if busy else None}
+            "busy_share_after_first_queue": busy[-1]["share"] if busy else None,
+            "busy_from_first_llm_candidate": busy_share(store, "first-llm")}
 
 
 def scaling(out: Path, quick: bool) -> dict:

@@ -149,9 +149,9 @@ class KernelSwitch:
             original = cls.run
 
             def run(self, *args, __original=original, **kwargs):
-                switch.launches += 1
                 if not switch.enabled:
                     return None
+                switch.launches += 1  # launches that ran, with the kernels on
                 return __original(self, *args, **kwargs)
 
             cls.run = run

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 _MARKER_ENV = "KERNELEVO_SANDBOX_ID"
+_EXIT_WAIT_S = 60.0  # how long a killed child may take to be gone
 _context: Any = None
 
 
@@ -48,6 +49,7 @@ class JobResult:
     output_exceeded: bool = False
     log_tail: str = ""
     wall_s: float = 0.0
+    exit_wait_s: float = 0.0  # from the kill to the child's exit
 
     @property
     def final(self) -> dict[str, Any] | None:
@@ -163,7 +165,12 @@ def run_job(target: Callable[..., None], payload: dict[str, Any], scratch: Path,
               output_limit_bytes, on_message)
     finally:
         _kill_group(process.pid, marker)
-        process.join(5)
+        # A process killed mid-kernel keeps its GPU context until the driver
+        # has torn it down, which can take seconds: the next job must not
+        # share the GPU with it, so wait for the exit (bounded).
+        waited = time.monotonic()
+        process.join(_EXIT_WAIT_S)
+        result.exit_wait_s = time.monotonic() - waited
         parent_end.close()
     result.exit_code = process.exitcode
     result.wall_s = time.monotonic() - start

@@ -165,33 +165,46 @@ def _run_sets(model: Any, task: Any, payload: dict[str, Any], index: int,
               switch: Any) -> dict[str, Any]:
     """Outputs for every input set, a repeat of the first under the op log, and a knockout run."""
     device, dtype = payload["device"], getattr(torch, payload["dtype"])
-    outputs, problems, first_call_s = [], [], 0.0
-    for set_number, (seed, variant) in enumerate(zip(payload["seeds"], payload["variants"])):
-        started = time.perf_counter()
-        values = _call_checked(model, task, seed, variant, device, dtype, problems)
-        if set_number == 0:
-            first_call_s = time.perf_counter() - started
-        outputs.append(values)
-    seed0, variant0 = payload["seeds"][0], payload["variants"][0]
-    ops: set[str] = set()
-    repeat = _call_checked(model, task, seed0, variant0, device, dtype, problems, ops)
-    launches = switch.launches
+    sets = list(zip(payload["seeds"], payload["variants"]))
+    problems: list[str] = []
+    outputs: dict[int, dict[str, Any]] = {}
+    started = time.perf_counter()
+
+    def run_set(number: int) -> None:
+        seed, variant = sets[number]
+        outputs[number] = _call_checked(model, task, seed, variant, device, dtype, problems)
+
+    # Set 0 is judged with the kernels switched off before the candidate ever
+    # computed it here, so no freed buffer can still hold its right answer (on
+    # the CPU freed memory is not poisoned). The other sets run first: any
+    # autotuning is done with the kernels on.
+    for number in range(1, len(sets)):
+        run_set(number)
+    first_call_s = time.perf_counter() - started
     switch.set(False)
     try:
-        knockout = _call_checked(model, task, seed0, variant0, device, dtype, [], None, True)
+        knockout = _call_checked(model, task, *sets[0], device, dtype, [], None, True)
     except Failure:
         knockout = None  # crashing without its kernels is proof enough that they matter
     finally:
         switch.set(True)
-    bundle = {f"set_{i}": entry["values"] for i, entry in enumerate(outputs)}
+    started = time.perf_counter()
+    run_set(0)
+    if len(sets) == 1:
+        first_call_s = time.perf_counter() - started
+    ops: set[str] = set()
+    repeat = _call_checked(model, task, *sets[0], device, dtype, problems, ops)
+    ordered = [outputs[number] for number in range(len(sets))]
+    bundle = {f"set_{i}": entry["values"] for i, entry in enumerate(ordered)}
     bundle["repeat"] = repeat["values"]
-    structures = {f"set_{i}": entry["structure"] for i, entry in enumerate(outputs)}
+    structures = {f"set_{i}": entry["structure"] for i, entry in enumerate(ordered)}
     structures["repeat"] = repeat["structure"]
     if knockout is not None:
         bundle["knockout"] = knockout["values"]
         structures["knockout"] = knockout["structure"]
     return {"bundle": bundle, "structures": structures, "problems": problems,
-            "ops": sorted(ops), "first_call_s": first_call_s, "triton_launches": launches,
+            "ops": sorted(ops), "first_call_s": first_call_s,
+            "triton_launches": switch.launches,
             "cuda_switchable": bool(switch.cuda_setters)}
 
 
