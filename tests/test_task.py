@@ -104,3 +104,20 @@ def test_broken_references_raise_task_errors(tmp_path, message):
 
 def test_a_file_named_task_takes_its_folders_name():
     assert load_task(str(ROOT / "examples" / "softmax" / "task.py")).name == "softmax"
+
+
+def test_input_sets_are_made_once_per_process_and_kept_unless_large(tmp_path, monkeypatch):
+    import torch
+
+    from kernelevo.evaluate import inputs as task_inputs
+
+    source = (ROOT / "examples" / "softmax" / "task.py").read_text()
+    module = task_inputs.import_source(source, "kept_inputs_task", tmp_path)
+    first = task_inputs.kept_inputs(module, 7, "cpu", torch.float32)
+    assert task_inputs.kept_inputs(module, 7, "cpu", torch.float32) is first
+    other = task_inputs.kept_inputs(module, 8, "cpu", torch.float32)
+    assert other is not first and not torch.equal(other[0], first[0])
+    assert torch.equal(first[0], task_inputs.make_inputs(module, 7, "cpu", torch.float32)[0])
+    monkeypatch.setattr(task_inputs, "_KEEP_LIMIT_BYTES", 0)
+    assert task_inputs.kept_inputs(module, 9, "cpu", torch.float32) is not \
+        task_inputs.kept_inputs(module, 9, "cpu", torch.float32)

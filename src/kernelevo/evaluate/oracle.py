@@ -67,7 +67,8 @@ def _compute(payload: dict[str, Any], channel: Channel) -> dict[str, Any]:
     bundle = {f"set_{i}": values for i, values in enumerate(outputs)}
     # The judge copies the outputs while this process waits, then lets it exit.
     channel.ask("reference", bundle=export_bundle(bundle, Path(payload["scratch"])))
-    first_inputs = task_inputs.make_inputs(module, payload["seeds"][0], device, dtype)
+    first_inputs = task_inputs.kept_inputs(module, payload["seeds"][0], device, dtype,
+                                           payload["variants"][0])
     params = [p for p in model.parameters()] if hasattr(model, "parameters") else []
     return {
         "kept_sets": kept,
@@ -98,7 +99,9 @@ def _load_task(source: str, folder: Path) -> Any:
 def _run_set(model: Any, module: Any, seed: int, device: str, dtype: torch.dtype,
              variant: float | None, reseed: int | None = None) -> tuple[list[torch.Tensor], str]:
     try:
-        inputs = task_inputs.make_inputs(module, seed, device, dtype, variant)
+        # Made once and kept; the reference gets a copy, as it may write to its inputs.
+        inputs = task_inputs.clone_inputs(
+            task_inputs.kept_inputs(module, seed, device, dtype, variant))
     except task_inputs.InputError as exc:
         raise _TaskProblem(str(exc)) from exc
     if reseed is not None:
@@ -131,7 +134,7 @@ def _check_deterministic(model: Any, module: Any, payload: dict[str, Any],
 def _profile(model: Any, module: Any, seed: int, device: str,
              dtype: torch.dtype) -> tuple[set[str], int]:
     """The reference's compute operators and its FLOPs (matmuls and convolutions)."""
-    inputs = task_inputs.make_inputs(module, seed, device, dtype)
+    inputs = task_inputs.clone_inputs(task_inputs.kept_inputs(module, seed, device, dtype))
     with torch.no_grad():
         _, ops, flops = record_ops(lambda: model(*inputs))
     return ops, flops

@@ -212,7 +212,7 @@ def _call_checked(model: Any, task: Any, seed: int, variant: Any, device: str,
                   dtype: torch.dtype, problems: list[str], ops: set[str] | None = None,
                   quiet: bool = False) -> dict[str, Any]:
     """One forward call on fresh copies of an input set, with the per-call guards."""
-    inputs = task_inputs.make_inputs(task, seed, device, dtype, variant)
+    inputs = task_inputs.kept_inputs(task, seed, device, dtype, variant)
     given = task_inputs.clone_inputs(inputs)
     guards.poison_allocator(device)
     try:

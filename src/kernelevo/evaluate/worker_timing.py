@@ -66,7 +66,7 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any,
     config = _TimingSettings(payload["timing"])
     channel.send("progress", phase="timing")
     started = time.perf_counter()
-    sets = [task_inputs.make_inputs(task, seed, device, dtype, variant)
+    sets = [task_inputs.kept_inputs(task, seed, device, dtype, variant)
             for seed, variant in zip(payload["seeds"], payload["variants"])]
     contestants = dict(baselines.contestants)
     shares = {}
@@ -110,7 +110,7 @@ def rotation_check(model: Any, task: Any, payload: dict[str, Any], verified: lis
                    min_s: float = 1.5) -> str | None:
     """Rotate the input sets through fixed buffers for a while; outputs must stay right."""
     device, dtype = payload["device"], getattr(torch, payload["dtype"])
-    sets = [task_inputs.make_inputs(task, seed, device, dtype, variant)
+    sets = [task_inputs.kept_inputs(task, seed, device, dtype, variant)
             for seed, variant in zip(payload["seeds"], payload["variants"])]
     arena = task_inputs.clone_inputs(sets[0])
     kept: dict[tuple[str, int], Any] = {}
