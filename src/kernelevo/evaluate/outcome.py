@@ -123,7 +123,8 @@ def _timed(base: Verdict, state: Any, judge: Any, index: int, candidate: Any) ->
     share = timing.get("shares", {}).get(str(index), {})
     if candidate.backend != "pytorch" and share and share.get("own_us", 0) <= 0:
         return verdict_for("no_custom_kernel", "the profiler saw none of the candidate's kernels "
-                           f"run (kernels seen: {', '.join(list(share.get('kernels', {}))[:5])})")
+                           f"run in {share.get('profiled_calls', 1)} profiled call(s) (kernels "
+                           f"seen: {', '.join(list(share.get('kernels', {}))[:5])})")
     timings = {"candidate": own}
     timings.update({k: v for k, v in stats.items() if not k.startswith("candidate_")})
     notes = list(base.notes) + list(timing.get("notes", []))
