@@ -260,7 +260,10 @@ class _WorkerState:
         self.decisions: dict[int, Any] = {}
         self.reports: dict[int, dict[str, Any]] = {}
         self.timing: dict[str, Any] | None = None
-        self.phase_started = time.perf_counter()
+        self.started = time.perf_counter()
+        # Judge-side phases: from the worker's start to its first question
+        # (process start, task import, baselines warm-up), and how long it
+        # then waited for the oracle's reference.
         self.phases: dict[str, float] = {}
 
     def on_message(self, message: dict[str, Any]) -> dict[str, Any] | None:
@@ -290,7 +293,10 @@ class _WorkerState:
 
     def _ready(self) -> dict[str, Any]:
         """Release the worker once the reference exists (or tell it to stop)."""
+        asked = time.perf_counter()
+        self.phases["worker_start"] = asked - self.started
         self.oracle.done.wait()
+        self.phases["reference_wait"] = time.perf_counter() - asked
         if self.oracle.reference is None:
             return {"abort": True}
         self.reference = self.oracle.reference

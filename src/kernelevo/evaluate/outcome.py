@@ -66,8 +66,11 @@ def judge_candidate(state: Any, index: int, report: dict[str, Any]) -> tuple[str
 def _crash_verdict(result: JobResult, during: str) -> Verdict:
     tail = result.log_tail
     if result.timed_out:
-        return verdict_for("wall_clock_limit", f"killed after the time limit during {during}",
-                           logs=tail)
+        # A long exit is a GPU context torn down slowly: worth seeing in the verdict.
+        slow_exit = (f"; the killed process took {result.exit_wait_s:.0f} s to exit"
+                     if result.exit_wait_s >= 5 else "")
+        return verdict_for("wall_clock_limit", f"killed after the time limit during {during}"
+                           + slow_exit, logs=tail)
     if result.output_exceeded:
         return verdict_for("output_limit", f"printed more than the output limit during {during}",
                            logs=tail[-2000:])
@@ -83,7 +86,8 @@ def build_verdicts(state: Any, result: JobResult, judge: Any) -> list[Verdict]:
     for index, candidate in enumerate(state.candidates):
         verdict = _one(state, result, judge, index, candidate)
         verdicts.append(replace(verdict, isolation=ISOLATION.format(network=result.network),
-                                phases_s=_phases(state.reports.get(index), state.timing),
+                                phases_s=_phases(state.reports.get(index), state.timing,
+                                                 state.phases),
                                 environment=_environment(judge, state.timing)))
     return verdicts
 
@@ -144,8 +148,9 @@ def _timed(base: Verdict, state: Any, judge: Any, index: int, candidate: Any) ->
                    speedup_vs_compile=compiled.median_ms / own.median_ms if compiled else None)
 
 
-def _phases(report: dict[str, Any] | None, timing: dict[str, Any] | None) -> dict[str, float]:
-    phases = {}
+def _phases(report: dict[str, Any] | None, timing: dict[str, Any] | None,
+            judged: dict[str, float] | None = None) -> dict[str, float]:
+    phases = dict(judged or {})
     if report:
         phases["build"] = report.get("build_s", 0.0)
         phases["load"] = report.get("load_s", 0.0) - report.get("build_s", 0.0)

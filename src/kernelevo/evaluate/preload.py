@@ -11,7 +11,8 @@ import os
 
 # Read when inductor's config is imported: one compile thread, no pool of
 # compile processes (seconds to start, and they would look like spawned
-# processes); is_available() answered by NVML rather than by creating a context.
+# processes); is_available(), should an import ask, answered by NVML rather
+# than by creating a context.
 os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
 os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
 
@@ -23,17 +24,22 @@ try:
 except ImportError:  # Triton is optional
     pass
 
-import torch._inductor.codecache  # noqa: E402
-import torch._inductor.compile_fx  # noqa: E402,F401
+# Only the timing phase compiles the baseline, and only on a GPU: a CPU-only
+# build of torch (torch.version.cuda None) never needs inductor here. Asking
+# the driver whether a GPU is present could initialise CUDA, so it is not asked.
+if torch.version.cuda is not None:
+    import torch._inductor.codecache
+    import torch._inductor.compile_fx  # noqa: F401
 
-# Hashes of torch's and Triton's sources that key inductor's caches: computed
-# once here (0.5 s on the GPU machine) instead of in every worker. Pure file
-# hashing; each is cached once computed, with no thread left behind.
-for _key in ("torch_key", "triton_key"):
-    try:
-        getattr(torch._inductor.codecache, _key)()
-    except Exception:  # noqa: BLE001 - a missing or changed helper only costs time
-        pass
+    # Hashes of torch's and Triton's sources that key inductor's caches:
+    # computed once here (0.5 s on the GPU machine) instead of in every
+    # worker. Pure file hashing; each is cached once computed, with no thread
+    # left behind.
+    for _key in ("torch_key", "triton_key"):
+        try:
+            getattr(torch._inductor.codecache, _key)()
+        except Exception:  # noqa: BLE001 - a missing or changed helper only costs time
+            pass
 
 if torch.cuda.is_initialized():  # pragma: no cover - a torch change would be caught here
     raise RuntimeError("preloading initialised CUDA; children of the forkserver could not use it")
