@@ -99,7 +99,7 @@ def test_queued_tuner_variants_neither_block_nor_delay_llm_proposals(tmp_path):
     asyncio.run(evolution.run())
     stored = store.candidates()
     origins = [c.candidate.origin for c in stored]
-    assert origins.count("llm") >= 8 and origins.count("tuner") >= 4
+    assert origins.count("llm") >= 8 and origins.count("tuner") >= 1
     # An LLM candidate overtakes tuner variants queued before it.
     judged_at = {h: i for i, (kind, h) in enumerate(log) if kind == "judge"}
     overtaken = [(t, c) for c in stored if c.candidate.origin == "llm"

@@ -110,21 +110,64 @@ class LoadInlineHook:
                               **kwargs)
 
 
+# Declarations torch's CUDA headers need from the CUDA math libraries, for a
+# toolkit installed without them (a compile check links nothing, so the
+# types are all it needs). Used only when nvcc reports one of them missing.
+_LIBRARY_STUBS = {
+    "cusparse.h": "typedef struct cusparseContext* cusparseHandle_t;\n"
+                  "typedef enum { CUSPARSE_STATUS_SUCCESS = 0 } cusparseStatus_t;\n"
+                  "const char* cusparseGetErrorString(cusparseStatus_t status);\n",
+    "cublas_v2.h": "typedef struct cublasContext* cublasHandle_t;\n"
+                   "typedef enum { CUBLAS_STATUS_SUCCESS = 0 } cublasStatus_t;\n",
+    "cublasLt.h": "typedef struct cublasLtContext* cublasLtHandle_t;\n",
+    "cusolver_common.h": "typedef enum { CUSOLVER_STATUS_SUCCESS = 0,\n"
+                         "               CUSOLVER_STATUS_INVALID_VALUE = 3 } cusolverStatus_t;\n",
+    "cusolverDn.h": "#include <cusolver_common.h>\n"
+                    "typedef struct cusolverDnContext* cusolverDnHandle_t;\n",
+}
+
+
 def nvcc_check(cuda_sources: list[str]) -> tuple[bool, str]:
-    """Compile CUDA sources with nvcc against torch's headers; (ok, log)."""
+    """Compile CUDA sources with nvcc against torch's headers; (ok, log).
+
+    Where the toolkit lacks the math libraries' headers that torch includes,
+    the check is made again with stand-ins declaring what torch uses of them.
+    A candidate that includes one of those headers itself and uses more of it
+    then fails the check: nothing here can tell what the real header holds.
+    """
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         raise CompileOnly(False, "no nvcc")
-    import sysconfig
+    done, log = _nvcc(nvcc, cuda_sources, stubs=False)
+    missing = _MISSING_HEADER.search(log)
+    if done.returncode and missing and missing.group(1) in _LIBRARY_STUBS:
+        done, log = _nvcc(nvcc, cuda_sources, stubs=True)
+        missing = _MISSING_HEADER.search(log)
+    include = str(Path(_torch_include()))
+    if done.returncode and missing and include in log[: missing.start()]:
+        # A header torch includes is absent from this CUDA install: the machine's
+        # fault, not the candidate's, so the check is skipped rather than failed.
+        raise CompileOnly(False, f"missing system header {missing.group(1)}")
+    return done.returncode == 0, log
 
+
+def _torch_include() -> Path:
     import torch
 
-    include = Path(torch.__file__).parent / "include"
+    return Path(torch.__file__).parent / "include"
+
+
+def _nvcc(nvcc: str, cuda_sources: list[str], stubs: bool) -> tuple[Any, str]:
+    import sysconfig
+
+    include = _torch_include()
     with tempfile.TemporaryDirectory() as folder:
         stub = Path(folder) / "c10" / "cuda" / "impl"
         stub.mkdir(parents=True)
         # CPU builds of torch ship the CUDA headers without this generated one.
         (stub / "cuda_cmake_macros.h").write_text("#pragma once\n")
+        for name, text in _LIBRARY_STUBS.items() if stubs else ():
+            (Path(folder) / name).write_text("#pragma once\n" + text)
         source = Path(folder) / "candidate.cu"
         source.write_text("#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n"
                           + "\n".join(cuda_sources))
@@ -134,10 +177,4 @@ def nvcc_check(cuda_sources: list[str]) -> tuple[bool, str]:
                    "--expt-relaxed-constexpr", "-Xcompiler", "-fPIC",
                    "-DTORCH_EXTENSION_NAME=candidate"]
         done = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    log = (done.stdout + done.stderr)[-6000:]
-    missing = _MISSING_HEADER.search(log)
-    if done.returncode and missing and str(include) in log[: missing.start()]:
-        # A header torch includes is absent from this CUDA install: the machine's
-        # fault, not the candidate's, so the check is skipped rather than failed.
-        raise CompileOnly(False, f"missing system header {missing.group(1)}")
-    return done.returncode == 0, log
+    return done, (done.stdout + done.stderr)[-6000:]
