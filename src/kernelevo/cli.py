@@ -176,8 +176,11 @@ def evolve_command(
             "budget": limits, "resume": resume, "gpus": gpus, "seeds": list(seed)})
     except KernelEvoError as exc:
         _fail(exc)
+    untimed = result.by_status.get("ok", 0) and result.best_vs_eager is None
     out.print(f"stopped: {result.message}; best {result.best_id or '-'}"
-              + (f" at {result.best_vs_eager:.2f}x vs eager" if result.best_vs_eager else ""))
+              + (f" at {result.best_vs_eager:.2f}x vs eager" if result.best_vs_eager else "")
+              + (f" ({result.by_status['ok']} correct; no timings without a GPU)"
+                 if untimed else ""))
 
 
 _RUNS_DIR = typer.Option(None, "--runs-dir", envvar="KERNELEVO_RUNS_DIR",

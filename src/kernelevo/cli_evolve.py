@@ -17,7 +17,9 @@ from kernelevo.search.loop import Evolution, Progress, SearchConfig
 
 def progress_table(progress: Progress, run_id: str, mode: str) -> Table:
     table = Table(title=f"kernelevo evolve {run_id} ({mode})", show_header=False)
-    best = "-" if progress.best_vs_eager is None else (
+    untimed = progress.by_status.get("ok", 0) and progress.best_vs_eager is None
+    best = ("- (correct candidates, but no timings: judged without a GPU)" if untimed
+            else "-") if progress.best_vs_eager is None else (
         f"{progress.best_vs_eager:.2f}x vs eager, "
         + ("-" if progress.best_vs_compile is None else f"{progress.best_vs_compile:.2f}x")
         + f" vs torch.compile ({progress.best_id})")
