@@ -133,7 +133,7 @@ def _timed(base: Verdict, state: Any, judge: Any, index: int, candidate: Any) ->
     timings.update({k: v for k, v in stats.items() if not k.startswith("candidate_")})
     notes = list(base.notes) + list(timing.get("notes", []))
     if share:
-        notes.append(f"own kernels: {share['own_share']:.0%} of GPU kernel time")
+        notes.append(kernel_time_note(share))
     floor = compute_floor(state.reference["bytes"], state.reference["flops"],
                           timing.get("device_name", ""), judge.config.dtype_name)
     if floor is not None:
@@ -179,3 +179,18 @@ def shape_variation_verdict(original: Verdict, varied: Verdict, described: str) 
     return verdict_for("shape_specialised", f"at sizes {described}: {varied.status} "
                        f"({varied.reason}): {varied.message}", errors=varied.errors,
                        logs=varied.logs)
+
+
+def kernel_time_note(share: dict[str, Any], top: int = 4) -> str:
+    """The profiler's finding for one call: the own share and where GPU time went.
+
+    It goes back to the model with the verdict, so it names the kernels
+    (the candidate's own marked *) that took the most time.
+    """
+    kernels = sorted(share.get("kernels", {}).items(), key=lambda item: -item[1]["us"])
+    listed = ", ".join(f"{name[:60]}{'*' if entry['own'] else ''} {entry['us']:.1f} us"
+                       for name, entry in kernels[:top])
+    more = f" and {len(kernels) - top} more" if len(kernels) > top else ""
+    return (f"own kernels: {share['own_share']:.0%} of GPU kernel time"
+            + (f"; by time: {listed}{more}" if listed else ""))
+

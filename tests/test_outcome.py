@@ -1,0 +1,22 @@
+"""Verdict notes built from what the worker measured."""
+
+from kernelevo.evaluate.outcome import kernel_time_note
+
+
+def test_profiler_note_names_the_kernels_that_took_the_time_longest_first():
+    share = {"own_share": 0.75, "kernels": {
+        "void at::native::vectorized_elementwise_kernel<4, FillFunctor<float>>": {
+            "us": 10.0, "own": False},
+        "softmax_kernel": {"us": 30.0, "own": True}}}
+    note = kernel_time_note(share)
+    assert note.startswith("own kernels: 75% of GPU kernel time; by time: softmax_kernel* 30.0 us, ")
+    # Long names are cut to 60 characters.
+    assert note.endswith(", void at::native::vectorized_elementwise_kernel<4, FillFuncto 10.0 us")
+
+
+def test_profiler_note_counts_what_it_leaves_out():
+    kernels = {f"k{i}": {"us": float(i), "own": i == 5} for i in range(1, 7)}
+    note = kernel_time_note({"own_share": 5 / 21, "kernels": kernels}, top=2)
+    assert note == "own kernels: 24% of GPU kernel time; by time: k6 6.0 us, k5* 5.0 us and 4 more"
+    assert kernel_time_note({"own_share": 0.0, "kernels": {}}) == \
+        "own kernels: 0% of GPU kernel time"
