@@ -79,4 +79,3 @@ def test_tolerance_precedence_run_then_task_then_dtype():
     assert tolerances("bfloat16", None, None, EvalConfig()) == (1e-2, 1e-2)
     assert tolerances("float32", 1e-3, 2e-3, EvalConfig()) == (1e-3, 2e-3)
     assert tolerances("float32", 1e-3, 2e-3, EvalConfig(atol=5e-5)) == (5e-5, 2e-3)
-
