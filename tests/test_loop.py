@@ -113,8 +113,8 @@ def test_judge_queue_serves_urgent_candidates_first_in_order():
 
     async def drain():
         queue = JudgeQueue()
-        for name, urgent in [("t1", False), ("l1", True), ("t2", False), ("l2", True)]:
-            queue.put(name, urgent)
+        for name, origin in [("t1", "tuner"), ("l1", "llm"), ("t2", "tuner"), ("l2", "seed")]:
+            queue.put(name, origin)
         assert queue.urgent == 2 and queue.qsize() == 4
         got = [await queue.get() for _ in range(4)]
         assert queue.urgent == 0 and queue.empty()

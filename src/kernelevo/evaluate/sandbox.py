@@ -33,8 +33,8 @@ def _forkserver_context() -> Any:
     global _context
     if _context is None:
         _context = multiprocessing.get_context("forkserver")
-        # torch, torch._dynamo, triton and inductor's compile_fx: seconds of
-        # imports paid once, none of which touches CUDA (see preload.py).
+        # torch, torch._dynamo, triton and (for CUDA builds of torch) inductor:
+        # seconds of imports paid once, none of which touches CUDA (preload.py).
         _context.set_forkserver_preload(["kernelevo.evaluate.preload"])
     return _context
 

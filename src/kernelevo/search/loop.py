@@ -85,7 +85,8 @@ class JudgeQueue:
         self._order = itertools.count()
         self.urgent = 0  # queued candidates that are not tuner variants
 
-    def put(self, candidate_id: str, urgent: bool) -> None:
+    def put(self, candidate_id: str, origin: str) -> None:
+        urgent = origin != "tuner"
         self.urgent += urgent
         self._items.put_nowait((0 if urgent else 1, next(self._order), candidate_id))
 
@@ -146,7 +147,7 @@ class Evolution:
                 self.store.record_verdict(pending.id, verdict_for(
                     "killed_by_signal", "the evaluation was interrupted twice by a crash"))
             else:
-                self.queue.put(pending.id, urgent=pending.candidate.origin != "tuner")
+                self.queue.put(pending.id, pending.candidate.origin)
 
     # -- the run ---------------------------------------------------------------
 
@@ -205,7 +206,7 @@ class Evolution:
                                                          "error": str(exc)[:500]})
             finally:
                 self.building -= 1
-            self.queue.put(candidate_id, urgent=stored.candidate.origin != "tuner")
+            self.queue.put(candidate_id, stored.candidate.origin)
 
     async def _evaluate_forever(self, judge: Any, executor: ThreadPoolExecutor) -> None:
         loop = asyncio.get_running_loop()
@@ -347,8 +348,7 @@ class Evolution:
             candidate, island=island, cell=list(cell_of(candidate.source, candidate.backend)),
             parent_ids=parents, inspiration_ids=inspirations)
         prebuild = getattr(self.judges[0], "device", "cpu") == "cuda" and candidate.backend == "cuda"
-        (self.to_build if prebuild else self.queue).put(candidate_id,
-                                                        urgent=candidate.origin != "tuner")
+        (self.to_build if prebuild else self.queue).put(candidate_id, candidate.origin)
         return candidate_id
 
     def _report(self, message: str | None = None) -> None:
