@@ -27,14 +27,14 @@ def _fail(exc: Exception) -> None:
 
 
 def _config(config_file, precision, device, policy, atol, rtol, sets, timeout, vary_shapes,
-            cuda_graph, no_compile, no_static):
+            cuda_graph, no_compile, no_static, measure=None):
     from kernelevo.config import load_eval_config
 
     return load_eval_config(
         config_file, precision=precision, device=device, policy=policy, atol=atol, rtol=rtol,
         input_sets=sets, timeout_s=timeout, vary_shapes=vary_shapes or None,
         cuda_graph=cuda_graph or None, static_checks=False if no_static else None,
-        baselines=("eager",) if no_compile else None)
+        baselines=("eager",) if no_compile else None, measure=measure)
 
 
 _PRECISION = typer.Option(None, help="fp32, fp16 or bf16 (default fp32)")
@@ -43,6 +43,9 @@ _POLICY = typer.Option(None, help="strict, default or permissive honesty policy"
 _KB = typer.Option(None, "--kernelbench-dir", envvar="KERNELBENCH_DIR",
                    help="KernelBench checkout for kernelbench:levelN/M tasks")
 _CONFIG = typer.Option(None, "--config", help="TOML file with an [eval] table")
+_TIMING = typer.Option(None, "--timing", help="the measure speedups use: gpu (device time per "
+                       "call, as do_bench; default), call (host time per call in a loop of "
+                       "calls) or kernelbench (KernelBench's harness protocol)")
 
 
 @app.command("eval")
@@ -58,6 +61,7 @@ def eval_command(
     timeout: Optional[float] = typer.Option(None, help="wall-clock limit per process, seconds"),
     vary_shapes: bool = typer.Option(False, help="re-check at perturbed sizes"),
     cuda_graph: bool = typer.Option(False, help="time with CUDA graphs (launch-bound kernels)"),
+    timing: Optional[str] = _TIMING,
     no_compile: bool = typer.Option(False, help="skip the torch.compile baseline"),
     no_static: bool = typer.Option(False, help="skip the static checks (runtime checks only)"),
     as_json: bool = typer.Option(False, "--json", help="print the full verdict as JSON"),
@@ -71,7 +75,7 @@ def eval_command(
 
     try:
         config = _config(config_file, precision, device, policy, atol, rtol, sets, timeout,
-                         vary_shapes, cuda_graph, no_compile, no_static)
+                         vary_shapes, cuda_graph, no_compile, no_static, timing)
         loaded_task = load_task(task, kernelbench_dir)
         loaded = load_candidate(candidate, backend)
         with console.status("starting") as status:
@@ -83,7 +87,8 @@ def eval_command(
         out.print_json(json.dumps(verdict.to_dict()))
     else:
         print_verdict(out, loaded.name, verdict)
-    raise typer.Exit(0 if verdict.ok else EXIT_FAILED)
+    # A PyTorch-only candidate is correct but is no kernel: it does not pass.
+    raise typer.Exit(0 if verdict.passed_kernel else EXIT_FAILED)
 
 
 @app.command("compare")
@@ -94,6 +99,7 @@ def compare_command(
     precision: Optional[str] = _PRECISION, device: Optional[str] = _DEVICE,
     policy: Optional[str] = _POLICY,
     cuda_graph: bool = typer.Option(False, help="time with CUDA graphs"),
+    timing: Optional[str] = _TIMING,
     no_compile: bool = typer.Option(False, help="skip the torch.compile baseline"),
     as_json: bool = typer.Option(False, "--json", help="print both verdicts and the result"),
     kernelbench_dir: Optional[str] = _KB, config_file: Optional[str] = _CONFIG,
@@ -106,7 +112,7 @@ def compare_command(
 
     try:
         config = _config(config_file, precision, device, policy, None, None, None, None, False,
-                         cuda_graph, no_compile, False)
+                         cuda_graph, no_compile, False, timing)
         loaded_task = load_task(task, kernelbench_dir)
         a, b = load_candidate(first), load_candidate(second)
         with console.status("starting") as status:
@@ -118,7 +124,7 @@ def compare_command(
         out.print_json(json.dumps(result.to_dict()))
     else:
         print_comparison(out, a.name, b.name, result)
-    raise typer.Exit(0 if result.a.ok and result.b.ok else EXIT_FAILED)
+    raise typer.Exit(0 if result.a.passed_kernel and result.b.passed_kernel else EXIT_FAILED)
 
 
 @app.command("evolve")
@@ -144,6 +150,7 @@ def evolve_command(
     precision: Optional[str] = _PRECISION, device: Optional[str] = _DEVICE,
     policy: Optional[str] = _POLICY,
     no_compile: bool = typer.Option(False, help="skip the torch.compile baseline (faster)"),
+    timing: Optional[str] = _TIMING,
     kernelbench_dir: Optional[str] = _KB, config_file: Optional[str] = _CONFIG,
 ) -> None:
     """Search for faster kernels with an LLM and the zero-token tuner, within budgets."""
@@ -155,7 +162,7 @@ def evolve_command(
     try:
         file_config = _toml(config_file)
         eval_config = _config(config_file, precision, device, policy, None, None, None, None,
-                              False, False, no_compile, False)
+                              False, False, no_compile, False, timing)
         search = SearchConfig(**{**file_config.get("search", {}), "backend": backend,
                                  "islands": islands, "llm_in_flight": llm_in_flight})
         llm = dict(file_config.get("llm", {}))

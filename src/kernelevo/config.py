@@ -8,6 +8,7 @@ from kernelevo.errors import ConfigError
 
 PRECISIONS = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 POLICIES = ("strict", "default", "permissive")
+TIMING_MEASURES = ("gpu", "call", "kernelbench")
 # (atol, rtol) by output dtype: strict enough that TF32 or bf16 shortcuts in an
 # fp32 task fail, loose enough for honest reordering of fp32 sums.
 DEFAULT_TOLERANCES = {
@@ -28,6 +29,23 @@ class TimingConfig:
     max_samples: int = 200
     cuda_graph: bool = False
     baselines: tuple[str, ...] = ("eager", "compile")
+    # The measure that speedups and the search's fitness use: gpu (device time
+    # per call, as do_bench), call (host time per call in a back-to-back loop)
+    # or kernelbench (KernelBench's harness protocol).
+    measure: str = "gpu"
+    call_loop_ms: float = 2.0  # length of one loop of back-to-back calls
+    call_target_ms: float = 100.0  # call-time loops wanted per contestant, in all
+
+    def __post_init__(self) -> None:
+        if self.measure not in TIMING_MEASURES:
+            raise ConfigError(f"timing measure {self.measure!r}: use one of "
+                              f"{', '.join(TIMING_MEASURES)}")
+        unknown = set(self.baselines) - {"eager", "compile"}
+        if unknown:
+            raise ConfigError(f"unknown baselines {sorted(unknown)}: use eager and/or compile")
+        for name in ("warmup_ms", "target_ms", "call_loop_ms", "call_target_ms"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"timing {name}={getattr(self, name)}: it must be positive")
 
 
 @dataclass(frozen=True)
@@ -42,6 +60,9 @@ class EvalConfig:
     policy: str = "default"
     static_checks: bool = True
     timeout_s: float = 300.0
+    # CUDA builds run ahead, in their own process with this limit, so a cold
+    # nvcc build never eats into the candidate's own wall-clock limit.
+    build_timeout_s: float = 900.0
     output_limit_bytes: int = 16 << 20
     vary_shapes: bool = False
     shrink_on_cpu: bool = True
@@ -56,6 +77,9 @@ class EvalConfig:
             raise ConfigError(f"policy {self.policy!r}: use one of {', '.join(POLICIES)}")
         if self.device not in ("auto", "cuda", "cpu"):
             raise ConfigError(f"device {self.device!r}: use auto, cuda or cpu")
+        for name in ("timeout_s", "build_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name}={getattr(self, name)}: a time limit must be positive")
         if self.input_sets < 2:
             raise ConfigError(f"input_sets={self.input_sets}: at least 2 sets are needed")
         for name in ("atol", "rtol"):

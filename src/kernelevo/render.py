@@ -7,9 +7,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from kernelevo.evaluate.verdict import TimingStats, Verdict
+from kernelevo.evaluate.verdict import TimingStats, Verdict, speedup
 
 _STATUS_STYLE = {"ok": "bold green", "skipped": "yellow"}
+_MEASURE_TITLES = {"gpu": "GPU time", "call": "call time", "kernelbench": "KernelBench time"}
 
 
 def _timing_text(stats: TimingStats | None) -> str:
@@ -22,23 +23,29 @@ def _timing_text(stats: TimingStats | None) -> str:
 
 def print_verdict(console: Console, name: str, verdict: Verdict) -> None:
     style = _STATUS_STYLE.get(verdict.status, "bold red")
+    if verdict.ok and not verdict.passed_kernel:
+        style = "bold yellow"
     console.print(f"[{style}]{verdict.status.upper()}[/]  {name}: {verdict.reason}")
-    if verdict.message and not verdict.ok:
-        console.print(verdict.message)
+    if verdict.message and not verdict.passed_kernel:
+        console.print(verdict.message, markup=False)
     if verdict.errors is not None:
         e = verdict.errors
         console.print(f"error: max abs {e.max_abs_error:.3g}, max rel {e.max_rel_error:.3g}, "
                       f"mismatch {e.mismatch_fraction:.2%}, rel L2 {e.rel_l2_error:.3g} "
                       f"(atol {e.atol:g}, rtol {e.rtol:g})")
-    if verdict.timings:
-        table = Table(show_header=True, header_style="bold")
+    measures = verdict.measures or ({verdict.timing_measure or "gpu": verdict.timings}
+                                    if verdict.timings else {})
+    for measure, stats in measures.items():
+        used = " (speedups use it)" if measure == verdict.timing_measure else ""
+        table = Table(show_header=True, header_style="bold",
+                      title=f"{_MEASURE_TITLES.get(measure, measure)}{used}", title_justify="left")
         table.add_column("contestant")
         table.add_column("median time")
         table.add_column("speedup of candidate")
-        speedups = {"eager": verdict.speedup_vs_eager, "compile": verdict.speedup_vs_compile}
-        for contestant, stats in verdict.timings.items():
-            gain = speedups.get(contestant)
-            table.add_row(contestant, _timing_text(stats), f"{gain:.2f}x" if gain else "")
+        own = stats.get("candidate")
+        for contestant, values in stats.items():
+            gain = speedup(values, own) if own is not None and contestant != "candidate" else None
+            table.add_row(contestant, _timing_text(values), f"{gain:.2f}x" if gain else "")
         console.print(table)
     for flag in verdict.flags:
         console.print(f"[yellow]flag:[/] {flag}")

@@ -70,13 +70,25 @@ def _same_shape_of_sequence(a: str, b: str) -> bool:
 
 def decide_correctness(outputs: dict[str, Any], references: list[list[torch.Tensor]],
                        structure: str, tolerances: list[tuple[float, float]],
-                       device: str) -> Decision:
-    """Every input set, then the repeated call, must match the reference."""
+                       device: str, stress: dict[int, str] | None = None) -> Decision:
+    """Every input set, then the repeated call, must match the reference.
+
+    The task's own sets are judged before the stress sets (`stress` maps a
+    set's index to how it was made), so a candidate wrong only under stress
+    gets its own reason, naming the set and its value range.
+    """
+    stress = stress or {}
     all_metrics: list[ErrorMetrics] = []
-    for number, (got, expected) in enumerate(zip(outputs["sets"], references)):
-        reason, message, metrics = compare_set(got, expected, structure, tolerances,
-                                               f"input set {number}", device)
+    order = sorted(range(len(references)), key=lambda number: number in stress)
+    for number in order:
+        reason, message, metrics = compare_set(outputs["sets"][number], references[number],
+                                               structure, tolerances, f"input set {number}",
+                                               device)
         all_metrics += metrics
+        if reason and number in stress and reason in STRESS_REASONS:
+            return Decision("stress_inputs_failed", f"right on the task's own inputs, wrong on "
+                            f"input set {number} ({stress[number]}): {message}",
+                            worst_of(metrics))
         if reason:
             return Decision(reason, message, worst_of(metrics))
     reason, message, _ = compare_set(outputs["repeat"], references[0], structure, tolerances,
@@ -85,6 +97,10 @@ def decide_correctness(outputs: dict[str, Any], references: list[list[torch.Tens
         return Decision("stateful_forward", "a second call on the same inputs differs: " + message,
                         worst_of(all_metrics))
     return Decision(None, "", worst_of(all_metrics))
+
+
+# Value errors only: a wrong shape or type on a stress set is no numeric weakness.
+STRESS_REASONS = frozenset({"output_mismatch", "non_finite"})
 
 
 def decide_honesty(report: dict[str, Any], outputs: dict[str, Any], reference: list[torch.Tensor],

@@ -53,8 +53,9 @@ def make_inputs(module: ModuleType, seed: int, device: str, dtype: torch.dtype,
                 variant: float | None = None) -> list[Any]:
     """One input set from get_inputs() under `seed`, on the device and in `dtype`.
 
-    `variant`, when given, rescales floating inputs (x * variant + variant / 4)
-    so a shortcut tuned to the task's input distribution cannot pass.
+    `variant`, when given, is the scale of a stress set: floating inputs are
+    rescaled (see stress_tensor) so a shortcut tuned to the task's input
+    distribution cannot pass, while what the task's inputs guarantee holds.
     """
     torch.manual_seed(seed)
     with torch.device(device):
@@ -74,7 +75,7 @@ def _prepare(value: Any, position: int, device: str, dtype: torch.dtype,
         if tensor.is_floating_point():
             tensor = tensor.to(dtype)
             if variant is not None:
-                tensor = tensor * variant + variant / 4
+                tensor = stress_tensor(tensor, variant)
         return tensor.contiguous() if not tensor.is_contiguous() else tensor
     if isinstance(value, (bool, int, float)) or value is None:
         return value
@@ -82,6 +83,50 @@ def _prepare(value: Any, position: int, device: str, dtype: torch.dtype,
         f"get_inputs()[{position}] is {type(value).__name__}: inputs must be tensors "
         "or plain numbers"
     )
+
+
+# A floating tensor with at most this many distinct values is categorical
+# (a mask, labels, +-1 targets): its values are the contract, not a distribution.
+_DISCRETE_VALUES = 16
+
+
+def stress_tensor(tensor: torch.Tensor, scale: float) -> torch.Tensor:
+    """The stress version of one floating input: rescaled, its guarantees kept.
+
+    Scaling by a positive factor keeps every linear structure a task may
+    promise (zeros where they were, so triangular, diagonal and sparse
+    patterns; symmetry; sign). The shift, which moves a zero-mean
+    distribution off zero, is added only where it breaks nothing: never when
+    the tensor has exact zeros, and with the sign of a one-signed tensor.
+    Categorical tensors stay as they are.
+    """
+    if tensor.numel() == 0 or is_discrete(tensor):
+        return tensor
+    scaled = tensor * scale
+    if bool((tensor == 0).any()):
+        return scaled
+    shift = -scale / 4 if bool((tensor <= 0).all()) else scale / 4
+    return scaled + shift
+
+
+def is_discrete(tensor: torch.Tensor) -> bool:
+    """True when the tensor takes only a handful of distinct values."""
+    if tensor.numel() <= _DISCRETE_VALUES:
+        return False
+    # A prefix decides cheaply for the common, continuous case.
+    head = tensor.reshape(-1)[:4096]
+    if torch.unique(head).numel() > _DISCRETE_VALUES:
+        return False
+    return torch.unique(tensor).numel() <= _DISCRETE_VALUES
+
+
+def describe_stress(inputs: list[Any], scale: float) -> str:
+    """How a stress set was made and the range of its floating inputs, for verdicts."""
+    ranges = [f"input {i} in [{float(x.min()):.3g}, {float(x.max()):.3g}]"
+              for i, x in enumerate(inputs)
+              if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel()]
+    where = "; ".join(ranges[:4]) if ranges else "no floating inputs"
+    return f"stress set: floating inputs scaled by {scale:.3g} (structure kept); {where}"
 
 
 def clone_inputs(inputs: list[Any]) -> list[Any]:

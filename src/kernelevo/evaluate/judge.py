@@ -90,9 +90,13 @@ class Judge:
         early = [self._static_verdict(c) for c in candidates]
         pending = [i for i, v in enumerate(early) if v is None]
         verdicts = list(early)
+        for i in pending:
+            if candidates[i].backend == "cuda":
+                self.progress("building CUDA extension")
+                self.prebuild(candidates[i])
         if pending:
-            judged = self._run([candidates[i] for i in pending], self.task,
-                               timed and self.config.time_candidates)
+            judged = self._run_guarded([candidates[i] for i in pending], self.task,
+                                       timed and self.config.time_candidates)
             for i, verdict in zip(pending, judged):
                 verdicts[i] = verdict
         if self.config.vary_shapes:
@@ -106,7 +110,8 @@ class Judge:
         scratch = Path(tempfile.mkdtemp(prefix="kernelevo-build-"))
         try:
             result = run_job(run_prebuild, {"source": candidate.source, "scratch": str(scratch)},
-                             scratch, self.config.timeout_s, self.config.output_limit_bytes,
+                             scratch, self.config.build_timeout_s,
+                             self.config.output_limit_bytes,
                              environment={**self.child_environment, "CUDA_VISIBLE_DEVICES": ""})
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
@@ -126,6 +131,25 @@ class Judge:
         others = [f"{f.reason} (line {f.line}): {f.detail}" for f in findings[1:6]]
         return verdict_for(first.reason, where + first.detail, notes=tuple(others),
                            isolation="static check, not run")
+
+    def _run_guarded(self, candidates: list[Candidate], task: Task,
+                     time_them: bool) -> list[Any]:
+        """_run, with the judge's own GPU memory running out turned into verdicts."""
+        try:
+            return self._run(candidates, task, time_them)
+        except torch.cuda.OutOfMemoryError as exc:
+            from kernelevo.evaluate.verdict import verdict_for
+
+            message = (f"the judge's process ran out of GPU memory holding the reference and "
+                       f"the candidate's outputs: {str(exc).splitlines()[0][:300]}")
+            return [verdict_for("out_of_memory", message) for _ in candidates]
+        finally:
+            self.release_memory()
+
+    def release_memory(self) -> None:
+        """Give the GPU memory this process cached back to the device, for the workers."""
+        if self.device == "cuda":
+            torch.cuda.empty_cache()
 
     def _run(self, candidates: list[Candidate], task: Task, time_them: bool) -> list[Any]:
         """The oracle and the worker run at once; the worker waits for the reference."""
@@ -168,7 +192,7 @@ class Judge:
         varied = self.task.with_constants(changes)
         described = ", ".join(f"{k}={v}" for k, v in changes.items())
         try:
-            rechecked = self._run([candidates[i] for i in passing], varied, False)
+            rechecked = self._run_guarded([candidates[i] for i in passing], varied, False)
         except TaskError as exc:
             self.notes.append(f"shape variation skipped: the reference fails at {described}: {exc}")
             return verdicts
@@ -193,16 +217,18 @@ class _OracleRun:
         try:
             self.reference = self._compute()
         except Exception as exc:  # handed to the judge's thread, raised there
-            self.error = exc if isinstance(exc, TaskError) else TaskError(
+            kept = (TaskError, torch.cuda.OutOfMemoryError)  # the judge makes a verdict of OOM
+            self.error = exc if isinstance(exc, kept) else TaskError(
                 f"the reference oracle failed: {type(exc).__name__}: {exc}")
         finally:
             self.done.set()
 
     def _compute(self) -> dict[str, Any]:
         config, count = self.judge.config, self.judge.config.input_sets
-        # One set is rescaled (x * s + s / 4, s in [32, 128]) so shortcuts that
-        # only hold for the task's input distribution fail: randn inputs then
-        # reach beyond 100, where exp() without a max subtraction overflows.
+        # One set is a stress set (scaled by s in [32, 128], structure kept) so
+        # shortcuts that only hold for the task's input distribution fail:
+        # randn inputs then reach beyond 100, where exp() without a max
+        # subtraction overflows.
         variant_scale = 2 ** (5 + secrets.randbelow(2000) / 1000)
         payload = {
             "task_source": self.task.source, "device": self.judge.device,
@@ -240,7 +266,8 @@ class _OracleRun:
         return {
             "outputs": outputs,
             "seeds": [payload["seeds"][i] for i in kept],
-            "variants": [payload["variants"][i] for i in kept],
+            "variants": final["variants_used"],
+            "stress": {int(k): v for k, v in final["stress"].items()},
             "structure": final["structure"],
             "ops": set(final["ops"]),
             "flops": final["flops"], "bytes": final["bytes"],

@@ -48,17 +48,22 @@ def _compute(payload: dict[str, Any], channel: Channel) -> dict[str, Any]:
                            "it must return a list of constructor arguments")
     model = task_inputs.build_model(module.Model, list(init_inputs), device, dtype)
     channel.send("progress", phase="reference outputs")
-    outputs, structure, kept = [], None, []
+    outputs, structure, kept, used, stress = [], None, [], [], {}
     for index, (seed, variant) in enumerate(zip(payload["seeds"], payload["variants"])):
-        result, structure_now = _run_set(model, module, seed, device, dtype, variant)
+        result, structure_now, variant = _run_in_domain(model, module, seed, device, dtype,
+                                                        variant, outputs)
         if structure is not None and structure_now != structure:
             raise _TaskProblem(f"the reference returns {structure_now} for one input set and "
                                f"{structure} for another")
         structure = structure_now
-        if variant is not None and not _all_finite(result) and _all_finite(outputs[0]):
-            continue  # the rescaled inputs leave the task's domain: drop that set
+        if result is None:
+            continue  # no stress scale keeps the reference finite: drop that set
+        if variant is not None:
+            stress[len(outputs)] = task_inputs.describe_stress(
+                task_inputs.kept_inputs(module, seed, device, dtype, variant), variant)
         outputs.append(result)
         kept.append(index)
+        used.append(variant)
     channel.send("progress", phase="reference determinism")
     _check_deterministic(model, module, payload, outputs[0], device, dtype)
     channel.send("progress", phase="reference profile")
@@ -72,6 +77,8 @@ def _compute(payload: dict[str, Any], channel: Channel) -> dict[str, Any]:
     params = [p for p in model.parameters()] if hasattr(model, "parameters") else []
     return {
         "kept_sets": kept,
+        "variants_used": used,
+        "stress": stress,
         "structure": structure,
         "ops": sorted(ops),
         "flops": flops,
@@ -81,6 +88,22 @@ def _compute(payload: dict[str, Any], channel: Channel) -> dict[str, Any]:
         "rtol": _float_attr(module, "output_rtol"),
         "output_dtypes": [str(t.dtype).replace("torch.", "") for t in outputs[0]],
     }
+
+
+def _run_in_domain(model: Any, module: Any, seed: int, device: str, dtype: torch.dtype,
+                   variant: float | None, earlier: list[list[torch.Tensor]]
+                   ) -> tuple[list[torch.Tensor] | None, str, float | None]:
+    """A set's reference outputs; a stress set backs off to milder scales until finite.
+
+    The stress set must stay in the task's domain: where the reference itself
+    overflows at the drawn scale (exp, cumprod), a milder scale is used.
+    """
+    scales = [variant] if variant is None else [variant, variant ** 0.5, 2.0]
+    for scale in scales:
+        result, structure = _run_set(model, module, seed, device, dtype, scale)
+        if scale is None or _all_finite(result) or (earlier and not _all_finite(earlier[0])):
+            return result, structure, scale
+    return None, structure, None
 
 
 def _load_task(source: str, folder: Path) -> Any:

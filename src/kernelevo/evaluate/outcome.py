@@ -11,15 +11,17 @@ from kernelevo.evaluate import decide
 from kernelevo.evaluate.floor import compute_floor
 from kernelevo.evaluate.sandbox import JobResult
 from kernelevo.evaluate.transfer import TransferError, import_bundle
-from kernelevo.evaluate.verdict import TimingStats, Verdict, verdict_for
+from kernelevo.evaluate.verdict import (NO_CUSTOM_KERNEL_FLAG, TimingStats, Verdict, speedup,
+                                         verdict_for)
 
 ISOLATION = ("own process group, wall-clock kill, output cap, scratch cwd, fresh CUDA context, "
              "network {network}")
 
 
-def _outputs_from(report: dict[str, Any], count: int, judge: Any) -> dict[str, Any]:
+def _outputs_from(report: dict[str, Any], count: int, judge: Any,
+                  device: str) -> dict[str, Any]:
     """The worker's outputs as {'sets': [...], 'repeat': ..., 'knockout': ...}."""
-    bundle = import_bundle(report.get("bundle"), judge.compare_device, judge.gpu_index)
+    bundle = import_bundle(report.get("bundle"), device, judge.gpu_index)
     structures = report.get("structures", {})
 
     def entry(name: str) -> dict[str, Any] | None:
@@ -34,17 +36,30 @@ def _outputs_from(report: dict[str, Any], count: int, judge: Any) -> dict[str, A
 
 
 def judge_candidate(state: Any, index: int, report: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """Decide one candidate from its checked report: ('passed'|'failed', details)."""
+    """Decide one candidate from its checked report: ('passed'|'failed', details).
+
+    The worker holds its GPU memory while it waits for this answer; when the
+    GPU has no room left for the comparison, it is made on the CPU instead.
+    """
     try:
-        outputs = _outputs_from(report, len(state.reference["outputs"]), state.judge)
+        return _judge_on(state, index, report, state.judge.compare_device)
+    except torch.cuda.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        return _judge_on(state, index, report, "cpu")
+
+
+def _judge_on(state: Any, index: int, report: dict[str, Any],
+              device: str) -> tuple[str, dict[str, Any]]:
+    try:
+        outputs = _outputs_from(report, len(state.reference["outputs"]), state.judge, device)
     except TransferError as exc:  # a candidate that corrupts its own report fails, not the judge
         return "failed", {"reason": "harness_tampered", "message": f"unreadable outputs: {exc}"}
-    ref, device = state.reference, state.judge.compare_device
+    ref = state.reference
     guard = decide.guard_reason(report)
     if guard:
         return "failed", {"reason": guard[0], "message": guard[1]}
     correctness = decide.decide_correctness(outputs, ref["outputs"], ref["structure"],
-                                            ref["tolerances"], device)
+                                            ref["tolerances"], device, ref.get("stress"))
     if correctness.reason:
         return "failed", {"reason": correctness.reason, "message": correctness.message,
                           "metrics": correctness.metrics}
@@ -105,7 +120,10 @@ def _one(state: Any, result: JobResult, judge: Any, index: int, candidate: Any) 
     if flags:
         notes += ("degenerate task: a trivial answer passes the tolerance, so a pass proves "
                   "little",)
-    base = verdict_for("passed", errors=details.get("metrics"), flags=flags, notes=notes)
+    if candidate.backend == "pytorch":
+        flags = (NO_CUSTOM_KERNEL_FLAG,) + flags
+    base = verdict_for("pytorch_only" if candidate.backend == "pytorch" else "passed",
+                       errors=details.get("metrics"), flags=flags, notes=notes)
     if judge.device == "cpu" or not state.time_them:
         why = "no GPU" if judge.device == "cpu" else "timing not requested"
         return replace(base, notes=base.notes + (f"timings unavailable: {why}",))
@@ -116,8 +134,6 @@ def _one(state: Any, result: JobResult, judge: Any, index: int, candidate: Any) 
 
 def _timed(base: Verdict, state: Any, judge: Any, index: int, candidate: Any) -> Verdict:
     timing = state.timing
-    stats = {name: TimingStats(**values) for name, values in timing["stats"].items()}
-    own = stats.get(f"candidate_{index}")
     if timing.get("tampered"):
         return verdict_for("harness_tampered", "patched during timing: "
                            + ", ".join(timing["tampered"][:5]))
@@ -129,23 +145,48 @@ def _timed(base: Verdict, state: Any, judge: Any, index: int, candidate: Any) ->
         return verdict_for("no_custom_kernel", "the profiler saw none of the candidate's kernels "
                            f"run in {share.get('profiled_calls', 1)} profiled call(s) (kernels "
                            f"seen: {', '.join(list(share.get('kernels', {}))[:5])})")
-    timings = {"candidate": own}
-    timings.update({k: v for k, v in stats.items() if not k.startswith("candidate_")})
-    notes = list(base.notes) + list(timing.get("notes", []))
+    measures = {measure: _contestants(stats, index)
+                for measure, stats in timing["measures"].items()}
+    measure = timing["measure"]
+    timings = measures[measure]
+    own = timings["candidate"]
+    notes = list(base.notes) + list(timing.get("notes", [])) + [measures_note(measures, measure)]
     if share:
         notes.append(kernel_time_note(share))
     floor = compute_floor(state.reference["bytes"], state.reference["flops"],
                           timing.get("device_name", ""), judge.config.dtype_name)
+    gpu_own = measures["gpu"]["candidate"]
     if floor is not None:
         notes.append(f"physical floor {floor.floor_ms:.4f} ms ({floor.bound}-bound)")
-        if own.median_ms < floor.floor_ms:
-            return verdict_for("beats_physical_floor", f"median {own.median_ms:.4f} ms is under "
-                               f"the floor of {floor.floor_ms:.4f} ms ({floor.bound}-bound)")
-    eager, compiled = stats.get("eager"), stats.get("compile")
-    return replace(base, timings=timings, notes=tuple(notes),
-                   flags=base.flags + tuple(timing.get("flags", [])),
-                   speedup_vs_eager=eager.median_ms / own.median_ms if eager else None,
-                   speedup_vs_compile=compiled.median_ms / own.median_ms if compiled else None)
+        if gpu_own.median_ms < floor.floor_ms:
+            return verdict_for("beats_physical_floor", f"GPU time {gpu_own.median_ms:.4f} ms is "
+                               f"under the floor of {floor.floor_ms:.4f} ms ({floor.bound}-bound)")
+    eager, compiled = timings.get("eager"), timings.get("compile")
+    return replace(base, timings=timings, measures=measures, timing_measure=measure,
+                   notes=tuple(notes), flags=base.flags + tuple(timing.get("flags", [])),
+                   speedup_vs_eager=speedup(eager, own), speedup_vs_compile=speedup(compiled, own))
+
+
+def _contestants(stats: dict[str, Any], index: int) -> dict[str, TimingStats]:
+    """One measure's stats, with this candidate's under the name 'candidate'."""
+    own = {"candidate": TimingStats(**stats[f"candidate_{index}"])}
+    own.update({name: TimingStats(**values) for name, values in stats.items()
+                if not name.startswith("candidate_")})
+    return own
+
+
+_MEASURE_NAMES = {"gpu": "GPU time", "call": "call time", "kernelbench": "KernelBench time"}
+
+
+def measures_note(measures: dict[str, dict[str, TimingStats]], used: str) -> str:
+    """One line with every measure's speedup vs eager, naming the one speedups use."""
+    parts = []
+    for measure, stats in measures.items():
+        gain = speedup(stats.get("eager"), stats["candidate"])
+        if gain is not None:
+            parts.append(f"{_MEASURE_NAMES.get(measure, measure)} {gain:.2f}x")
+    return (f"speedups use {_MEASURE_NAMES.get(used, used)}; vs eager by measure: "
+            + ", ".join(parts))
 
 
 def _phases(report: dict[str, Any] | None, timing: dict[str, Any] | None,

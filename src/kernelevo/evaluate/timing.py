@@ -1,11 +1,18 @@
-"""Timing of several contestants, interleaved in one process.
+"""Timing of several contestants, interleaved in one process, by three measures.
 
-Modelled on careful benchmarking practice: warm-up first, an L2 flush with a
-buffer twice the device's L2 before every sample, the whole device
-synchronised around each sample, input sets rotated through fixed buffers so
-a cache keyed on pointers returns stale results (which the caller then
-catches), the median and IQR reported, and a settle time after each sample to expose
-work the stream's events cannot see.
+- gpu: the device time of one call, start event to end event, with the host's
+  launch overhead hidden as it is in a stream of queued calls, a CUDA graph or
+  torch.compile's graphs: a short sleep kernel holds the stream while the host
+  queues the call. An L2 flush (twice the device's L2) precedes every sample,
+  input sets rotate through fixed buffers, the whole device is synchronised
+  around each sample and the median and IQR are reported. This is what
+  `triton.testing.do_bench` measures.
+- call: host time per call of a back-to-back loop of calls, launch overhead
+  included, caches warm as in a real loop; what a Python caller waits.
+- kernelbench: KernelBench's harness protocol (256 MB cache clear, events
+  around a call made right after it, mean of 100 trials), so results compare
+  with numbers published under it.
+Samples of every contestant interleave, so drift affects all alike.
 """
 
 from __future__ import annotations
@@ -20,14 +27,17 @@ import torch
 from kernelevo.evaluate.verdict import TimingStats
 
 Contestant = Callable[..., Any]
-AfterSample = Callable[[str, int, int, Any], None]
+AfterSample = Callable[[str, str, int, Any], None]  # (contestant, measure, set, output)
+
+
+MEASURES = ("gpu", "call", "kernelbench")
 
 
 @dataclass
 class TimingRun:
-    """Stats per contestant plus what the caller should know about them."""
+    """Stats per measure and contestant plus what the caller should know about them."""
 
-    stats: dict[str, TimingStats] = field(default_factory=dict)
+    measures: dict[str, dict[str, TimingStats]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
 
@@ -39,13 +49,30 @@ def summarize(samples_ms: list[float], method: str) -> TimingStats:
         iqr = quartiles[2] - quartiles[0]
     else:
         iqr = ordered[-1] - ordered[0]
-    return TimingStats(statistics.median(ordered), iqr, ordered[0], len(ordered), method)
+    return TimingStats(statistics.median(ordered), iqr, ordered[0], len(ordered), method,
+                       statistics.fmean(ordered))
 
 
 def load_set(arena: list[Any], source: list[Any]) -> None:
     for target, value in zip(arena, source):
         if isinstance(target, torch.Tensor):
             target.copy_(value)
+
+
+class _Sleeper:
+    """Holds the stream busy for a given time, so the host can queue a call ahead of it."""
+
+    def __init__(self) -> None:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(1000)  # the first launch loads the kernel
+        start.record()
+        torch.cuda._sleep(1_000_000)
+        end.record()
+        end.synchronize()
+        self.cycles_per_ms = 1_000_000 / max(start.elapsed_time(end), 1e-3)
+
+    def sleep(self, ms: float) -> None:
+        torch.cuda._sleep(int(self.cycles_per_ms * ms))
 
 
 class _Sampler:
@@ -55,22 +82,25 @@ class _Sampler:
         l2_bytes = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20)
         self.flush = torch.empty(max(2 * l2_bytes, 1 << 20), dtype=torch.int8, device="cuda")
         self.arena, self.sets = arena, sets
+        self.sleeper = _Sleeper()
         self.start = torch.cuda.Event(enable_timing=True)
         self.end = torch.cuda.Event(enable_timing=True)
         self.settled = torch.cuda.Event(enable_timing=True)
 
-    def sample(self, call: Callable[[], Any], set_index: int) -> tuple[float, float, Any]:
+    def sample(self, call: Callable[[], Any], set_index: int,
+               hold_ms: float) -> tuple[float, float, Any]:
         """(event_ms, tail_ms, output) of one call after loading a set and flushing L2.
 
-        The device is idle before the set is loaded; the load and the flush are
-        queued ahead of the timed call, so the host's launch overhead hides
-        behind them as it does in a stream of real calls. `tail_ms` runs from
-        the end event to a point recorded after synchronising the whole device:
-        work left running on other streams makes it long.
+        The stream sleeps `hold_ms` (longer than the host needs to queue the
+        call) before the start event, so the event interval holds the call's
+        device work and not the host's launch overhead. `tail_ms` runs from
+        the end event to a point recorded after synchronising the whole
+        device: work left running on other streams makes it long.
         """
         torch.cuda.synchronize()
         load_set(self.arena, self.sets[set_index])
         self.flush.zero_()
+        self.sleeper.sleep(hold_ms)
         self.start.record()
         output = call()
         self.end.record()
@@ -78,6 +108,16 @@ class _Sampler:
         self.settled.record()
         self.settled.synchronize()
         return self.start.elapsed_time(self.end), self.end.elapsed_time(self.settled), output
+
+    def loop(self, call: Callable[[], Any], set_index: int, calls: int) -> tuple[float, Any]:
+        """(ms per call, last output) of `calls` back-to-back calls, by the host's clock."""
+        load_set(self.arena, self.sets[set_index])
+        torch.cuda.synchronize()
+        started = time.perf_counter()
+        for _ in range(calls):
+            output = call()
+        torch.cuda.synchronize()
+        return (time.perf_counter() - started) * 1e3 / calls, output
 
 
 def _graphed(fn: Contestant, arena: list[Any]) -> tuple[Callable[[], Any], Any]:
@@ -94,52 +134,122 @@ def _graphed(fn: Contestant, arena: list[Any]) -> tuple[Callable[[], Any], Any]:
     return graph.replay, static_output
 
 
-def _warm(call: Callable[[], Any], warmup_ms: float) -> float:
-    """Run until warmup_ms have passed (at least 3 calls); returns ms per call."""
-    calls, started = 0, time.perf_counter()
+def _warm(call: Callable[[], Any], warmup_ms: float) -> tuple[float, float]:
+    """Run until warmup_ms have passed (at least 3 calls); (ms per call, host ms to queue one)."""
+    calls, started, queue_ms = 0, time.perf_counter(), []
     while calls < 3 or (time.perf_counter() - started) * 1e3 < warmup_ms:
+        before = time.perf_counter()
         call()
+        queue_ms.append((time.perf_counter() - before) * 1e3)
         torch.cuda.synchronize()
         calls += 1
-    return (time.perf_counter() - started) * 1e3 / calls
+    return (time.perf_counter() - started) * 1e3 / calls, statistics.median(queue_ms)
 
 
-def time_contestants(contestants: dict[str, Contestant], sets: list[list[Any]],
-                     config: Any, after: AfterSample) -> TimingRun:
-    """Interleave samples of every contestant; `after(name, sample, set, output)` sees each output."""
-    run = TimingRun()
-    arena = [x.clone() if isinstance(x, torch.Tensor) else x for x in sets[0]]
-    sampler = _Sampler(arena, sets)
+def _calls(contestants: dict[str, Contestant], arena: list[Any], config: Any,
+           run: TimingRun) -> tuple[dict[str, Callable[[], Any]], set[str]]:
+    """A zero-argument call per contestant (a graph replay with cuda_graph on)."""
     calls: dict[str, Callable[[], Any]] = {}
-    graph_outputs: dict[str, Any] = {}
-    per_call_ms = {}
+    graphed: set[str] = set()
     for name, fn in contestants.items():
         calls[name] = lambda fn=fn: fn(*arena)
         if config.cuda_graph:
             try:
-                replay, graph_outputs[name] = _graphed(fn, arena)
-                calls[name] = lambda replay=replay, name=name: (replay(), graph_outputs[name])[1]
+                replay, static_output = _graphed(fn, arena)
+                calls[name] = lambda replay=replay, out=static_output: (replay(), out)[1]
+                graphed.add(name)
             except Exception as exc:  # capture is optional: say so and time plainly
                 run.notes.append(f"{name}: CUDA graph capture failed ({type(exc).__name__}); "
                                  "timed without graphs")
-        per_call_ms[name] = _warm(calls[name], config.warmup_ms)
-    slowest = max(per_call_ms.values())
+    return calls, graphed
+
+
+def _rotated(names: list[str], index: int) -> list[str]:
+    """The order of one round: rotated so no contestant always follows the same one."""
+    shift = index % len(names)
+    return names[shift:] + names[:shift]
+
+
+def time_contestants(contestants: dict[str, Contestant], sets: list[list[Any]],
+                     config: Any, after: AfterSample) -> TimingRun:
+    """Every measure of every contestant; `after(name, measure, set, output)` sees outputs."""
+    run = TimingRun()
+    arena = [x.clone() if isinstance(x, torch.Tensor) else x for x in sets[0]]
+    sampler = _Sampler(arena, sets)
+    calls, graphed = _calls(contestants, arena, config, run)
+    warm = {name: _warm(call, config.warmup_ms) for name, call in calls.items()}
+    run.measures["gpu"] = _gpu_time(calls, warm, graphed, sampler, len(sets), config, after,
+                                    run)
+    run.measures["call"] = _call_time(calls, warm, sampler, len(sets), config, after)
+    if config.measure == "kernelbench":
+        run.measures["kernelbench"] = _kernelbench_time(calls, sampler, len(sets), after)
+    return run
+
+
+def _gpu_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, float]],
+              graphed: set[str], sampler: _Sampler, set_count: int, config: Any,
+              after: AfterSample, run: TimingRun) -> dict[str, TimingStats]:
+    slowest = max(per_call for per_call, _ in warm.values())
     count = int(min(config.max_samples, max(config.min_samples, config.target_ms / slowest)))
-    events: dict[str, list[float]] = {name: [] for name in contestants}
-    tails: dict[str, list[float]] = {name: [] for name in contestants}
-    names = list(contestants)
+    # Twice the host's queueing time, so the call is queued before the sleep ends.
+    hold_ms = {name: min(0.05 + 2 * queue_ms, 20.0) for name, (_, queue_ms) in warm.items()}
+    events: dict[str, list[float]] = {name: [] for name in calls}
+    tails: dict[str, list[float]] = {name: [] for name in calls}
     for index in range(count):
-        set_index = index % len(sets)
-        # Rotate the order so no contestant always follows the same one.
-        for name in names[index % len(names):] + names[: index % len(names)]:
-            event_ms, tail_ms, output = sampler.sample(calls[name], set_index)
+        set_index = index % set_count
+        for name in _rotated(list(calls), index):
+            event_ms, tail_ms, output = sampler.sample(calls[name], set_index, hold_ms[name])
             events[name].append(event_ms)
             tails[name].append(tail_ms)
-            after(name, index, set_index, output)
-    for name in names:
-        method = "cuda_graph" if name in graph_outputs else "events"
-        run.stats[name] = _choose(name, events[name], tails[name], method, run)
-    return run
+            after(name, "gpu", set_index, output)
+    return {name: _choose(name, events[name], tails[name],
+                          "cuda_graph" if name in graphed else "events", run)
+            for name in calls}
+
+
+def _call_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, float]],
+               sampler: _Sampler, set_count: int, config: Any,
+               after: AfterSample) -> dict[str, TimingStats]:
+    """Loops of back-to-back calls (at least 2 ms each), interleaved; median per call."""
+    per_loop = {name: int(min(1000, max(3, config.call_loop_ms / per_call)))
+                for name, (per_call, _) in warm.items()}
+    slowest_loop = max(per_loop[name] * warm[name][0] for name in calls)
+    loops = int(min(30, max(5, config.call_target_ms / slowest_loop)))
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    for index in range(loops):
+        set_index = index % set_count
+        for name in _rotated(list(calls), index):
+            per_call_ms, output = sampler.loop(calls[name], set_index, per_loop[name])
+            samples[name].append(per_call_ms)
+            after(name, "call", set_index, output)
+    return {name: summarize(values, "call_loop") for name, values in samples.items()}
+
+
+# KernelBench's harness: 3 warm-up calls, a 256 MB cache clear before each
+# trial, 100 trials after one discarded, the mean reported.
+_KERNELBENCH_TRIALS = 100
+_KERNELBENCH_CLEAR_BYTES = 256 << 20
+
+
+def _kernelbench_time(calls: dict[str, Callable[[], Any]], sampler: _Sampler, set_count: int,
+                      after: AfterSample) -> dict[str, TimingStats]:
+    clear = torch.empty(_KERNELBENCH_CLEAR_BYTES // 8, dtype=torch.int64, device="cuda")
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    for index in range(_KERNELBENCH_TRIALS + 1):
+        set_index = index % set_count
+        for name in _rotated(list(calls), index):
+            torch.cuda.synchronize()
+            load_set(sampler.arena, sampler.sets[set_index])
+            clear.fill_(42)
+            start.record()
+            output = calls[name]()
+            end.record()
+            torch.cuda.synchronize()
+            if index:
+                samples[name].append(start.elapsed_time(end))
+            after(name, "kernelbench", set_index, output)
+    return {name: summarize(values, "kernelbench") for name, values in samples.items()}
 
 
 def _choose(name: str, events_ms: list[float], tails_ms: list[float], method: str,

@@ -23,6 +23,8 @@ STATUSES = (
 # reason -> (status, one-line explanation shown to users and fed back to the model)
 REASONS: dict[str, tuple[str, str]] = {
     "passed": ("ok", "correct on every input set and honest"),
+    "pytorch_only": ("ok", "correct, but no Triton or CUDA kernel of its own ran: a PyTorch "
+                     "baseline, never counted as a kernel result"),
     # compile_error
     "syntax_error": ("compile_error", "the candidate file is not valid Python"),
     "import_failed": ("compile_error", "importing the candidate raised"),
@@ -41,6 +43,8 @@ REASONS: dict[str, tuple[str, str]] = {
     "wrong_device": ("incorrect", "an output is on the wrong device"),
     "wrong_structure": ("incorrect", "the number or nesting of outputs differs"),
     "shape_specialised": ("incorrect", "wrong when the task's sizes are perturbed"),
+    "stress_inputs_failed": ("incorrect", "right on the task's own inputs, wrong on the "
+                             "rescaled stress set (its value range is named)"),
     # rejected: honesty
     "not_a_tensor": ("rejected", "an output is not a plain torch.Tensor (subclass or other)"),
     "inherits_reference": ("rejected", "ModelNew inherits from or wraps the reference Model"),
@@ -75,6 +79,10 @@ REASONS: dict[str, tuple[str, str]] = {
 }
 
 
+# The flag of a verdict whose candidate launched no kernel of a custom backend.
+NO_CUSTOM_KERNEL_FLAG = "no_custom_kernel"
+
+
 @dataclass(frozen=True)
 class ErrorMetrics:
     """How far an output is from the reference (worst over outputs and sets)."""
@@ -99,6 +107,7 @@ class TimingStats:
     min_ms: float
     samples: int
     method: str = "events"
+    mean_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -112,6 +121,10 @@ class Verdict:
     timings: dict[str, TimingStats] = field(default_factory=dict)
     speedup_vs_eager: float | None = None
     speedup_vs_compile: float | None = None
+    # Which measure (gpu, call, kernelbench) `timings` and the speedups use;
+    # `measures` holds every measure taken, by measure and contestant.
+    timing_measure: str = ""
+    measures: dict[str, dict[str, TimingStats]] = field(default_factory=dict)
     flags: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     logs: str = ""
@@ -121,7 +134,13 @@ class Verdict:
 
     @property
     def ok(self) -> bool:
+        """Correct and honest; a PyTorch baseline is ok too (see passed_kernel)."""
         return self.status == "ok"
+
+    @property
+    def passed_kernel(self) -> bool:
+        """Ok and computed by a custom kernel: what eval, compare and suites count."""
+        return self.ok and NO_CUSTOM_KERNEL_FLAG not in self.flags
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -134,9 +153,20 @@ class Verdict:
             errors["worst_index"] = tuple(errors.get("worst_index", ()))
             data["errors"] = ErrorMetrics(**errors)
         data["timings"] = {k: TimingStats(**v) for k, v in data.get("timings", {}).items()}
+        data["measures"] = {measure: {k: TimingStats(**v) for k, v in stats.items()}
+                            for measure, stats in data.get("measures", {}).items()}
         data["flags"] = tuple(data.get("flags", ()))
         data["notes"] = tuple(data.get("notes", ()))
         return cls(**data)
+
+
+def speedup(baseline: TimingStats | None, own: TimingStats) -> float | None:
+    """Baseline over candidate: medians, or means for KernelBench's protocol (its statistic)."""
+    if baseline is None:
+        return None
+    if own.method == "kernelbench" and baseline.mean_ms and own.mean_ms:
+        return baseline.mean_ms / own.mean_ms
+    return baseline.median_ms / own.median_ms
 
 
 def verdict_for(reason: str, message: str = "", **fields: Any) -> Verdict:

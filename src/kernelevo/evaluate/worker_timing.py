@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from kernelevo.evaluate import guards
 from kernelevo.evaluate import inputs as task_inputs
 from kernelevo.evaluate.sandbox import Channel
 from kernelevo.evaluate.timing import load_set, time_contestants
@@ -69,30 +70,39 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any,
     sets = [task_inputs.kept_inputs(task, seed, device, dtype, variant)
             for seed, variant in zip(payload["seeds"], payload["variants"])]
     contestants = dict(baselines.contestants)
-    shares = {}
-    for index, (model, module, _) in loaded.items():
+    for index, (model, _, _) in loaded.items():
         contestants[f"candidate_{index}"] = model
-        shares[index] = own_kernel_share(model, module, payload["candidates"][index], sets[0])
-    kept: dict[tuple[str, int], Any] = {}
+    kept: dict[str, dict[tuple[str, int], Any]] = {}
 
-    def after(name: str, sample: int, set_index: int, output: Any) -> None:
+    def after(name: str, measure: str, set_index: int, output: Any) -> None:
         values, _ = task_inputs.flatten_outputs(output)
         if name.startswith("candidate_"):
-            kept[(name, set_index)] = [v.detach().clone() if isinstance(v, torch.Tensor) else v
-                                       for v in values]
+            kept.setdefault(measure, {})[(name, set_index)] = [
+                v.detach().clone() if isinstance(v, torch.Tensor) else v for v in values]
         else:  # a freed reference result must not be there for a candidate to find
             for value in values:
                 if isinstance(value, torch.Tensor) and value.is_floating_point():
                     value.fill_(float("nan"))
+            if measure == "call":  # the loop's earlier outputs were freed unpoisoned
+                guards.poison_allocator(device)
 
     with torch.no_grad():
         run = time_contestants(contestants, sets, config, after)
+    # Profiled only after timing: once the profiler has run, its CUDA callbacks
+    # stay subscribed and add microseconds to every launch in this process.
+    shares = {index: own_kernel_share(model, module, payload["candidates"][index], sets[0])
+              for index, (model, module, _) in loaded.items()}
     inconsistent = {}
     for index, (_, _, verified) in loaded.items():
-        problem = _consistency(f"candidate_{index}", kept, verified, payload["tolerances"])
-        if problem:
-            inconsistent[index] = problem
-    channel.send("timing", stats={k: vars(v) for k, v in run.stats.items()},
+        for measure, outputs in kept.items():
+            problem = _consistency(f"candidate_{index}", outputs, verified,
+                                   payload["tolerances"])
+            if problem:
+                inconsistent[index] = f"while timing {measure} time: {problem}"
+                break
+    measures = {measure: {name: vars(stats) for name, stats in by_name.items()}
+                for measure, by_name in run.measures.items()}
+    channel.send("timing", measures=measures, measure=config.measure,
                  notes=baselines.notes + run.notes, flags=run.flags,
                  inconsistent=inconsistent, shares=shares, compile_s=baselines.compile_s,
                  timing_s=time.perf_counter() - started,

@@ -1,0 +1,216 @@
+"""Verdicts right in both directions: structured stress sets, PyTorch baselines, OOM, measures."""
+
+import json
+
+import pytest
+import torch
+
+from kernelevo.config import EvalConfig, TimingConfig, load_eval_config
+from kernelevo.errors import ConfigError
+from kernelevo.evaluate import decide, outcome
+from kernelevo.evaluate.inputs import describe_stress, is_discrete, stress_tensor
+from kernelevo.evaluate.judge import Judge
+from kernelevo.evaluate.verdict import (NO_CUSTOM_KERNEL_FLAG, TimingStats, Verdict, speedup,
+                                        verdict_for)
+from kernelevo.task import load_task
+from tests.conftest import ROOT, write
+from tests.test_cli import kernelevo
+
+SCALE = 64.0
+
+
+def test_stress_keeps_the_zeros_of_triangular_and_diagonal_inputs():
+    lower = torch.tril(torch.randn(32, 32))
+    stressed = stress_tensor(lower, SCALE)
+    assert torch.equal(stressed == 0, lower == 0)
+    assert torch.allclose(stressed, lower * SCALE)
+    diagonal = torch.diag(torch.randn(16))
+    assert torch.equal(stress_tensor(diagonal, SCALE) == 0, diagonal == 0)
+
+
+def test_stress_keeps_symmetry_and_sign():
+    x = torch.randn(24, 24)
+    symmetric = x + x.T
+    stressed = stress_tensor(symmetric, SCALE)
+    assert torch.equal(stressed, stressed.T)
+    assert float(stressed.abs().max()) > 10 * float(symmetric.abs().max())
+    positive = torch.rand(1000) + 0.01
+    assert bool((stress_tensor(positive, SCALE) > 0).all())
+    negative = -positive
+    assert bool((stress_tensor(negative, SCALE) < 0).all())
+
+
+def test_stress_shifts_a_zero_mean_tensor_off_zero():
+    x = torch.randn(10000)
+    stressed = stress_tensor(x, SCALE)
+    assert float(stressed.mean()) == pytest.approx(SCALE / 4, abs=SCALE * 0.05)
+
+
+def test_stress_leaves_categorical_tensors_alone():
+    targets = torch.randint(0, 2, (512,)).float() * 2 - 1
+    assert is_discrete(targets)
+    assert torch.equal(stress_tensor(targets, SCALE), targets)
+    mask_as_float = (torch.rand(64, 64) > 0.5).float()
+    assert torch.equal(stress_tensor(mask_as_float, SCALE), mask_as_float)
+    assert not is_discrete(torch.randn(512))
+
+
+def test_stress_never_touches_integer_or_bool_inputs(tmp_path):
+    task = write(tmp_path, "mixed.py", """
+import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def forward(self, x, labels, mask):
+        return x
+def get_inputs():
+    return [torch.randn(8, 8), torch.randint(0, 10, (8,)), torch.rand(8, 8) > 0.5]
+def get_init_inputs():
+    return []
+""")
+    from kernelevo.evaluate.inputs import import_source, make_inputs
+
+    module = import_source(task.read_text(), "kernelevo_test_mixed", tmp_path)
+    plain = make_inputs(module, 7, "cpu", torch.float32)
+    stressed = make_inputs(module, 7, "cpu", torch.float32, variant=SCALE)
+    assert torch.equal(plain[1], stressed[1]) and stressed[1].dtype == torch.int64
+    assert torch.equal(plain[2], stressed[2]) and stressed[2].dtype == torch.bool
+    assert not torch.allclose(plain[0], stressed[0])
+    assert "scaled by 64" in describe_stress(stressed, SCALE)
+
+
+def _outputs(values: list[torch.Tensor]) -> dict:
+    sets = [{"values": [v], "structure": "tensor"} for v in values]
+    return {"sets": sets, "repeat": sets[0]}
+
+
+def test_a_candidate_wrong_only_on_the_stress_set_gets_its_own_reason():
+    references = [[torch.ones(4)], [torch.ones(4) * 2], [torch.ones(4) * 3]]
+    got = _outputs([torch.ones(4), torch.ones(4) * 2, torch.full((4,), float("inf"))])
+    decision = decide.decide_correctness(got, references, "tensor", [(1e-4, 1e-4)], "cpu",
+                                         stress={2: "stress set: scaled by 90; input 0 in [-1, 1]"})
+    assert decision.reason == "stress_inputs_failed"
+    assert "input set 2" in decision.message and "scaled by 90" in decision.message
+
+
+def test_a_candidate_wrong_on_the_tasks_own_inputs_gets_the_plain_reason():
+    references = [[torch.ones(4)], [torch.ones(4) * 2], [torch.ones(4) * 3]]
+    # Wrong on set 1 and on the stress set: set 1 is judged first and decides.
+    got = _outputs([torch.ones(4), torch.zeros(4), torch.zeros(4)])
+    decision = decide.decide_correctness(got, references, "tensor", [(1e-4, 1e-4)], "cpu",
+                                         stress={2: "stress"})
+    assert decision.reason == "output_mismatch" and "input set 1" in decision.message
+
+
+MATMUL_TASK = """
+import torch
+import torch.nn as nn
+N = 48
+class Model(nn.Module):
+    def forward(self, A, B):
+        return torch.matmul(A, B)
+def get_inputs():
+    return [torch.randn(N, N), torch.randn(N, N)]
+def get_init_inputs():
+    return []
+"""
+
+REFERENCE_RENAMED = """
+import torch
+import torch.nn as nn
+class ModelNew(nn.Module):
+    def forward(self, A, B):
+        return torch.matmul(A, B)
+"""
+
+
+def test_the_reference_renamed_is_a_baseline_not_a_passing_kernel(tmp_path):
+    task = write(tmp_path, "matmul.py", MATMUL_TASK)
+    candidate = write(tmp_path, "renamed.py", REFERENCE_RENAMED)
+    done = kernelevo("eval", str(task), str(candidate), "--json")
+    assert done.returncode == 1, done.stdout + done.stderr
+    verdict = Verdict.from_dict(json.loads(done.stdout))
+    assert (verdict.status, verdict.reason) == ("ok", "pytorch_only")
+    assert NO_CUSTOM_KERNEL_FLAG in verdict.flags
+    assert not verdict.passed_kernel
+    # Claiming a backend it does not use is rejected outright.
+    claimed = kernelevo("eval", str(task), str(candidate), "--backend", "triton", "--json")
+    assert claimed.returncode == 1
+    assert json.loads(claimed.stdout)["reason"] == "no_custom_kernel"
+
+
+def test_a_passing_kernel_is_ok_without_the_flag():
+    assert verdict_for("passed").passed_kernel
+    baseline = verdict_for("pytorch_only", flags=(NO_CUSTOM_KERNEL_FLAG,))
+    assert baseline.ok and not baseline.passed_kernel
+
+
+def test_out_of_memory_in_the_judges_process_is_a_verdict(monkeypatch):
+    judge = Judge(load_task(str(ROOT / "tests/fixtures/tasks/add.py")), EvalConfig())
+
+    def exhausted(*args, **kwargs):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(judge, "_run", exhausted)
+    from kernelevo.candidate import load_candidate
+
+    verdict = judge.evaluate(load_candidate(ROOT / "tests/fixtures/candidates/honest_add.py"))
+    assert (verdict.status, verdict.reason) == ("runtime_error", "out_of_memory")
+    assert "judge" in verdict.message and "2.00 GiB" in verdict.message
+
+
+def test_comparison_moves_to_the_cpu_when_the_gpu_is_full(monkeypatch):
+    devices = []
+
+    def judge_on(state, index, report, device):
+        devices.append(device)
+        if device != "cpu":
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+        return "passed", {"metrics": None, "notes": []}
+
+    class State:
+        class judge:
+            compare_device = "cuda:0"
+
+    monkeypatch.setattr(outcome, "_judge_on", judge_on)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    assert outcome.judge_candidate(State(), 0, {})[0] == "passed"
+    assert devices == ["cuda:0", "cpu"]
+
+
+def _stats(median: float, mean: float, method: str) -> TimingStats:
+    return TimingStats(median, 0.0, median, 10, method, mean)
+
+
+def test_kernelbench_speedups_use_means_like_its_harness():
+    own, eager = _stats(1.0, 2.0, "kernelbench"), _stats(3.0, 3.0, "kernelbench")
+    assert speedup(eager, own) == pytest.approx(1.5)
+    own, eager = _stats(1.0, 2.0, "events"), _stats(3.0, 3.0, "events")
+    assert speedup(eager, own) == pytest.approx(3.0)
+
+
+def test_verdicts_with_every_measure_survive_json():
+    measures = {"gpu": {"candidate": _stats(0.01, 0.011, "events"),
+                        "eager": _stats(0.02, 0.021, "events")},
+                "call": {"candidate": _stats(0.03, 0.03, "call_loop"),
+                         "eager": _stats(0.025, 0.025, "call_loop")}}
+    verdict = verdict_for("passed", timings=measures["gpu"], measures=measures,
+                          timing_measure="gpu", speedup_vs_eager=2.0)
+    again = Verdict.from_dict(json.loads(json.dumps(verdict.to_dict())))
+    assert again == verdict
+    note = outcome.measures_note(measures, "gpu")
+    assert "speedups use GPU time" in note and "GPU time 2.00x" in note
+    assert "call time 0.83x" in note
+
+
+def test_the_timing_measure_is_validated():
+    assert load_eval_config(None, measure="call").timing.measure == "call"
+    with pytest.raises(ConfigError, match="timing measure 'wall'"):
+        TimingConfig(measure="wall")
+    with pytest.raises(ConfigError, match="unknown baselines"):
+        TimingConfig(baselines=("eager", "inductor"))
+
+
+def test_the_cli_rejects_an_unknown_timing_measure():
+    done = kernelevo("eval", str(ROOT / "tests/fixtures/tasks/add.py"),
+                     str(ROOT / "tests/fixtures/candidates/honest_add.py"), "--timing", "wall")
+    assert done.returncode == 2 and "timing measure" in done.stderr
