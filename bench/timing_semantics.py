@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -135,16 +136,23 @@ def judged_times(task, candidate_path: Path) -> dict:
     return {"reason": verdict.reason, "measures": measures}
 
 
-def run_case(example: str, changes: dict) -> dict:
+def _case(example: str, changes: dict):
     from kernelevo.task import load_task
 
     task = load_task(str(ROOT / "examples" / example / "task.py"))
-    if changes:
-        task = task.with_constants(changes)
-    candidate = ROOT / "examples" / example / "triton_candidate.py"
+    return (task.with_constants(changes) if changes else task,
+            ROOT / "examples" / example / "triton_candidate.py")
+
+
+def run_case(example: str, changes: dict) -> dict:
+    task, candidate = _case(example, changes)
     row = {"example": example, "sizes": changes or "own", **judged_times(task, candidate)}
     if "measures" in row:
-        row["independent"] = independent_times(task, candidate)
+        # A fresh process each: the profiler, once used, slows every later launch.
+        done = subprocess.run([sys.executable, __file__, "--independent", example,
+                               json.dumps(changes)], capture_output=True, text=True,
+                              timeout=300)
+        row["independent"] = json.loads(done.stdout.strip().splitlines()[-1])
         row["agreement"] = _agreement(row["measures"], row["independent"])
     return row
 
@@ -167,8 +175,14 @@ def _agreement(ours: dict, theirs: dict) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--independent", nargs=2, metavar=("EXAMPLE", "SIZES_JSON"),
+                        help="(internal) print the independent timers of one case as JSON")
     args = parser.parse_args()
+    if args.independent:
+        print(json.dumps(independent_times(*_case(args.independent[0],
+                                                  json.loads(args.independent[1])))))
+        return
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
     for example, changes in CASES:

@@ -20,3 +20,14 @@ def test_profiler_note_counts_what_it_leaves_out():
     assert note == "own kernels: 24% of GPU kernel time; by time: k6 6.0 us, k5* 5.0 us and 4 more"
     assert kernel_time_note({"own_share": 0.0, "kernels": {}}) == \
         "own kernels: 0% of GPU kernel time"
+
+
+def test_a_profile_with_copies_only_recorded_no_kernel():
+    from kernelevo.evaluate.outcome import recorded_kernels
+
+    copies = {"kernels": {"Memcpy DtoH (Device -> Pageable)": {"us": 2.0, "own": False},
+                          "Memset (Device)": {"us": 1.0, "own": False}}}
+    assert recorded_kernels(copies) == []
+    seen = {"kernels": {**copies["kernels"], "at::native::reduce_kernel": {"us": 5.0,
+                                                                        "own": False}}}
+    assert recorded_kernels(seen) == ["at::native::reduce_kernel"]

@@ -141,6 +141,13 @@ def _timed(base: Verdict, state: Any, judge: Any, index: int, candidate: Any) ->
     if problem:
         return verdict_for("inconsistent_under_timing", problem)
     share = timing.get("shares", {}).get(str(index), {})
+    if share and not recorded_kernels(share):
+        # The profiler recorded no kernel at all (copies only): it saw nothing,
+        # which proves nothing either way; launches and knockout still hold.
+        base = replace(base, notes=base.notes + ("the profiler recorded no kernel in "
+                                                 f"{share.get('profiled_calls', 1)} call(s): "
+                                                 "own kernel share unknown",))
+        share = {}
     if candidate.backend != "pytorch" and share and share.get("own_us", 0) <= 0:
         return verdict_for("no_custom_kernel", "the profiler saw none of the candidate's kernels "
                            f"run in {share.get('profiled_calls', 1)} profiled call(s) (kernels "
@@ -165,6 +172,12 @@ def _timed(base: Verdict, state: Any, judge: Any, index: int, candidate: Any) ->
     return replace(base, timings=timings, measures=measures, timing_measure=measure,
                    notes=tuple(notes), flags=base.flags + tuple(timing.get("flags", [])),
                    speedup_vs_eager=speedup(eager, own), speedup_vs_compile=speedup(compiled, own))
+
+
+def recorded_kernels(share: dict[str, Any]) -> list[str]:
+    """Names of real kernels in a profile (memory copies and sets are not kernels)."""
+    return [name for name in share.get("kernels", {})
+            if not name.startswith(("Memcpy", "Memset"))]
 
 
 def _contestants(stats: dict[str, Any], index: int) -> dict[str, TimingStats]:

@@ -17,6 +17,7 @@ Samples of every contestant interleave, so drift affects all alike.
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -99,8 +100,10 @@ class _Sampler:
         """
         torch.cuda.synchronize()
         load_set(self.arena, self.sets[set_index])
-        self.flush.zero_()
         self.sleeper.sleep(hold_ms)
+        # Right before the call, as do_bench flushes: the call meets an L2 full
+        # of another buffer's dirty lines.
+        self.flush.zero_()
         self.start.record()
         output = call()
         self.end.record()
@@ -178,11 +181,19 @@ def time_contestants(contestants: dict[str, Contestant], sets: list[list[Any]],
     sampler = _Sampler(arena, sets)
     calls, graphed = _calls(contestants, arena, config, run)
     warm = {name: _warm(call, config.warmup_ms) for name, call in calls.items()}
-    run.measures["gpu"] = _gpu_time(calls, warm, graphed, sampler, len(sets), config, after,
-                                    run)
-    run.measures["call"] = _call_time(calls, warm, sampler, len(sets), config, after)
-    if config.measure == "kernelbench":
-        run.measures["kernelbench"] = _kernelbench_time(calls, sampler, len(sets), after)
+    # As timeit does: a collection of this process's many objects (torch,
+    # inductor) would land on whichever call happens to trigger it.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        run.measures["gpu"] = _gpu_time(calls, warm, graphed, sampler, len(sets), config,
+                                        after, run)
+        run.measures["call"] = _call_time(calls, warm, sampler, len(sets), config, after)
+        if config.measure == "kernelbench":
+            run.measures["kernelbench"] = _kernelbench_time(calls, sampler, len(sets), after)
+    finally:
+        if collecting:
+            gc.enable()
     return run
 
 
