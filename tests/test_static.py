@@ -213,9 +213,14 @@ FLAGGED = {
     "try_fallback": [
         "def forward(x):\n    try:\n        return launch(x)\n    except Exception:\n"
         "        return x * 2",
-        "def forward(x):\n    try:\n        return launch(x)\n    finally:\n        pass",
+        "def forward(x):\n    try:\n        return launch(x)\n    finally:\n        return x * 2",
+        "def forward(x):\n    try:\n        return launch(x)\n    except RuntimeError:\n"
+        "        print('kernel failed')\n        return x * 2",
         "import contextlib\ndef forward(x):\n    with contextlib.suppress(Exception):\n"
         "        return launch(x)",
+        "def forward(xs):\n    for x in xs:\n        try:\n            launch(x)\n"
+        "        except RuntimeError:\n            if x.is_cuda:\n                continue\n"
+        "            raise",
     ],
     "dynamic_code": [
         "exec('x = 1')",
@@ -262,11 +267,20 @@ FLAGGED = {
         "def forward(x):\n    torch.cuda.synchronize = None\n    return x",
     ],
     "identity_caching": [
-        "def f(x):\n    return id(x)",
-        "def f(x):\n    return x.data_ptr()",
-        "def f(x):\n    return x._cdata",
-        "def f(x):\n    return x._version",
-        "def f(x):\n    return x.untyped_storage()",
+        "def f(x, cache):\n    return cache.get(id(x))",
+        "def f(x, cache):\n    return cache[x.data_ptr()]",
+        "def f(x, seen):\n    return x._cdata in seen",
+        "class K:\n    def f(self, x):\n        self.version = x._version",
+        "def f(x, y):\n    return {x.untyped_storage().data_ptr(): y}",
+        "def f(x):\n    key = str(x.data_ptr())\n    return {key}",
+        "def g(id=None):\n    return id\ndef f(x, cache):\n    return cache.get(id(x))",
+        "LAST = [0]\ndef f(x):\n    return x.data_ptr() == LAST[0]",
+        "LAST = []\ndef f(x):\n    LAST.append(id(x))",
+        "def f(xs):\n    return tuple(map(id, xs))",
+        # a modulus too large for alignment keeps addresses apart
+        "def f(x, cache):\n    return cache[x.data_ptr() % (1 << 62)]",
+        "def f(x, cache):\n    return cache[getattr(x, 'data_ptr')()]",
+        "class K:\n    def f(self, x):\n        return x.data_ptr() in (self.a, self.b)",
         "import functools\n@functools.lru_cache(maxsize=None)\ndef f(n):\n    return n",
         "from functools import cache\n@cache\ndef f(n):\n    return n",
         "import functools\nclass K:\n    @functools.cached_property\n    def v(self):\n"
@@ -288,7 +302,7 @@ FLAGGED = {
         "        return x",
         "class ModelNew(nn.Module):\n    memo = dict()\n    def forward(self, x):\n"
         "        self.memo.setdefault(1, x)\n        return x",
-        "def forward(x, _seen={}):\n    return x",
+        "def forward(x, _seen={}):\n    _seen.setdefault(1, x)\n    return x",
     ],
     "cuda_graph": [
         "g = torch.cuda.CUDAGraph()",
@@ -388,6 +402,11 @@ PASSES = [
     "    from torch.utils.cpp_extension import load_inline\n"
     "    _ext = load_inline(name='k', cpp_sources='', functions=['f'])\n    return _ext",
     "def shape_of(x):\n    return x.view(-1).size(0), x.stride(0), x.numel(), x.dim()",
+    # identities handed on, not kept: a helper that returns one is no cache by itself
+    "def f(x):\n    return id(x)",
+    "def f(x):\n    return x.data_ptr(), x._version, x.untyped_storage().nbytes()",
+    "def forward(x, sizes=[1, 2]):\n    return x",
+    "def forward(x):\n    try:\n        return launch(x)\n    finally:\n        pass",
 ]
 
 
@@ -455,6 +474,9 @@ def test_strict_allows_compute_in_init():
     TRITON_KERNEL,  # defined but never launched
     "import triton\n@triton.autotune(configs=[], key=[])\ndef k(x):\n    pass\n"
     "def forward(x):\n    k[(1,)](x)",
+    # an attribute of the same name is not the module-level kernel
+    "import triton\n@triton.jit\ndef view(x):\n    pass\n"
+    "def forward(x):\n    return x.view(-1)",
 ])
 def test_triton_backend_needs_a_launched_jit_kernel(body):
     assert reasons(body, "triton") == {"no_custom_kernel"}
@@ -506,3 +528,9 @@ def test_permissive_keeps_only_attacks_on_the_judge():
         "background_thread", "identity_caching", "stateful_forward", "inherits_reference",
         "try_fallback", "harness_tampered", "no_custom_kernel"}
     assert reasons(body, "triton", "permissive") == {"background_thread", "harness_tampered"}
+
+
+def test_safe_member_does_not_hide_code_in_its_chain():
+    assert reasons("import gc\ngc.collect()") == set()
+    assert reasons("import gc\nn = gc[exec('x = 1')].collect()") == {
+        "harness_introspection", "dynamic_code"}

@@ -18,18 +18,21 @@ SOURCE_RULES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\bcu(?:da)?Graph\w*|\bcu(?:da)?StreamBeginCapture\w*"), "cuda_graph"),
     (re.compile(r"\bcu(?:da)?StreamCreate\w*|\bcudaStreamNonBlocking\b|\bcudaStreamPerThread\b"
                 r"|\bgetStreamFromPool\b"), "side_stream"),
-    (re.compile(r"\bstd::j?thread\b|\bpthread_create\b|\bstd::async\b"), "background_thread"),
+    # std::thread::hardware_concurrency() and std::thread::id start nothing
+    (re.compile(r"\bstd::j?thread\b(?!::)|\bpthread_create\b|\bstd::async\b"),
+     "background_thread"),
     (re.compile(r"\b(?:system|popen|v?fork|exec[lv]p?e?|posix_spawnp?)\s*\("), "spawned_process"),
     (re.compile(r"\b(?:fopen|freopen)\s*\(|\b[io]?fstream\b|\bstd::filesystem\b"), "file_io"),
     (re.compile(r"\b(?:dlopen|dlsym|setenv|putenv)\s*\(|\bLD_PRELOAD\b"), "harness_tampered"),
 )
-_C_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
+# Comments explain, includes only declare: neither runs anything.
+_C_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/|^[ \t]*#[ \t]*include\b[^\n]*", re.DOTALL | re.M)
 _LOOKS_LIKE_C = re.compile(r"[;{}]|#include")
 KERNEL_QUALIFIER = re.compile(r"\b__global__\b")
 
 
 def c_code(text: str) -> str | None:
-    """The text with C comments blanked (lines kept), or None if it is not C-like."""
+    """The text with C comments and includes blanked (lines kept), or None if not C-like."""
     if not _LOOKS_LIKE_C.search(text):
         return None
     return _C_COMMENT.sub(lambda m: "\n" * m.group().count("\n"), text)

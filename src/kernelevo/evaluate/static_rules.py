@@ -1,20 +1,16 @@
-"""Rule tables and AST helpers of the static honesty checks.
+"""Rule tables of the static honesty checks, and the small predicates over them.
 
-Rules match dotted names as the candidate's imports resolve them, so
-`import torch as T; T.cuda.synchronize = f` and `from torch import cuda`
-are seen as what they are. The visitor in `static.py` applies them.
+Names are dotted as the candidate's imports resolve them (`static_names.py`);
+the visitor in `static_scan.py` applies these tables, `static_identity.py` and
+`static_state.py` the rules that need data flow.
 """
 
 from __future__ import annotations
 
 import ast
-import builtins
 from fnmatch import fnmatchcase
-from typing import Iterator
 
 Hit = tuple[str, int, str]  # (reason, 1-based line, detail)
-
-_BUILTIN_NAMES = frozenset(dir(builtins))
 
 # (dotted-name pattern, reason): a pattern also covers everything under it, so
 # "shutil" matches shutil.rmtree. Checked against imports and references alike.
@@ -25,8 +21,9 @@ NAME_RULES: tuple[tuple[str, str], ...] = (
         "gc", "inspect", "traceback", "ctypes", "_ctypes", "cffi", "builtins", "__builtins__",
         "globals", "locals", "vars", "sys._getframe", "sys._current_frames", "sys.modules",
         "sys.settrace", "sys.setprofile", "sys.gettrace", "sys.getprofile", "*.__dict__")),
+    # id() and data_ptr() are judged by where their value goes (static_identity.py).
     *((name, "identity_caching") for name in (
-        "id", "weakref", "functools.lru_cache", "functools.cache", "functools.cached_property")),
+        "weakref", "functools.lru_cache", "functools.cache", "functools.cached_property")),
     *((name, "cuda_graph") for name in (
         "torch.cuda.graph", "torch.cuda.graphs", "torch.cuda.CUDAGraph",
         "torch.cuda.make_graphed_callables", "torch.cuda.graph_pool_handle",
@@ -57,13 +54,44 @@ NAME_RULES: tuple[tuple[str, str], ...] = (
     ("contextlib.suppress", "try_fallback"),
 )
 
+# Members of flagged modules that do none of what the module is flagged for;
+# importing such a module only for them is no finding either.
+SAFE_MEMBERS: dict[str, frozenset[str]] = {
+    "threading": frozenset({"Lock", "RLock"}),  # a lock around a lazy build starts no thread
+    "multiprocessing": frozenset({"cpu_count"}),  # sizes MAX_JOBS for load_inline
+    "tempfile": frozenset({"gettempdir"}),  # reads a path, writes nothing
+    "gc": frozenset({"collect"}),  # frees memory and returns a count, never an object
+    "torch._C": frozenset({"_cuda_getCurrentRawStream"}),  # the current stream, as Triton reads it
+}
+# Caches keyed on their arguments; with no argument (or only scalars) there is
+# no input to key on, so `@lru_cache def _build()` is a build-once helper.
+CACHE_DECORATORS = frozenset({"functools.lru_cache", "functools.cache"})
+SCALAR_ANNOTATIONS = frozenset({"int", "float", "bool", "str", "torch.dtype", "torch.device"})
+KERNEL_DECORATORS = frozenset({"triton.jit", "triton.language.jit", "triton.runtime.jit.jit"})
+# Entering one of these with the current stream changes nothing.
+STREAM_CONTEXTS = frozenset({"torch.cuda.stream", "torch.cuda.set_stream",
+                             "torch.cuda.StreamContext"})
+CURRENT_STREAMS = frozenset({"torch.cuda.current_stream", "torch.cuda.default_stream"})
+# Global switches that can only make the eager baseline faster; set to True.
+ALLOWED_SETTINGS = frozenset({"torch.backends.cudnn.benchmark",
+                              "torch.backends.cuda.matmul.allow_tf32",
+                              "torch.backends.cudnn.allow_tf32"})
+
+# What tells one tensor from another by identity rather than contents.
+IDENTITY_METHODS = frozenset({"data_ptr", "untyped_storage", "_typed_storage", "storage"})
+IDENTITY_ATTRIBUTES = frozenset({"_cdata", "_version"})
+# Calls that keep an identity a lookup key (str(ptr), (ptr, shape)), unlike arithmetic.
+IDENTITY_WRAPPERS = frozenset({"hash", "int", "str", "repr", "hex", "tuple", "frozenset",
+                               "list", "sorted"})
+# Container methods whose first argument is a key or set member.
+KEY_METHODS = frozenset({"get", "setdefault", "pop", "add", "discard", "remove", "fromkeys",
+                         "__contains__", "__getitem__", "__setitem__", "__delitem__"})
+
 # Attribute names suspicious on any receiver (the receiver's type is unknown).
 ATTRIBUTE_RULES: dict[str, str] = {
     **dict.fromkeys(("f_back", "f_locals", "f_globals", "f_builtins", "tb_frame", "gi_frame",
                      "cr_frame", "__globals__", "__code__", "__builtins__", "__subclasses__"),
                     "harness_introspection"),
-    **dict.fromkeys(("data_ptr", "_cdata", "_version", "untyped_storage", "_typed_storage"),
-                    "identity_caching"),
     **dict.fromkeys(("write_text", "write_bytes", "read_text", "read_bytes", "tofile", "touch"),
                     "file_io"),
     **dict.fromkeys(("_make_subclass", "_make_wrapper_subclass"), "lazy_output"),
@@ -113,19 +141,18 @@ def matches(dotted: str, pattern: str) -> bool:
     return fnmatchcase(dotted, pattern) or dotted.startswith(pattern + ".")
 
 
+def safe_member(dotted: str) -> bool:
+    """Whether a dotted name is one of the SAFE_MEMBERS of a flagged module."""
+    return any(dotted.startswith(module + ".")
+               and dotted[len(module) + 1:].split(".")[0] in members
+               for module, members in SAFE_MEMBERS.items())
+
+
 def name_rule(dotted: str) -> str | None:
     """The reason a dotted name is suspicious, or None."""
+    if safe_member(dotted):
+        return None
     return next((reason for pattern, reason in NAME_RULES if matches(dotted, pattern)), None)
-
-
-def attribute_chain(node: ast.AST) -> tuple[ast.AST, list[str]]:
-    """The root of `a.b.c` (or `a.b[i].c`) and the attribute names above it."""
-    parts: list[str] = []
-    while isinstance(node, (ast.Attribute, ast.Subscript)):
-        if isinstance(node, ast.Attribute):
-            parts.append(node.attr)
-        node = node.value
-    return node, parts[::-1]
 
 
 def is_container(value: ast.AST) -> bool:
@@ -139,105 +166,6 @@ def is_container(value: ast.AST) -> bool:
     return False
 
 
-class Names:
-    """Resolves local names to the dotted paths they were imported as."""
-
-    def __init__(self, tree: ast.Module) -> None:
-        self.aliases: dict[str, str] = {}
-        self.bound: set[str] = set()  # names the file binds itself, shadowing builtins
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                for alias in node.names:
-                    local = alias.asname or alias.name.split(".")[0]
-                    self.aliases[local] = alias.name if alias.asname else local
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                for alias in node.names:
-                    self.aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}"
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                self.bound.add(node.name)
-            elif isinstance(node, ast.arg):
-                self.bound.add(node.arg)
-            elif isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
-                self.bound.add(node.id)
-        self._follow_assignments(tree)
-
-    def _follow_assignments(self, tree: ast.Module) -> None:
-        # `cuda = torch.cuda` makes `cuda.synchronize = f` a patch of torch.
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Assign) and len(node.targets) == 1:
-                target = node.targets[0]
-                dotted = self.imported(node.value)
-                if isinstance(target, ast.Name) and dotted and target.id not in self.aliases:
-                    self.aliases[target.id] = dotted
-
-    def imported(self, node: ast.AST) -> str | None:
-        """Dotted name of an attribute chain rooted at an imported name."""
-        root, parts = attribute_chain(node)
-        if isinstance(node, ast.Subscript) or not isinstance(root, ast.Name):
-            return None
-        if root.id not in self.aliases:
-            return None
-        return ".".join([self.aliases[root.id], *parts])
-
-    def dotted(self, node: ast.AST) -> str | None:
-        """Like `imported`, but also resolves unshadowed builtins (`open`, `id`)."""
-        found = self.imported(node)
-        if found is not None or isinstance(node, ast.Subscript):
-            return found
-        root, parts = attribute_chain(node)
-        if isinstance(root, ast.Name) and root.id in _BUILTIN_NAMES and root.id not in self.bound:
-            return ".".join([root.id, *parts])
-        if isinstance(root, ast.Name) and root.id == "__builtins__":
-            return ".".join([root.id, *parts])
-        return None
-
-    def import_rooted(self, node: ast.AST) -> bool:
-        """Whether a store target lies on an imported module or something reached from one."""
-        root, _ = attribute_chain(node)
-        return isinstance(root, ast.Name) and root.id in self.aliases
-
-
-def store_targets(targets: list[ast.expr]) -> Iterator[ast.expr]:
-    """Flatten tuple and starred targets of an assignment or `del`."""
-    for target in targets:
-        if isinstance(target, (ast.Tuple, ast.List)):
-            yield from store_targets(list(target.elts))
-        elif isinstance(target, ast.Starred):
-            yield from store_targets([target.value])
-        else:
-            yield target
-
-
-def self_path(node: ast.AST) -> str | None:
-    """`self.cache` for `self.cache[...]`, a bare name for `CACHE[...]`, else None."""
-    while isinstance(node, ast.Subscript):
-        node = node.value
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
-        return f"{node.value.id}.{node.attr}"
-    return None
-
-
-def find_containers(tree: ast.Module) -> set[str]:
-    """Module-level and per-instance containers: where caches between calls live."""
-    found: set[str] = set()
-    scopes: list[tuple[list[ast.stmt], str]] = [(tree.body, "")]
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef):
-            scopes.append((node.body, "self."))
-            for item in node.body:
-                if isinstance(item, ast.FunctionDef) and item.name == "__init__":
-                    scopes.append((list(ast.walk(item)), ""))  # type: ignore[arg-type]
-    for body, prefix in scopes:
-        for node in body:
-            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                if is_container(node.value):
-                    found.update(prefix + path for t in targets if (path := self_path(t)))
-    return found
-
-
 # Strict policy: torch functions that only allocate, describe or reshape.
 STRICT_ALLOWED_TORCH = frozenset({
     "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full",
@@ -245,9 +173,11 @@ STRICT_ALLOWED_TORCH = frozenset({
     "is_tensor", "is_floating_point", "get_default_dtype", "promote_types", "result_type",
     "manual_seed", "no_grad", "inference_mode", "enable_grad", "set_grad_enabled", "reshape",
     "flatten", "squeeze", "unsqueeze", "transpose", "permute", "t", "narrow", "split", "chunk",
-    "broadcast_to", "as_strided", "numel", "nn.functional.pad",
+    "broadcast_to", "as_strided", "numel", "nn.functional.pad", "broadcast_shapes",
+    "is_grad_enabled", "is_inference_mode_enabled", "is_autocast_enabled",
 })
-_STRICT_ALLOWED_TORCH_PACKAGES = ("cuda", "nn", "utils.cpp_extension", "autograd", "backends")
+_STRICT_ALLOWED_TORCH_PACKAGES = ("cuda", "nn", "utils.cpp_extension", "autograd", "backends",
+                                  "library")
 # Tensor methods that compute (the receiver's type is unknown, so only distinctive names).
 COMPUTE_METHODS = frozenset({
     "sum", "mean", "matmul", "mm", "bmm", "addmm", "baddbmm", "softmax", "log_softmax", "exp",
@@ -273,18 +203,6 @@ def strict_forbidden_torch(dotted: str) -> bool:
 def compute_method(name: str) -> bool:
     """Whether a method name (in-place or not) is a tensor computation."""
     return name in COMPUTE_METHODS or (name.endswith("_") and name[:-1] in COMPUTE_METHODS)
-
-
-def find_layers(tree: ast.Module, names: Names) -> set[str]:
-    """`self.<attr>` holding an nn layer: under strict, calling it is library compute."""
-    layers = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
-            dotted = names.imported(node.value.func) or ""
-            layer = dotted.startswith("torch.nn.") and not dotted.startswith("torch.nn.functional")
-            if layer and dotted.rsplit(".", 1)[1] not in PASSIVE_NN:
-                layers.update(path for t in node.targets if (path := self_path(t)))
-    return layers
 
 
 def is_load_inline(node: ast.AST | None) -> bool:
@@ -316,6 +234,15 @@ def literal_keys(node: ast.Call) -> set[str] | None:
 
 
 def graph_mode(node: ast.Call) -> bool:
-    """torch.compile(mode=...) that captures CUDA graphs (replays the timer would miss)."""
-    return any(kw.arg == "mode" and isinstance(kw.value, ast.Constant)
-               and kw.value.value in GRAPH_COMPILE_MODES for kw in node.keywords)
+    """torch.compile that captures CUDA graphs (replays the timer would miss)."""
+    for keyword in node.keywords:
+        value = keyword.value
+        if keyword.arg == "mode" and isinstance(value, ast.Constant):
+            if value.value in GRAPH_COMPILE_MODES:
+                return True
+        elif keyword.arg == "options" and isinstance(value, ast.Dict):
+            if any(isinstance(key, ast.Constant) and key.value == "triton.cudagraphs"
+                   and not (isinstance(item, ast.Constant) and not item.value)
+                   for key, item in zip(value.keys, value.values)):
+                return True
+    return False
