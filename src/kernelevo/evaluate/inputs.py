@@ -102,7 +102,11 @@ def stress_tensor(tensor: torch.Tensor, scale: float) -> torch.Tensor:
     """
     if tensor.numel() == 0 or is_discrete(tensor):
         return tensor
-    scaled = tensor * scale
+    # Values must reach about 4 * scale whatever the task's range: randn peaks
+    # near 4, but torch.rand stays under 1, where exp() never overflows.
+    peak = float(tensor.abs().max())
+    factor = max(scale, 4 * scale / peak) if peak > 0 else scale
+    scaled = tensor * factor
     if bool((tensor == 0).any()):
         return scaled
     shift = -scale / 4 if bool((tensor <= 0).all()) else scale / 4
@@ -126,7 +130,8 @@ def describe_stress(inputs: list[Any], scale: float) -> str:
               for i, x in enumerate(inputs)
               if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel()]
     where = "; ".join(ranges[:4]) if ranges else "no floating inputs"
-    return f"stress set: floating inputs scaled by {scale:.3g} (structure kept); {where}"
+    return (f"stress set of scale {scale:.3g}: floating inputs rescaled to reach about "
+            f"{4 * scale:.3g}, structure kept; {where}")
 
 
 def clone_inputs(inputs: list[Any]) -> list[Any]:
