@@ -281,6 +281,8 @@ def main() -> None:
     parser.add_argument("--max-elements", type=int, default=1 << 24)
     parser.add_argument("--only", nargs="*", help="problem numbers or candidate files")
     parser.add_argument("--phases", nargs="*", default=["judge", "timers", "kernelbench"])
+    parser.add_argument("--timers-timeout", type=float, default=600.0)
+    parser.add_argument("--kernelbench-timeout", type=float, default=900.0)
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -299,10 +301,12 @@ def main() -> None:
         if "judge" in args.phases else []
     honest = [{"file": r["file"], "problem_path": problems[r["problem"]]["path"]}
               for r in judged if r["kind"] == "honest" and r["reason"] == "passed"]
-    timers = run_child("timers", honest, args.out, ["--kb", str(args.kb)], 600) \
+    timers = run_child("timers", honest, args.out, ["--kb", str(args.kb)],
+                       args.timers_timeout) \
         if "timers" in args.phases else []
     kernelbench = run_child("kernelbench", honest, args.out,
-                            ["--kb", str(args.kb), "--deps", args.deps], 900) \
+                            ["--kb", str(args.kb), "--deps", args.deps],
+                            args.kernelbench_timeout) \
         if "kernelbench" in args.phases else []
     rows = combine(judged, timers, kernelbench)
     result = {"summary": summary(rows), "rows": rows, "problems": problems}
