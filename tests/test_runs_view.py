@@ -90,15 +90,17 @@ def ok_verdict(eager: float, compile_: float, runtime_ms: float) -> Verdict:
 
 @pytest.fixture
 def runs_dir(tmp_path: Path) -> Path:
-    """run-a: two passing, one broken, one unevaluated candidate; run-b: one failure."""
+    """run-a: the passing baseline, a passing kernel, a broken and an unevaluated one;
+    run-b: one failure."""
     root = tmp_path / "runs"
     with RunStore.create(root, "scale", TASK, RUN_CONFIG, run_id="run-a") as store:
         seed = store.add_candidate(Candidate(MODEL_NEW + "\n# seed\n", "pytorch", origin="seed"))
-        fast = store.add_candidate(Candidate(MODEL_NEW, "pytorch", origin="llm",
+        # Recorded as a Triton kernel; only a re-check (by id, below) would see it is not.
+        fast = store.add_candidate(Candidate(MODEL_NEW, "triton", origin="llm",
                                              parent_ids=(seed,)))
-        broken = store.add_candidate(Candidate(BROKEN, "pytorch", origin="llm",
+        broken = store.add_candidate(Candidate(BROKEN, "triton", origin="llm",
                                                parent_ids=(fast,)))
-        store.add_candidate(Candidate(MODEL_NEW + "\n# queued\n", "pytorch", origin="tuner"))
+        store.add_candidate(Candidate(MODEL_NEW + "\n# queued\n", "triton", origin="tuner"))
         store.record_verdict(seed, ok_verdict(1.5, 0.75, 0.333))
         store.record_verdict(fast, ok_verdict(2.5, 1.25, 0.2))
         store.record_verdict(broken, verdict_for("compile_failed", "expected an indented block"))
@@ -108,7 +110,7 @@ def runs_dir(tmp_path: Path) -> Path:
         store.fail_llm_call(store.start_llm_call("tiny-model", []), "HTTP 500")
         store.set_status("finished")
     with RunStore.create(root, "other", TASK, {}, run_id="run-b") as store:
-        failed = store.add_candidate(Candidate(BROKEN, "pytorch", origin="llm"))
+        failed = store.add_candidate(Candidate(BROKEN, "triton", origin="llm"))
         store.record_verdict(failed, verdict_for("compile_failed"))
     return root
 
@@ -169,11 +171,12 @@ def test_show_prints_summary_spend_ranking_and_best_verdict(runs_dir: Path) -> N
     for expected in ("run run-a", "task scale", "status finished", "device cpu", "permissive",
                      "islands 2", "tiny-model", "tokens 1000000", "4,000 in", "700 out", "$0.0579",
                      "LLM calls 3", "compile_error 1", "ok 2", "unevaluated 1",
-                     "top 2 of 2 passing", "OK  best c0002: passed", "0.2000 ms"):
+                     "baseline: c0001 (PyTorch seed): ok, 1.50x vs eager; the PyTorch reference",
+                     "top 1 of 1 passing custom kernels", "OK  best c0002: passed", "0.2000 ms"):
         assert expected in text, expected
     assert "sk-do-not-print" not in text
     rows = [line for line in text.splitlines() if line.lstrip("│ ").startswith("c000")]
-    assert [row.split()[1] for row in rows] == ["c0002", "c0001"]  # fastest first
+    assert [row.split()[1] for row in rows] == ["c0002"]  # the baseline is not ranked
     assert "llm" in rows[0] and "c0001" in rows[0].split("c0002", 1)[1]  # origin and parent
 
 
@@ -187,7 +190,8 @@ def test_show_opens_a_run_by_path_or_by_part_of_its_id(runs_dir: Path) -> None:
 
 def test_show_without_passing_candidates_says_so(runs_dir: Path) -> None:
     _, text = printed(show_run, runs_dir, "run-b")
-    assert "no candidate has passed yet" in text and "compile_error 1" in text
+    assert "no passing custom kernel yet: 1 of 1 judged candidates failed" in text
+    assert "baseline: none" in text and "compile_error 1" in text
 
 
 def test_unknown_run_lists_the_run_ids(runs_dir: Path) -> None:
@@ -244,14 +248,14 @@ def test_export_best_without_recheck_writes_a_standalone_file(runs_dir: Path,
 def test_export_with_recheck_judges_the_candidate_again(runs_dir: Path, tmp_path: Path) -> None:
     phases: list[str] = []
     output = tmp_path / "checked.py"
-    _, verdict = export_candidate(runs_dir, "run-a", output, "c0002", best=False,
+    _, verdict = export_candidate(runs_dir, "run-a", output, "c0001", best=False,
                                   progress=phases.append)
     assert verdict is not None and verdict.ok, (verdict.reason, verdict.message, verdict.logs)
     assert phases and "class ModelNew" in output.read_text()
 
 
 def test_export_of_a_failed_candidate_needs_its_id(runs_dir: Path, tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="no candidate that passed"):
+    with pytest.raises(ConfigError, match="no passing custom kernel"):
         export_candidate(runs_dir, "run-b", tmp_path / "x.py", None, best=True, recheck=False)
     assert not (tmp_path / "x.py").exists()
     export_candidate(runs_dir, "run-b", tmp_path / "x.py", "c0001", best=False, recheck=False)

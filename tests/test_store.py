@@ -16,7 +16,7 @@ import pytest
 import kernelevo
 from kernelevo.candidate import Candidate
 from kernelevo.evaluate.verdict import ErrorMetrics, TimingStats, Verdict, verdict_for
-from kernelevo.store import DB_NAME, RunStore, StoreError, list_runs
+from kernelevo.store import DB_NAME, RunStore, StoreError, list_runs, rank_candidates
 from kernelevo.store_schema import SCHEMA_VERSION
 
 SOURCE = "import torch\nclass ModelNew(torch.nn.Module):\n    pass\n"
@@ -103,6 +103,7 @@ def test_list_runs_summarises_each_run_and_flags_broken_ones(tmp_path: Path) -> 
     assert set(summaries) == {"a-run", "b-run", "broken"}
     assert summaries["a-run"].status == "finished"
     assert summaries["a-run"].best_speedup_vs_eager == 2.5
+    assert summaries["a-run"].best_id == "c0001"
     assert summaries["a-run"].candidates == 1
     assert summaries["b-run"].task_name == "level2/76"
     assert summaries["broken"].problem
@@ -186,10 +187,36 @@ def test_best_counts_only_ok_verdicts(tmp_path: Path) -> None:
     store.record_verdict(fast, ok_verdict(4.0, runtime_ms=0.5))
     store.record_verdict(wrong, verdict_for("output_mismatch", speedup_vs_eager=50.0))
     assert store.best().id == fast
-    assert store.best("runtime_ms").id == fast
-    assert store.best("speedup_vs_compile").id == fast
-    with pytest.raises(StoreError, match="unknown metric"):
-        store.best("speedup; DROP TABLE run")
+    assert store.best().verdict.speedup_vs_eager == 4.0  # read in full
+
+
+def test_the_pytorch_baseline_and_flagged_candidates_are_never_best(tmp_path: Path) -> None:
+    store = make_store(tmp_path)
+    seed = store.add_candidate(Candidate(SOURCE, backend="pytorch", origin="seed"))
+    store.record_verdict(seed, ok_verdict(9.0))
+    flagged = add(store, "# PyTorch ops under a triton label")
+    store.record_verdict(flagged, verdict_for("passed", speedup_vs_eager=8.0,
+                                              flags=("no_custom_kernel",)))
+    ranking = store.ranking()
+    assert store.best() is None and ranking.baseline.id == seed
+    assert (ranking.judged, ranking.failed, ranking.not_kernels) == (1, 0, 1)
+    kernel = add(store, "# a real kernel")
+    store.record_verdict(kernel, ok_verdict(0.5))  # slower than eager, still the best kernel
+    assert store.best().id == kernel and store.ranking().timed
+
+
+def test_ranking_from_the_light_query_matches_the_full_candidates(tmp_path: Path) -> None:
+    store = make_store(tmp_path)
+    store.add_candidate(Candidate(SOURCE, backend="pytorch", origin="seed"))
+    ids = [add(store, f"#{n}") for n in range(4)]
+    store.record_verdict(ids[0], verdict_for("passed"))  # untimed
+    store.record_verdict(ids[1], verdict_for("passed", speedup_vs_eager=2.0,
+                                             message="no_custom_kernel is not a flag here"))
+    store.record_verdict(ids[2], verdict_for("passed", speedup_vs_eager=3.0,
+                                             flags=("no_custom_kernel",)))
+    assert store.ranking() == rank_candidates(store.candidates())
+    assert [entry.id for entry in store.ranking().kernels] == [ids[1], ids[0]]
+    assert store.ranking().pending == 1
 
 
 def test_candidates_filter_by_state(tmp_path: Path) -> None:

@@ -100,6 +100,8 @@ def test_summary_json(base_url):
     assert status == 200 and content_type == "application/json"
     assert summary["status"] == "finished" and summary["best_id"] == "c0005"
     assert summary["best_speedup_vs_eager"] == pytest.approx(2.5)
+    assert summary["best_speedup_vs_compile"] == pytest.approx(1.875)  # c0005's own
+    assert summary["baseline_id"] == "c0001" and summary["no_best"] is None
     assert summary["tokens"] == 4400 and summary["candidates"] == 6
     assert summary["by_status"] == {"compile_error": 1, "ok": 4, "unevaluated": 1}
     assert summary["text"]["best"] == "2.50x" and summary["version"]

@@ -67,7 +67,7 @@ def test_run_page_plots_and_candidate_page(page, base_url, tmp_path):
     plots = page.locator("svg.plot")
     assert plots.count() == 4
     step_line = page.locator("svg.plot polyline").first.get_attribute("points")
-    assert len(step_line.split()) >= 7
+    assert len(step_line.split()) >= 5  # three kernels' steps; the PyTorch baseline is none
     box = plots.first.bounding_box()
     assert box is not None and box["width"] > 200 and box["height"] > 80
     assert page.locator("svg.cells").count() == 2

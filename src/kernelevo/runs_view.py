@@ -20,7 +20,8 @@ from kernelevo.config import EvalConfig, TimingConfig
 from kernelevo.errors import ConfigError
 from kernelevo.evaluate.verdict import Verdict
 from kernelevo.render import print_verdict
-from kernelevo.store import DB_NAME, RunInfo, RunStore, StoreError, StoredCandidate, list_runs
+from kernelevo.store import (DB_NAME, Ranking, RunInfo, RunStore, StoreError, StoredCandidate,
+                             list_runs, rank_candidates)
 from kernelevo.task import find_constants, task_from_source
 
 TOP_CANDIDATES = 10
@@ -74,16 +75,16 @@ def _run_row(run_id: str, path: Path, problem: str) -> list[str]:
         return unreadable
     try:
         with RunStore.open(path) as store:
-            info, totals = store.run_info(), store.totals()
-            by_eager, by_compile = store.best("speedup_vs_eager"), store.best("speedup_vs_compile")
+            info, totals, best = store.run_info(), store.totals(), store.ranking().best
     except (StoreError, sqlite3.Error) as exc:  # deleted or corrupted since it was listed
         unreadable[1] = escape(str(exc))
         return unreadable
     total = sum(totals.candidates_by_status.values())
     evaluated = total - totals.candidates_by_status.get("unevaluated", 0)
     return [info.id, escape(info.task_name), info.status, _when(info.created_at), f"{evaluated}/{total}",
-            _speedup(by_eager.verdict.speedup_vs_eager if by_eager else None),
-            _speedup(by_compile.verdict.speedup_vs_compile if by_compile else None),
+            # Both columns are the one best kernel's, never two different candidates.
+            _speedup(best.speedup_vs_eager if best else None),
+            _speedup(best.speedup_vs_compile if best else None),
             f"{totals.tokens_in + totals.tokens_out:,}", _usd(totals.cost_usd)]
 
 
@@ -103,11 +104,23 @@ def show_run(console: Console, runs_dir: Path, run: str) -> None:
     by_status = ", ".join(f"{status} {count}"
                           for status, count in sorted(totals.candidates_by_status.items()))
     console.print(f"candidates: {len(candidates)} ({by_status or 'none yet'})")
-    ranked = _ranked(candidates)
-    if not ranked:
-        console.print("no candidate has passed yet")
+    _print_best(console, candidates)
+
+
+def _print_best(console: Console, candidates: list[StoredCandidate]) -> None:
+    """The baseline on its own line, then the passing kernels and the best one's verdict."""
+    ranking = rank_candidates(candidates)
+    never = "; the PyTorch reference, never the best" if ranking.baseline else ""
+    console.print(f"baseline: {escape(ranking.baseline_text())}{never}")
+    if ranking.best is None:
+        console.print(ranking.no_best_message())
         return
+    by_id = {stored.id: stored for stored in candidates}
+    ranked = [by_id[entry.id] for entry in ranking.kernels]
     console.print(_top_table(ranked[:TOP_CANDIDATES], len(ranked)))
+    if not ranking.timed:
+        console.print("no timings (judged without a GPU): every passing kernel scores alike, "
+                      "so the best is the first one judged")
     print_verdict(console, f"best {ranked[0].id}", ranked[0].verdict)
 
 
@@ -132,16 +145,9 @@ def _config_essentials(config: Mapping[str, Any]) -> dict[str, str]:
     return lines
 
 
-def _ranked(candidates: list[StoredCandidate]) -> list[StoredCandidate]:
-    """Passing candidates, fastest against eager first; untimed ones (CPU runs) last."""
-    passed = [c for c in candidates if c.verdict is not None and c.verdict.ok]
-    # Ties go to the earliest, as in RunStore.best, so `show` and `export --best` agree.
-    return sorted(passed, key=lambda c: (c.verdict.speedup_vs_eager is None,
-                                         -(c.verdict.speedup_vs_eager or 0.0), c.sequence))
-
-
 def _top_table(top: list[StoredCandidate], passed: int) -> Table:
-    table = Table(title=f"top {len(top)} of {passed} passing candidates", header_style="bold")
+    table = Table(title=f"top {len(top)} of {passed} passing custom kernels",
+                  header_style="bold")
     for column in ("candidate", "vs eager", "vs compile", "runtime", "origin", "backend",
                    "parents"):
         table.add_column(column)
@@ -173,11 +179,20 @@ def export_candidate(runs_dir: Path, run: str, output: Path, candidate_id: str |
 
 
 def _best_or_refuse(store: RunStore) -> StoredCandidate:
-    ranked = _ranked(store.candidates("evaluated"))
-    if not ranked:
-        raise ConfigError(f"run {store.run_id} has no candidate that passed: export one anyway "
-                          "with --candidate ID (see `kernelevo show RUN`)")
-    return ranked[0]
+    ranking = store.ranking()
+    if ranking.best is None:
+        raise ConfigError(_no_best_to_export(store.run_id, ranking))
+    return store.candidate(ranking.best.id)
+
+
+def _no_best_to_export(run_id: str, ranking: Ranking) -> str:
+    message = f"run {run_id} has no best to export, {ranking.no_best_message()}"
+    if ranking.baseline is None:
+        return (f"{message}. Export a candidate anyway with --candidate ID "
+                "(see `kernelevo show RUN`)")
+    return (f"{message}; the baseline {ranking.baseline_text()} is the PyTorch reference, never "
+            f"the best. Export it anyway with --candidate {ranking.baseline.id}, or any candidate "
+            "with --candidate ID (see `kernelevo show RUN`)")
 
 
 def _recheck(info: RunInfo, stored: StoredCandidate, progress: Callable[[str], None] | None):

@@ -30,16 +30,21 @@ from pathlib import Path
 from typing import Any
 
 from kernelevo.candidate import Candidate
-from kernelevo.evaluate.verdict import Verdict
+from kernelevo.evaluate.verdict import NO_CUSTOM_KERNEL_FLAG, Verdict
 from kernelevo.store_records import (
     Event,
     LlmCall,
+    RankEntry,
+    Ranking,
     RunInfo,
     RunSummary,
     StoredCandidate,
     Totals,
     event_from_row,
     llm_call_from_row,
+    rank,
+    rank_candidates,
+    rank_entry_from_row,
     run_info_from_row,
     stored_candidate_from_row,
 )
@@ -49,6 +54,8 @@ __all__ = [
     "DB_NAME",
     "Event",
     "LlmCall",
+    "RankEntry",
+    "Ranking",
     "RunInfo",
     "RunStore",
     "RunSummary",
@@ -57,13 +64,12 @@ __all__ = [
     "Totals",
     "list_runs",
     "new_run_id",
+    "rank_candidates",
 ]
 
 DB_NAME = "run.db"
 # The key of Verdict.timings that holds the candidate's own samples.
 CANDIDATE_TIMING_KEY = "candidate"
-# metric -> SQL ordering; the metric names are also the verdict table's columns.
-METRICS = {"speedup_vs_eager": "DESC", "speedup_vs_compile": "DESC", "runtime_ms": "ASC"}
 INTERRUPTED_CALL_ERROR = "interrupted: the run stopped before the reply was recorded"
 
 _CANDIDATE_COLUMNS = """
@@ -231,16 +237,23 @@ class RunStore:
         """Candidates without a verdict; those with attempts >= 1 were mid-evaluation at a crash."""
         return self._select_candidates("WHERE c.state IN ('proposed', 'evaluating')", ())
 
-    def best(self, metric: str = "speedup_vs_eager") -> StoredCandidate | None:
-        """The best candidate whose verdict is ok, by a verdict metric; ties go to the earliest."""
-        if metric not in METRICS:
-            raise StoreError(f"unknown metric {metric!r}: use one of {', '.join(METRICS)}")
-        rows = self._select_candidates(
-            f"WHERE v.status = 'ok' AND v.{metric} IS NOT NULL",
-            (),
-            order=f"v.{metric} {METRICS[metric]}, c.sequence LIMIT 1",
+    def ranking(self) -> Ranking:
+        """Passing custom kernels best first, and the PyTorch baseline (see `rank`)."""
+        # Sources and verdict JSON stay unread: evolve asks after every verdict
+        # and the UI every two seconds. Only a verdict naming the flag is parsed.
+        rows = self._database.query(
+            "SELECT c.id, c.sequence, c.backend, c.origin, v.status,"
+            " v.speedup_vs_eager, v.speedup_vs_compile, v.evaluated_at,"
+            " CASE WHEN instr(v.verdict_json, ?) > 0 THEN v.verdict_json END AS flagged_json"
+            " FROM candidate c LEFT JOIN verdict v ON v.candidate_id = c.id",
+            (NO_CUSTOM_KERNEL_FLAG,),
         )
-        return rows[0] if rows else None
+        return rank(rank_entry_from_row(row) for row in rows)
+
+    def best(self) -> StoredCandidate | None:
+        """The best passing custom kernel; never the PyTorch baseline; None if none passed."""
+        best = self.ranking().best
+        return self.candidate(best.id) if best else None
 
     def _select_candidates(
         self, where: str, parameters: tuple[Any, ...], order: str = "c.sequence"
@@ -409,7 +422,7 @@ def _summarise(path: Path) -> RunSummary:
     run_id = path.parent.name
     try:
         with RunStore.open(path) as store:
-            info, totals, best = store.run_info(), store.totals(), store.best()
+            info, totals, best = store.run_info(), store.totals(), store.ranking().best
     except (StoreError, sqlite3.Error) as exc:
         return RunSummary(run_id=run_id, path=path.parent, problem=str(exc))
     return RunSummary(
@@ -420,7 +433,8 @@ def _summarise(path: Path) -> RunSummary:
         created_at=info.created_at,
         finished_at=info.finished_at,
         candidates=sum(totals.candidates_by_status.values()),
-        best_speedup_vs_eager=best.verdict.speedup_vs_eager if best and best.verdict else None,
+        best_speedup_vs_eager=best.speedup_vs_eager if best else None,
+        best_id=best.id if best else None,
         cost_usd=totals.cost_usd,
         tokens=totals.tokens_in + totals.tokens_out,
     )

@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kernelevo.candidate import Candidate
-from kernelevo.evaluate.verdict import Verdict
+from kernelevo.evaluate.verdict import NO_CUSTOM_KERNEL_FLAG, Verdict
+
+# Backends that launch kernels of their own; a "pytorch" candidate (the
+# reference seed) runs PyTorch's kernels, so it is the baseline, never a result.
+KERNEL_BACKENDS = ("triton", "cuda")
+BASELINE_BACKEND = "pytorch"
 
 
 @dataclass(frozen=True)
@@ -98,11 +105,111 @@ class RunSummary:
     finished_at: float | None = None
     candidates: int = 0
     best_speedup_vs_eager: float | None = None
+    best_id: str | None = None
     cost_usd: float = 0.0
     tokens: int = 0
     problem: str = ""
 
 
+@dataclass(frozen=True)
+class RankEntry:
+    """What the best-kernel rule reads of one candidate; status None: not judged yet."""
+
+    id: str
+    sequence: int
+    backend: str
+    origin: str
+    status: str | None
+    flags: tuple[str, ...]
+    speedup_vs_eager: float | None
+    speedup_vs_compile: float | None
+    evaluated_at: float | None
+
+    @classmethod
+    def of(cls, stored: StoredCandidate) -> RankEntry:
+        verdict = stored.verdict
+        return cls(id=stored.id, sequence=stored.sequence, backend=stored.candidate.backend,
+                   origin=stored.candidate.origin, status=verdict.status if verdict else None,
+                   flags=verdict.flags if verdict else (),
+                   speedup_vs_eager=verdict.speedup_vs_eager if verdict else None,
+                   speedup_vs_compile=verdict.speedup_vs_compile if verdict else None,
+                   evaluated_at=stored.evaluated_at)
+
+    @property
+    def is_kernel(self) -> bool:
+        """Passed, of a custom backend, and not flagged as running PyTorch only."""
+        # The same flag Verdict.passed_kernel reads, so `eval` and runs agree.
+        return (self.status == "ok" and self.backend in KERNEL_BACKENDS
+                and NO_CUSTOM_KERNEL_FLAG not in self.flags)
+
+
+@dataclass(frozen=True)
+class Ranking:
+    """A run's passing custom kernels, best first, and its PyTorch baseline, kept apart."""
+
+    kernels: tuple[RankEntry, ...]
+    baseline: RankEntry | None
+    judged: int  # candidates with a verdict, the baseline aside
+    failed: int  # judged and not ok
+    not_kernels: int  # ok but PyTorch only
+    pending: int  # not judged yet
+
+    @property
+    def best(self) -> RankEntry | None:
+        return self.kernels[0] if self.kernels else None
+
+    @property
+    def timed(self) -> bool:
+        """Whether the best was chosen by its speedup; False on runs without a GPU."""
+        return self.best is not None and self.best.speedup_vs_eager is not None
+
+    def no_best_message(self) -> str:
+        """Why there is no best yet: how the candidates other than the baseline fared."""
+        counts = [f"{self.failed} of {self.judged} judged candidates failed"]
+        if self.not_kernels:
+            counts.append(f"{self.not_kernels} passed without a custom kernel")
+        if self.pending:
+            counts.append(f"{self.pending} not judged yet")
+        return "no passing custom kernel yet: " + ", ".join(counts)
+
+    def baseline_text(self) -> str:
+        """The baseline and its verdict in one phrase, as every view shows it."""
+        baseline = self.baseline
+        if baseline is None:
+            return "none (no PyTorch candidate in this run)"
+        state = baseline.status or "not judged yet"
+        if baseline.speedup_vs_eager is not None:
+            state += f", {baseline.speedup_vs_eager:.2f}x vs eager"
+        return f"{baseline.id} (PyTorch {baseline.origin}): {state}"
+
+
+def rank(entries: Iterable[RankEntry]) -> Ranking:
+    """The one rule for "best" that `show`, `export --best`, reports, the UI and evolve use.
+
+    The PyTorch baseline is set apart; of the passing custom kernels, the
+    fastest against eager leads. Without timings (no GPU) every kernel scores
+    alike, so the first judged leads: the same one on every reading of the run.
+    """
+    everything = sorted(entries, key=lambda entry: entry.sequence)
+    pytorch = [e for e in everything if e.backend == BASELINE_BACKEND]
+    baseline = min(pytorch, key=lambda e: (e.origin != "seed", e.sequence), default=None)
+    judged = [e for e in everything if e is not baseline and e.status is not None]
+    kernels = sorted((e for e in judged if e.is_kernel), key=_rank_key)
+    failed = sum(1 for e in judged if e.status != "ok")
+    return Ranking(kernels=tuple(kernels), baseline=baseline, judged=len(judged), failed=failed,
+                   not_kernels=len(judged) - failed - len(kernels),
+                   pending=len(everything) - len(judged) - (baseline is not None))
+
+
+def rank_candidates(candidates: Iterable[StoredCandidate]) -> Ranking:
+    """`rank` over candidates already read in full (show, export, the report)."""
+    return rank(RankEntry.of(stored) for stored in candidates)
+
+
+def _rank_key(entry: RankEntry) -> tuple[bool, float, float, int]:
+    judged_at = entry.evaluated_at if entry.evaluated_at is not None else math.inf
+    return (entry.speedup_vs_eager is None, -(entry.speedup_vs_eager or 0.0), judged_at,
+            entry.sequence)
 
 
 def stored_candidate_from_row(row: sqlite3.Row) -> StoredCandidate:
@@ -145,6 +252,17 @@ def run_info_from_row(row: sqlite3.Row) -> RunInfo:
         status=row["status"],
         finished_at=row["finished_at"],
     )
+
+
+def rank_entry_from_row(row: sqlite3.Row) -> RankEntry:
+    """From RunStore.ranking's light query; `flagged_json` is set only when it names the flag."""
+    flagged = json.loads(row["flagged_json"]) if row["flagged_json"] else {}
+    return RankEntry(id=row["id"], sequence=row["sequence"], backend=row["backend"],
+                     origin=row["origin"], status=row["status"],
+                     flags=tuple(flagged.get("flags", ())),
+                     speedup_vs_eager=row["speedup_vs_eager"],
+                     speedup_vs_compile=row["speedup_vs_compile"],
+                     evaluated_at=row["evaluated_at"])
 
 
 def event_from_row(row: sqlite3.Row) -> Event:

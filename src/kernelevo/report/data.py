@@ -15,12 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from kernelevo.report.lineage import IslandCells, LineageStep, archive_cells, lineage
-from kernelevo.store import DB_NAME, LlmCall, RunStore, StoredCandidate
+from kernelevo.store import DB_NAME, LlmCall, Ranking, RunStore, StoredCandidate, rank_candidates
 
 METRICS = ("speedup_vs_eager", "speedup_vs_compile")
 BASELINES = {"speedup_vs_eager": "eager", "speedup_vs_compile": "compile"}
 PENDING = "pending"
-KERNEL_BACKENDS = ("triton", "cuda")
 
 
 @dataclass(frozen=True)
@@ -66,7 +65,7 @@ class ModelUsage:
 
 @dataclass(frozen=True)
 class BestKernel:
-    """The kernel a report leads with; `timed` is False when no candidate has timings."""
+    """The run's best kernel (see store_records.rank); `timed` is False without a GPU."""
 
     stored: StoredCandidate
     parent: StoredCandidate | None
@@ -100,6 +99,9 @@ class RunData:
     islands: tuple[IslandCells, ...]
     lineage: tuple[LineageStep, ...]
     best: BestKernel | None
+    baseline: StoredCandidate | None  # the PyTorch reference: shown apart, never the best
+    baseline_text: str
+    no_best_message: str  # why there is no best; "" when there is one
     llm_calls: int
 
     def by_status(self) -> dict[str, int]:
@@ -109,8 +111,9 @@ class RunData:
         return tuple(step for step in self.improvements if step.metric == metric)
 
     def best_speedup(self, metric: str) -> float | None:
-        steps = self.improvements_of(metric)
-        return steps[-1].speedup if steps else None
+        """The best kernel's own speedup, so both tiles speak of one candidate."""
+        verdict = self.best.stored.verdict if self.best else None
+        return getattr(verdict, metric) if verdict else None
 
 
 def run_database(run_path: Path) -> Path:
@@ -123,7 +126,7 @@ def load_run(run_path: Path) -> RunData:
     with RunStore.open(run_database(Path(run_path))) as store:
         info, totals = store.run_info(), store.totals()
         stored, calls, events = store.candidates(), store.llm_calls(), store.events()
-        best_by_eager = store.best("speedup_vs_eager")
+    ranking = rank_candidates(stored)
     start = info.created_at
     spend = _Spend(calls)
     by_id = {c.id: c for c in stored}
@@ -131,7 +134,7 @@ def load_run(run_path: Path) -> RunData:
     calls_by_candidate: dict[str, list[LlmCall]] = {}
     for call in calls:
         calls_by_candidate.setdefault(call.candidate_id or "", []).append(call)
-    best = _best_kernel(stored, by_id, best_by_eager, info.task_source)
+    best = _best_kernel(ranking, by_id, info.task_source)
     elapsed_events = [e.payload.get("elapsed_s", 0.0) for e in events if e.kind == "elapsed"]
     stops = [e.payload.get("reason", "") for e in events if e.kind == "stop"]
     span = max([start] + [e.at for e in events] + [c.created_at for c in stored]
@@ -146,11 +149,13 @@ def load_run(run_path: Path) -> RunData:
         environment=_environment(stored, best), stop_reason=stops[-1] if stops else "",
         migrations=sum(1 for e in events if e.kind == "migration"),
         candidates=tuple(_row(c, start, calls_by_candidate.get(c.id, [])) for c in stored),
-        improvements=_improvements(stored, start, spend),
+        improvements=_improvements(stored, ranking, start, spend),
         timeline=_timeline(stored, start),
         islands=archive_cells(stored, info.config.get("search") or {}),
         lineage=lineage(by_id, best.stored.id, modes) if best else (),
-        best=best, llm_calls=len(calls))
+        best=best, baseline=by_id[ranking.baseline.id] if ranking.baseline else None,
+        baseline_text=ranking.baseline_text(),
+        no_best_message="" if best else ranking.no_best_message(), llm_calls=len(calls))
 
 
 class _Spend:
@@ -170,9 +175,11 @@ class _Spend:
         return self.tokens[index], self.costs[index]
 
 
-def _improvements(stored: list[StoredCandidate], start: float,
+def _improvements(stored: list[StoredCandidate], ranking: Ranking, start: float,
                   spend: _Spend) -> tuple[Improvement, ...]:
-    judged = sorted((c for c in stored if c.verdict is not None and c.verdict.ok),
+    """Best-so-far steps of the passing kernels only: the baseline is never a best."""
+    kernel_ids = {entry.id for entry in ranking.kernels}
+    judged = sorted((c for c in stored if c.id in kernel_ids),
                     key=lambda c: (c.evaluated_at or 0.0, c.sequence))
     steps: list[Improvement] = []
     for metric in METRICS:
@@ -227,32 +234,26 @@ def _row(stored: StoredCandidate, start: float, own: list[LlmCall]) -> Candidate
         cost_usd=sum(call.cost_usd for call in own))
 
 
-def _best_kernel(stored: list[StoredCandidate], by_id: Mapping[str, StoredCandidate],
-                 timed_best: StoredCandidate | None, task_source: str) -> BestKernel | None:
-    """The fastest correct candidate; without timings, the latest correct kernel.
-
-    On a CPU run every correct candidate scores alike, so the latest correct
-    kernel is shown: it is the furthest the search went.
-    """
-    chosen = timed_best
-    if chosen is None:
-        correct = [c for c in stored if c.verdict is not None and c.verdict.ok]
-        kernels = [c for c in correct if c.candidate.backend in KERNEL_BACKENDS]
-        chosen = (kernels or correct or [None])[-1]
-    if chosen is None:
+def _best_kernel(ranking: Ranking, by_id: Mapping[str, StoredCandidate],
+                 task_source: str) -> BestKernel | None:
+    """The ranking's best, with what the report shows beside it."""
+    if ranking.best is None:
         return None
+    chosen = by_id[ranking.best.id]
     parents = chosen.candidate.parent_ids
     return BestKernel(stored=chosen, parent=by_id.get(parents[0]) if parents else None,
-                      reference_source=reference_source(stored, task_source),
-                      timed=timed_best is not None, spreads=_spreads(chosen))
+                      reference_source=_reference(ranking, by_id, task_source),
+                      timed=ranking.timed, spreads=_spreads(chosen))
 
 
 def reference_source(stored: list[StoredCandidate], task_source: str) -> str:
-    """The PyTorch seed every run starts from, else the task file itself."""
-    for candidate in stored:
-        if candidate.candidate.origin == "seed" and candidate.candidate.backend == "pytorch":
-            return candidate.candidate.source
-    return task_source
+    """The PyTorch baseline every run starts from, else the task file itself."""
+    return _reference(rank_candidates(stored), {c.id: c for c in stored}, task_source)
+
+
+def _reference(ranking: Ranking, by_id: Mapping[str, StoredCandidate], task_source: str) -> str:
+    baseline = ranking.baseline
+    return by_id[baseline.id].candidate.source if baseline else task_source
 
 
 def _spreads(stored: StoredCandidate) -> dict[str, tuple[float, float]]:

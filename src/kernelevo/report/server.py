@@ -98,26 +98,27 @@ def _comparison(runs_dir: Path, query: dict[str, list[str]]) -> str:
 def live_summary(run_path: Path) -> dict[str, Any]:
     """A cheap status for the UI's polling; `version` changes when the views would."""
     with RunStore.open(run_database(run_path)) as store:
-        info, totals = store.run_info(), store.totals()
-        by_eager, by_compile = store.best("speedup_vs_eager"), store.best("speedup_vs_compile")
+        info, totals, ranking = store.run_info(), store.totals(), store.ranking()
     by_status = dict(sorted(totals.candidates_by_status.items()))
     answered_calls = totals.llm_calls - totals.llm_calls_in_flight
+    best, baseline = ranking.best, ranking.baseline
     return {
         "run_id": info.id, "task": info.task_name, "status": info.status,
         "candidates": sum(by_status.values()), "by_status": by_status,
-        "best_id": by_eager.id if by_eager else None,
-        "best_speedup_vs_eager": by_eager.verdict.speedup_vs_eager
-        if by_eager and by_eager.verdict else None,
-        "best_speedup_vs_compile": by_compile.verdict.speedup_vs_compile
-        if by_compile and by_compile.verdict else None,
+        # One best kernel (see store_records.rank), as `show` and the report name it.
+        "best_id": best.id if best else None,
+        "best_speedup_vs_eager": best.speedup_vs_eager if best else None,
+        "best_speedup_vs_compile": best.speedup_vs_compile if best else None,
+        "no_best": None if best else ranking.no_best_message(),
+        "baseline_id": baseline.id if baseline else None,
+        "baseline_speedup_vs_eager": baseline.speedup_vs_eager if baseline else None,
         "tokens": totals.tokens_in + totals.tokens_out, "cost_usd": totals.cost_usd,
         "llm_calls_in_flight": totals.llm_calls_in_flight,
         "text": {
             "status": info.status, "candidates": str(sum(by_status.values())),
             "tokens": units.tokens(totals.tokens_in + totals.tokens_out),
             "cost": units.usd(totals.cost_usd),
-            "best": units.speedup(by_eager.verdict.speedup_vs_eager)
-            if by_eager and by_eager.verdict else "-",
+            "best": units.speedup(best.speedup_vs_eager if best else None),
         },
         # Elapsed-time events are left out: they tick every few seconds and
         # would redraw an unchanged page.

@@ -353,7 +353,10 @@ class Evolution:
 
     def _report(self, message: str | None = None) -> None:
         totals = self.store.totals()
-        best = self.store.best("speedup_vs_eager")
+        # The one rule `show`, `export` and reports use; it reads every candidate,
+        # so it runs again only when a new verdict may have changed the answer.
+        judged = totals.candidates_by_status != self.progress.by_status
+        best = self.store.best() if judged else None
         elapsed = time.monotonic() - self.started
         progress = self.progress
         progress.by_status = dict(totals.candidates_by_status)
