@@ -42,3 +42,72 @@ def test_a_child_past_its_limit_is_killed_and_gone_before_the_job_returns(tmp_pa
     assert [m["kind"] for m in result.messages] == ["isolation", "sleeping"]
     assert 0.0 <= result.exit_wait_s < 5.0
     assert time.monotonic() - started < 15.0
+
+
+_JUDGE_THEN_HANG = """
+import sys
+sys.path.insert(0, {src!r})
+from kernelevo.candidate import load_candidate
+from kernelevo.config import EvalConfig
+from kernelevo.evaluate.judge import Judge
+from kernelevo.task import load_task
+judge = Judge(load_task({task!r}), EvalConfig(timeout_s=600))
+judge.evaluate(load_candidate({candidate!r}))
+"""
+
+
+def _tagged_processes(tag: str) -> list[int]:
+    """Live processes whose environment carries the tag (zombies have none)."""
+    from pathlib import Path
+
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if tag.encode() in (proc / "environ").read_bytes():
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+def _in_worker_folder(pids: list[int]) -> bool:
+    import os
+
+    for pid in pids:
+        try:
+            if os.readlink(f"/proc/{pid}/cwd").endswith("/worker/work"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def test_a_judge_killed_outright_leaves_no_worker_behind(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import uuid
+
+    from tests.conftest import ROOT
+
+    tag = f"KERNELEVO_TEST_TAG={uuid.uuid4().hex}"
+    script = _JUDGE_THEN_HANG.format(
+        src=str(ROOT / "src"), task=str(ROOT / "tests/fixtures/tasks/add.py"),
+        candidate=str(ROOT / "tests/fixtures/candidates/python_infinite_loop.py"))
+    name, value = tag.split("=")
+    judge = subprocess.Popen([sys.executable, "-c", script], env={**os.environ, name: value},
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # Wait until the worker runs: it is the tagged process in the worker's folder.
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and not _in_worker_folder(_tagged_processes(tag)):
+        time.sleep(0.5)
+    assert _in_worker_folder(_tagged_processes(tag)), "the worker never started"
+    time.sleep(3)  # into its endless forward call
+    judge.send_signal(signal.SIGKILL)
+    judge.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and _tagged_processes(tag):
+        time.sleep(0.5)
+    assert _tagged_processes(tag) == [], "processes outlived the judge"

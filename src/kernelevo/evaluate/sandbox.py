@@ -17,6 +17,7 @@ import resource
 import signal
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -101,11 +102,30 @@ def _unshare_network() -> str:
         return f"shared ({exc})"
 
 
+def _follow_the_judge(lifeline: Any) -> None:
+    """Kill this child's process group as soon as the judge's process is gone.
+
+    The judge holds the other end of `lifeline` and never writes to it: the
+    read ends only when the judge exits, by SIGKILL or an outer timeout too,
+    so no candidate keeps running on the GPU without a judge to stop it.
+    (The forkserver cannot do this: every child holds its "alive" pipe open.)
+    """
+    def watch() -> None:
+        try:
+            lifeline.recv_bytes()
+        except (EOFError, OSError):
+            pass
+        os.killpg(os.getpgid(0), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="kernelevo-lifeline", daemon=True).start()
+
+
 def _child_main(target: Callable[..., None], payload: dict[str, Any], connection: Any,
-                scratch: str, log_path: str, marker: str, environment: dict[str, str],
-                isolate_network: bool) -> None:
+                lifeline: Any, scratch: str, log_path: str, marker: str,
+                environment: dict[str, str], isolate_network: bool) -> None:
     """Entry point in the forked child: detach, confine, redirect output, run."""
     os.setsid()
+    _follow_the_judge(lifeline)
     network = _unshare_network() if isolate_network else "shared (not asked)"
     # The judge's environment as of this job (the forkserver's is as of its
     # start), before anything opens CUDA: CUDA_VISIBLE_DEVICES among it.
@@ -150,9 +170,10 @@ def run_job(target: Callable[..., None], payload: dict[str, Any], scratch: Path,
     log_path = scratch / "output.log"
     marker = uuid.uuid4().hex
     parent_end, child_end = context.Pipe()
+    lifeline_read, lifeline_hold = context.Pipe(duplex=False)
     process = context.Process(
         target=_child_main,
-        args=(target, payload, child_end, str(scratch), str(log_path), marker,
+        args=(target, payload, child_end, lifeline_read, str(scratch), str(log_path), marker,
               {**os.environ, **(environment or {})}, isolate_network),
         daemon=False,
     )
@@ -160,6 +181,7 @@ def run_job(target: Callable[..., None], payload: dict[str, Any], scratch: Path,
     start = time.monotonic()
     process.start()
     child_end.close()
+    lifeline_read.close()
     try:
         _pump(process, parent_end, result, start + timeout_s, log_path,
               output_limit_bytes, on_message)
@@ -172,6 +194,7 @@ def run_job(target: Callable[..., None], payload: dict[str, Any], scratch: Path,
         process.join(_EXIT_WAIT_S)
         result.exit_wait_s = time.monotonic() - waited
         parent_end.close()
+        lifeline_hold.close()
     result.exit_code = process.exitcode
     result.wall_s = time.monotonic() - start
     result.log_tail = read_tail(log_path)
