@@ -4,42 +4,123 @@ from __future__ import annotations
 
 import json
 import sys
+from enum import Enum
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
 
+from kernelevo import __version__
 from kernelevo.errors import KernelEvoError
+from kernelevo.logs import configure, get_logger, level_for
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Turn slow PyTorch code into fast, verified GPU kernels.")
-console = Console(stderr=True)
+console = Console(stderr=True)  # progress and diagnostics; --quiet silences it
+errors = Console(stderr=True)  # errors, shown even with --quiet
 out = Console()
+log = get_logger("cli")
 
 # Exit codes: 0 the candidate passed, 1 it did not, 2 the input or setup is wrong.
 EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
 
 
+# Choices as Enums, so typer lists them in --help and rejects others with exit 2.
+# Their values are the settings' own (config.PRECISIONS and the like; a test
+# keeps them equal), spelled out so `kernelevo --help` imports nothing more.
+class Precision(str, Enum):
+    fp32 = "fp32"
+    fp16 = "fp16"
+    bf16 = "bf16"
+
+
+class Policy(str, Enum):
+    strict = "strict"
+    default = "default"
+    permissive = "permissive"
+
+
+class Device(str, Enum):
+    auto = "auto"
+    cuda = "cuda"
+    cpu = "cpu"
+
+
+class Backend(str, Enum):
+    triton = "triton"
+    cuda = "cuda"
+    pytorch = "pytorch"
+
+
+class SearchBackend(str, Enum):
+    triton = "triton"
+    cuda = "cuda"
+
+
+class Timing(str, Enum):
+    gpu = "gpu"
+    call = "call"
+    kernelbench = "kernelbench"
+
+
+def _value(choice: Any) -> Any:
+    """The plain string of an Enum choice (None stays None)."""
+    return choice.value if isinstance(choice, Enum) else choice
+
+
+def _version(show: bool) -> None:
+    if show:
+        out.print(f"kernelevo {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="show diagnostics: judging "
+                                 "phases, settings, judges and models"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="show only results and errors"),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="print the version and exit"),
+) -> None:
+    """Turn slow PyTorch code into fast, verified GPU kernels."""
+    try:
+        configure(level_for(verbose, quiet))
+    except KernelEvoError as exc:
+        _fail(exc)
+    console.quiet = quiet
+
+
 def _fail(exc: Exception) -> None:
-    console.print(f"[bold red]error:[/] {exc}")
+    errors.print(f"[bold red]error:[/] {exc}")
     raise typer.Exit(EXIT_BAD_INPUT)
+
+
+def _progress(status: Any) -> Any:
+    """A judge's progress callback: the spinner's text, and a record for --verbose."""
+    def report(phase: str) -> None:
+        log.debug("%s", phase)
+        status.update(f"{phase}...")
+    return report
 
 
 def _config(config_file, precision, device, policy, atol, rtol, sets, timeout, vary_shapes,
             cuda_graph, no_compile, no_static, measure=None):
     from kernelevo.config import load_eval_config
 
-    return load_eval_config(
-        config_file, precision=precision, device=device, policy=policy, atol=atol, rtol=rtol,
-        input_sets=sets, timeout_s=timeout, vary_shapes=vary_shapes or None,
-        cuda_graph=cuda_graph or None, static_checks=False if no_static else None,
-        baselines=("eager",) if no_compile else None, measure=measure)
+    config = load_eval_config(
+        config_file, precision=_value(precision), device=_value(device), policy=_value(policy),
+        atol=atol, rtol=rtol, input_sets=sets, timeout_s=timeout,
+        vary_shapes=vary_shapes or None, cuda_graph=cuda_graph or None,
+        static_checks=False if no_static else None,
+        baselines=("eager",) if no_compile else None, measure=_value(measure))
+    log.debug("settings: %s", config)
+    return config
 
 
-_PRECISION = typer.Option(None, help="fp32, fp16 or bf16 (default fp32)")
-_DEVICE = typer.Option(None, help="auto, cuda or cpu (default auto)")
-_POLICY = typer.Option(None, help="strict, default or permissive honesty policy")
+_PRECISION = typer.Option(None, help="floating-point precision (default: fp32)")
+_DEVICE = typer.Option(None, help="where to judge (default: auto)")
+_POLICY = typer.Option(None, help="honesty policy (default: default)")
 _KB = typer.Option(None, "--kernelbench-dir", envvar="KERNELBENCH_DIR",
                    help="KernelBench checkout for kernelbench:levelN/M tasks")
 _CONFIG = typer.Option(None, "--config", help="TOML file with an [eval] table")
@@ -52,16 +133,17 @@ _TIMING = typer.Option(None, "--timing", help="the measure speedups use: gpu (de
 def eval_command(
     task: str = typer.Argument(..., help="task file or kernelbench:levelN/M"),
     candidate: Path = typer.Argument(..., help="candidate file defining ModelNew"),
-    backend: Optional[str] = typer.Option(None, help="triton or cuda (default: detected)"),
-    precision: Optional[str] = _PRECISION, device: Optional[str] = _DEVICE,
-    policy: Optional[str] = _POLICY,
+    backend: Optional[Backend] = typer.Option(None, help="the candidate's backend (default: "
+                                              "detected)"),
+    precision: Optional[Precision] = _PRECISION, device: Optional[Device] = _DEVICE,
+    policy: Optional[Policy] = _POLICY,
     atol: Optional[float] = typer.Option(None, help="absolute tolerance override"),
     rtol: Optional[float] = typer.Option(None, help="relative tolerance override"),
     sets: Optional[int] = typer.Option(None, help="input sets per evaluation (default 3)"),
     timeout: Optional[float] = typer.Option(None, help="wall-clock limit per process, seconds"),
     vary_shapes: bool = typer.Option(False, help="re-check at perturbed sizes"),
     cuda_graph: bool = typer.Option(False, help="time with CUDA graphs (launch-bound kernels)"),
-    timing: Optional[str] = _TIMING,
+    timing: Optional[Timing] = _TIMING,
     no_compile: bool = typer.Option(False, help="skip the torch.compile baseline"),
     no_static: bool = typer.Option(False, help="skip the static checks (runtime checks only)"),
     as_json: bool = typer.Option(False, "--json", help="print the full verdict as JSON"),
@@ -77,9 +159,9 @@ def eval_command(
         config = _config(config_file, precision, device, policy, atol, rtol, sets, timeout,
                          vary_shapes, cuda_graph, no_compile, no_static, timing)
         loaded_task = load_task(task, kernelbench_dir)
-        loaded = load_candidate(candidate, backend)
+        loaded = load_candidate(candidate, _value(backend))
         with console.status("starting") as status:
-            judge = Judge(loaded_task, config, progress=lambda p: status.update(f"{p}..."))
+            judge = Judge(loaded_task, config, progress=_progress(status))
             verdict = judge.evaluate(loaded)
     except KernelEvoError as exc:
         _fail(exc)
@@ -96,10 +178,10 @@ def compare_command(
     task: str = typer.Argument(..., help="task file or kernelbench:levelN/M"),
     first: Path = typer.Argument(..., help="candidate A"),
     second: Path = typer.Argument(..., help="candidate B"),
-    precision: Optional[str] = _PRECISION, device: Optional[str] = _DEVICE,
-    policy: Optional[str] = _POLICY,
+    precision: Optional[Precision] = _PRECISION, device: Optional[Device] = _DEVICE,
+    policy: Optional[Policy] = _POLICY,
     cuda_graph: bool = typer.Option(False, help="time with CUDA graphs"),
-    timing: Optional[str] = _TIMING,
+    timing: Optional[Timing] = _TIMING,
     no_compile: bool = typer.Option(False, help="skip the torch.compile baseline"),
     as_json: bool = typer.Option(False, "--json", help="print both verdicts and the result"),
     kernelbench_dir: Optional[str] = _KB, config_file: Optional[str] = _CONFIG,
@@ -116,8 +198,7 @@ def compare_command(
         loaded_task = load_task(task, kernelbench_dir)
         a, b = load_candidate(first), load_candidate(second)
         with console.status("starting") as status:
-            result = compare_candidates(loaded_task, a, b, config,
-                                        progress=lambda p: status.update(f"{p}..."))
+            result = compare_candidates(loaded_task, a, b, config, progress=_progress(status))
     except KernelEvoError as exc:
         _fail(exc)
     if as_json:
@@ -131,7 +212,7 @@ def compare_command(
 def evolve_command(
     task: Optional[str] = typer.Argument(None, help="task file or kernelbench:levelN/M "
                                          "(omit with --resume)"),
-    backend: str = typer.Option("triton", help="triton or cuda"),
+    backend: SearchBackend = typer.Option("triton", help="the backend kernels are written in"),
     model: list[str] = typer.Option([], "--model", help="model name, or NAME=WEIGHT; repeat "
                                     "for several"),
     base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible endpoint"),
@@ -147,40 +228,30 @@ def evolve_command(
     seed: list[Path] = typer.Option([], "--seed", help="starting candidate file(s)"),
     llm_in_flight: int = typer.Option(8, help="LLM requests in flight"),
     islands: int = typer.Option(3, help="archive islands"),
-    precision: Optional[str] = _PRECISION, device: Optional[str] = _DEVICE,
-    policy: Optional[str] = _POLICY,
+    precision: Optional[Precision] = _PRECISION, device: Optional[Device] = _DEVICE,
+    policy: Optional[Policy] = _POLICY,
     no_compile: bool = typer.Option(False, help="skip the torch.compile baseline (faster)"),
-    timing: Optional[str] = _TIMING,
+    timing: Optional[Timing] = _TIMING,
     kernelbench_dir: Optional[str] = _KB, config_file: Optional[str] = _CONFIG,
 ) -> None:
     """Search for faster kernels with an LLM and the zero-token tuner, within budgets."""
     from kernelevo import evolve_setup as setup
     from kernelevo.cli_evolve import run_evolve
-    from kernelevo.search.loop import SearchConfig
     from kernelevo.task import load_task
 
     try:
-        file_config = _toml(config_file)
+        file_config = setup.read_toml(config_file)
         eval_config = _config(config_file, precision, device, policy, None, None, None, None,
                               False, False, no_compile, False, timing)
-        search = SearchConfig(**{**file_config.get("search", {}), "backend": backend,
-                                 "islands": islands, "llm_in_flight": llm_in_flight})
-        llm = dict(file_config.get("llm", {}))
-        llm.update({k: v for k, v in (("base_url", base_url), ("api_key_env", api_key_env),
-                                      ("in_flight", llm_in_flight)) if v is not None})
-        if model:
-            llm["models"] = setup.parse_models(model)
-        budget_file = file_config.get("budget", {})
-        limits = setup.parse_budget(tokens or budget_file.get("tokens"),
-                                    usd or budget_file.get("usd"),
-                                    time_limit or budget_file.get("time"),
-                                    candidates or budget_file.get("candidates"))
+        options = setup.evolve_options(
+            file_config, eval_config, backend=_value(backend), islands=islands,
+            llm_in_flight=llm_in_flight, models=model, base_url=base_url,
+            api_key_env=api_key_env, tokens=tokens, usd=usd, time_limit=time_limit,
+            candidates=candidates, runs_dir=runs_dir, resume=resume, gpus=gpus, seeds=seed)
         if task is None and resume is None:
             raise typer.BadParameter("give a TASK, or --resume RUN")
         loaded = load_task(task, kernelbench_dir) if task else None
-        result = run_evolve(console, loaded, {
-            "runs_dir": runs_dir, "eval": eval_config, "search": search, "llm": llm,
-            "budget": limits, "resume": resume, "gpus": gpus, "seeds": list(seed)})
+        result = run_evolve(console, loaded, options).progress
     except KernelEvoError as exc:
         _fail(exc)
     untimed = result.by_status.get("ok", 0) and result.best_vs_eager is None
@@ -234,7 +305,7 @@ def export_command(
         with console.status("re-checking the candidate") as status:
             path, verdict = export_candidate(runs_dir or default_runs_dir(), run, output,
                                              candidate, best, recheck=not no_recheck,
-                                             progress=lambda p: status.update(f"{p}..."))
+                                             progress=_progress(status))
     except KernelEvoError as exc:
         _fail(exc)
     out.print(f"wrote {path}")
@@ -283,20 +354,6 @@ def ui_command(
         serve(runs_dir or default_runs_dir(), host, port, open_browser)
     except OSError as exc:
         _fail(KernelEvoError(f"cannot serve on {host}:{port}: {exc} (pick another --port)"))
-
-
-def _toml(path: Optional[str]) -> dict:
-    if not path:
-        return {}
-    import tomllib
-
-    from kernelevo.errors import ConfigError
-
-    try:
-        with open(path, "rb") as handle:
-            return tomllib.load(handle)
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"cannot read config {path}: {exc}") from exc
 
 
 def main() -> None:

@@ -1,9 +1,10 @@
-"""`kernelevo evolve`: flags and config into a run, with a live view of its progress."""
+"""`kernelevo evolve` and `kernelevo.evolve()`: a run from its options, with a live view."""
 
 from __future__ import annotations
 
 import asyncio
 import random
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,24 @@ from rich.live import Live
 from rich.table import Table
 
 from kernelevo import evolve_setup as setup
+from kernelevo.logs import get_logger
 from kernelevo.search.loop import Evolution, Progress, SearchConfig
+
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class EvolveResult:
+    """Where a run is stored and how it stopped."""
+
+    run_id: str
+    run_dir: Path
+    progress: Progress
+
+    @property
+    def best_id(self) -> str | None:
+        """The fastest correct kernel's candidate id (None if there is none)."""
+        return self.progress.best_id
 
 
 def progress_table(progress: Progress, run_id: str, mode: str) -> Table:
@@ -35,7 +53,7 @@ def progress_table(progress: Progress, run_id: str, mode: str) -> Table:
     return table
 
 
-def run_evolve(console: Console, task: Any, options: dict[str, Any]) -> Progress:
+def run_evolve(console: Console, task: Any, options: dict[str, Any]) -> EvolveResult:
     """Create or resume a run and search until a budget or the work runs out."""
     runs_dir = Path(options["runs_dir"])
     eval_config, search, llm, limits = (options["eval"], options["search"], options["llm"],
@@ -59,8 +77,9 @@ def run_evolve(console: Console, task: Any, options: dict[str, Any]) -> Progress
                           "given: the tuner needs a working kernel to tune (--seed FILE), or "
                           "give --model and --base-url")
     mode = "LLM + tuner" if pool else "tuner only (no LLM configured)"
-    run_id = store.run_info().id
-    console.print(f"run {run_id} in {runs_dir / run_id} ({mode}); "
+    run_id, run_dir = store.run_info().id, Path(store.path).parent
+    log.info("run %s: %d seed(s), budget %s, search %s", run_id, len(seeds), limits, search)
+    console.print(f"run {run_id} in {run_dir} ({mode}); "
                   f"{len(judges)} evaluation worker(s)")
     evolution = Evolution(store, judges, search, budget, proposer)
     if resumed:
@@ -77,7 +96,8 @@ def run_evolve(console: Console, task: Any, options: dict[str, Any]) -> Progress
             store.set_status("interrupted")
             raise
     store.set_status("finished")
-    return result
+    log.info("run %s stopped: %s", run_id, result.message)
+    return EvolveResult(run_id, run_dir, result)
 
 
 def _proposer(pool: Any, store: Any, task: Any, search: SearchConfig, eval_config: Any) -> Any:

@@ -108,7 +108,10 @@ def load_eval_config(path: str | None, **overrides) -> EvalConfig:
     """An EvalConfig from a TOML file's [eval] table, then flags given as overrides."""
     values: dict = {}
     if path:
-        import tomllib
+        try:
+            import tomllib
+        except ModuleNotFoundError:  # Python 3.10: the same parser, as a package
+            import tomli as tomllib  # type: ignore[no-redef]
 
         try:
             with open(path, "rb") as handle:

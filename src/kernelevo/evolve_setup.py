@@ -13,11 +13,59 @@ from kernelevo.budget import Budget, parse_duration_s, parse_tokens, parse_usd
 from kernelevo.candidate import Candidate, load_candidate
 from kernelevo.config import EvalConfig
 from kernelevo.errors import ConfigError
+from kernelevo.logs import get_logger
 from kernelevo.search.loop import SearchConfig
 from kernelevo.store import RunStore
 from kernelevo.task import Task, task_from_source
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser, as a package
+    import tomli as tomllib  # type: ignore[no-redef]
+
+log = get_logger(__name__)
+
 DEFAULT_RUNS_DIR = "runs"
+# The backends a search can write kernels in.
+SEARCH_BACKENDS = ("triton", "cuda")
+
+
+def read_toml(path: str | Path | None) -> dict[str, Any]:
+    """The whole config file as a dict ({} without one)."""
+    if not path:
+        return {}
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read config {path}: {exc}") from exc
+
+
+def evolve_options(file_config: dict[str, Any], eval_config: EvalConfig, *,
+                   backend: str = "triton", islands: int = 3, llm_in_flight: int = 8,
+                   models: list[str] | dict[str, float] | None = None,
+                   base_url: str | None = None, api_key_env: str | None = "OPENAI_API_KEY",
+                   tokens: str | int | None = None, usd: str | float | None = None,
+                   time_limit: str | float | None = None, candidates: int | None = None,
+                   runs_dir: str | Path = DEFAULT_RUNS_DIR, resume: str | None = None,
+                   gpus: str = "all", seeds: list[Path] | None = None) -> dict[str, Any]:
+    """What run_evolve needs, from flags (or API arguments) over the config file's tables."""
+    if backend not in SEARCH_BACKENDS:
+        raise ConfigError(f"backend {backend!r}: a search writes {' or '.join(SEARCH_BACKENDS)}")
+    search = SearchConfig(**{**file_config.get("search", {}), "backend": backend,
+                             "islands": islands, "llm_in_flight": llm_in_flight})
+    llm = dict(file_config.get("llm", {}))
+    llm.update({k: v for k, v in (("base_url", base_url), ("api_key_env", api_key_env),
+                                  ("in_flight", llm_in_flight)) if v is not None})
+    if models:
+        llm["models"] = dict(models) if isinstance(models, dict) else parse_models(models)
+    budget_file = file_config.get("budget", {})
+    limits = parse_budget(tokens or budget_file.get("tokens"), usd or budget_file.get("usd"),
+                          time_limit or budget_file.get("time"),
+                          candidates or budget_file.get("candidates"))
+    return {"runs_dir": Path(runs_dir), "eval": eval_config, "search": search, "llm": llm,
+            "budget": limits, "resume": resume, "gpus": gpus,
+            "seeds": [Path(seed) for seed in seeds or []]}
 
 
 def reference_seed(task: Task) -> Candidate:
@@ -50,11 +98,12 @@ def configs_from_run(config: dict[str, Any]) -> tuple[EvalConfig, SearchConfig]:
     return eval_config_from_run(config), SearchConfig(**config.get("search", {}))
 
 
-def parse_budget(tokens: str | None, usd: str | None, time_limit: str | None,
-                 candidates: int | None) -> dict[str, Any]:
-    return {"tokens": parse_tokens(tokens) if tokens else 1_000_000,
-            "usd": parse_usd(usd) if usd else None,
-            "wall_s": parse_duration_s(time_limit) if time_limit else None,
+def parse_budget(tokens: str | int | None, usd: str | float | None,
+                 time_limit: str | float | None, candidates: int | None) -> dict[str, Any]:
+    """Budget limits; numbers (from TOML or the API) read as tokens, dollars and seconds."""
+    return {"tokens": parse_tokens(str(tokens)) if tokens else 1_000_000,
+            "usd": parse_usd(str(usd)) if usd else None,
+            "wall_s": parse_duration_s(str(time_limit)) if time_limit else None,
             "candidates": candidates}
 
 
@@ -80,12 +129,15 @@ def make_judges(task: Task, eval_config: EvalConfig, gpus: str) -> list[Any]:
     from kernelevo.evaluate.judge import Judge
 
     if eval_config.device == "cpu" or not torch.cuda.is_available():
+        log.info("one judge on the CPU (device %s, CUDA available: %s)", eval_config.device,
+                 torch.cuda.is_available())
         return [Judge(task, eval_config)]
     count = torch.cuda.device_count()
     indexes = list(range(count)) if gpus == "all" else [int(g) for g in gpus.split(",")]
     bad = [i for i in indexes if not 0 <= i < count]
     if bad:
         raise ConfigError(f"--gpus {gpus}: GPUs {bad} do not exist (this machine has {count})")
+    log.info("one judge per GPU: %s of %d", indexes, count)
     return [Judge(task, eval_config, gpu_index=i) for i in indexes]
 
 
@@ -101,6 +153,7 @@ def make_pool(llm: dict[str, Any], budget: Budget) -> Any:
         raise ConfigError("a model was given without --base-url: give the endpoint, e.g. "
                           "https://openrouter.ai/api/v1 or http://localhost:8000/v1")
     models = llm["models"]
+    log.info("models %s at %s", models, llm["base_url"])
     tuning = {key: llm[key] for key in ("timeout_s", "max_attempts", "backoff_base_s",
                                         "backoff_max_s", "retry_after_max_s", "temperature")
               if key in llm}

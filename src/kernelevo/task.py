@@ -3,16 +3,22 @@
 A task file defines `class Model(nn.Module)`, `get_inputs()`, `get_init_inputs()`
 and, optionally, `output_atol` / `output_rtol`. Sizes come from module-level
 integer constants, which is what lets the evaluator shrink a task for the
-Triton interpreter or perturb it to catch hard-coded sizes.
+Triton interpreter or perturb it to catch hard-coded sizes. A constant may be
+written as an expression of int literals (`N = 2048 * 2`, `dim = 2**10`), or
+be an element of a tuple or list (`input_shape = (4096,)`, keyed
+`input_shape[0]`); one computed from other names (`groups = in_channels`)
+follows them rather than being changed on its own.
 """
 
 from __future__ import annotations
 
 import ast
+import operator
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from kernelevo.errors import TaskError
 
@@ -37,7 +43,13 @@ class Task:
         if not changes:
             return self
         source = replace_constants(self.source, changes)
-        return Task(self.name, source, self.path, {**self.constants, **changes})
+        # Found again, not merged: a change can move a constant that follows it.
+        return Task(self.name, source, self.path, find_constants(ast.parse(source)))
+
+    @property
+    def folder(self) -> str:
+        """The folder of the task's file ("" for source text): modules beside it import."""
+        return str(Path(self.path).resolve().parent) if self.path else ""
 
     @property
     def size_constants(self) -> dict[str, int]:
@@ -85,36 +97,159 @@ def task_from_source(source: str, name: str = "task", path: str = "") -> Task:
 
 
 def find_constants(tree: ast.Module) -> dict[str, int]:
-    """Module-level `NAME = <int literal>` assignments, in file order."""
-    constants: dict[str, int] = {}
-    for node in tree.body:
-        if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
-            continue
-        target, value = node.targets[0], node.value
-        if (isinstance(target, ast.Name) and isinstance(value, ast.Constant)
-                and type(value.value) is int):
-            constants[target.id] = value.value
-    return constants
+    """Module-level int constants written with literals only, in file order.
+
+    Keys are names, or `name[i]` for an element of a tuple or list.
+    """
+    return {key: slot.value for key, slot in _size_slots(tree).items()}
 
 
 def replace_constants(source: str, changes: dict[str, int]) -> str:
-    """Rewrite the literals of module-level int constants, leaving all else as written."""
-    tree = ast.parse(source)
-    lines = source.splitlines(keepends=True)
-    edits = []
-    for node in tree.body:
-        if (isinstance(node, ast.Assign) and len(node.targets) == 1
-                and isinstance(node.targets[0], ast.Name)
-                and node.targets[0].id in changes and isinstance(node.value, ast.Constant)):
-            edits.append((node.value, changes[node.targets[0].id]))
-    # Splice from the end so earlier offsets stay valid.
-    for value_node, new in sorted(edits, key=lambda e: (e[0].lineno, e[0].col_offset), reverse=True):
-        row = value_node.lineno - 1
-        line = lines[row]
-        lines[row] = line[: value_node.col_offset] + str(new) + line[value_node.end_col_offset:]
-    return "".join(lines)
+    """Rewrite the expressions of module-level int constants, leaving all else as written."""
+    slots = _size_slots(ast.parse(source))
+    edits = [(slots[key].node, value) for key, value in changes.items() if key in slots]
+    # ast offsets count UTF-8 bytes; splice from the end so earlier offsets stay valid.
+    data = source.encode()
+    starts = [0]
+    for line in data.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    for node, value in sorted(edits, key=lambda e: (e[0].lineno, e[0].col_offset),
+                              reverse=True):
+        begin = starts[node.lineno - 1] + node.col_offset
+        end = starts[node.end_lineno - 1] + node.end_col_offset
+        data = data[:begin] + str(int(value)).encode() + data[end:]
+    return data.decode()
 
 
+@dataclass(frozen=True)
+class _Slot:
+    """Where one constant is written: the expression that a change replaces."""
+
+    node: ast.expr
+    value: int
+
+
+class _NotConstant(Exception):
+    """The expression is not a small constant integer expression."""
+
+
+_OPERATORS: dict[type, Callable[[int, int], int]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+    ast.FloorDiv: operator.floordiv, ast.Pow: operator.pow,
+    ast.LShift: operator.lshift, ast.RShift: operator.rshift,
+}
+# Bounds that keep evaluating a hostile file cheap (`2 ** 10 ** 9` would not end).
+_EXPONENT_MAX = 64
+_VALUE_MAX = 1 << 64
+
+
+def _size_slots(tree: ast.Module) -> dict[str, _Slot]:
+    """Constants that can change on their own, as the module's top level leaves them."""
+    known: dict[str, int] = {}  # every int-valued name so far, derived ones too
+    slots: dict[str, _Slot] = {}
+    for statement in tree.body:
+        pairs = _assignment_pairs(statement)
+        if pairs is None:
+            for name in _bound_names(statement):
+                _forget(name, known, slots)
+            continue
+        # The right-hand side is evaluated before any target is bound (a, b = b, a).
+        found = [(name, _slots_of(name, value, known)) for name, value in pairs]
+        for name, _ in pairs:
+            _forget(name, known, slots)
+        for name, (value, own) in found:
+            if value is not None:
+                known[name] = value
+            slots.update(own)
+    return slots
+
+
+def _slots_of(name: str, value: ast.expr,
+              known: dict[str, int]) -> tuple[int | None, dict[str, _Slot]]:
+    """The name's int value (None if not an int) and its independently changeable parts."""
+    if isinstance(value, (ast.Tuple, ast.List)):
+        parts = {}
+        for index, element in enumerate(value.elts):
+            number = _literal_value(element, known)
+            if number is not None:
+                parts[f"{name}[{index}]"] = _Slot(element, number)
+        return None, parts
+    try:
+        number = _int_value(value, known)
+    except _NotConstant:
+        return None, {}
+    uses_names = any(isinstance(n, ast.Name) for n in ast.walk(value))
+    return number, ({} if uses_names else {name: _Slot(value, number)})
+
+
+def _literal_value(node: ast.expr, known: dict[str, int]) -> int | None:
+    """The value of an int expression made of literals only, else None."""
+    if any(isinstance(n, ast.Name) for n in ast.walk(node)):
+        return None
+    try:
+        return _int_value(node, known)
+    except _NotConstant:
+        return None
+
+
+def _int_value(node: ast.expr, known: dict[str, int]) -> int:
+    """Evaluate int literals, + - * // ** << >> and names of earlier int constants."""
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    if isinstance(node, ast.Name) and node.id in known:
+        return known[node.id]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        operand = _int_value(node.operand, known)
+        return -operand if isinstance(node.op, ast.USub) else operand
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+        left, right = _int_value(node.left, known), _int_value(node.right, known)
+        if isinstance(node.op, (ast.Pow, ast.LShift, ast.RShift)) and \
+                not 0 <= right <= _EXPONENT_MAX:
+            raise _NotConstant
+        if isinstance(node.op, ast.FloorDiv) and right == 0:
+            raise _NotConstant
+        result = _OPERATORS[type(node.op)](left, right)
+        if abs(result) > _VALUE_MAX:
+            raise _NotConstant
+        return result
+    raise _NotConstant
+
+
+def _assignment_pairs(statement: ast.stmt) -> list[tuple[str, ast.expr]] | None:
+    """(name, expression) for `a = x`, `a: int = x` and `a, b = x, y`; None otherwise."""
+    if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name) \
+            and statement.value is not None:
+        return [(statement.target.id, statement.value)]
+    if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1):
+        return None
+    target, value = statement.targets[0], statement.value
+    if isinstance(target, ast.Name):
+        return [(target.id, value)]
+    if isinstance(target, (ast.Tuple, ast.List)) and isinstance(value, (ast.Tuple, ast.List)) \
+            and len(target.elts) == len(value.elts) \
+            and all(isinstance(t, ast.Name) for t in target.elts) \
+            and not any(isinstance(v, ast.Starred) for v in value.elts):
+        return [(t.id, v) for t, v in zip(target.elts, value.elts)]  # type: ignore[attr-defined]
+    return None
+
+
+def _bound_names(statement: ast.stmt) -> set[str]:
+    """Names a top-level statement may (re)bind; more is safe, a miss is not."""
+    names: set[str] = set()
+    for node in ast.walk(statement):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return names
+
+
+def _forget(name: str, known: dict[str, int], slots: dict[str, _Slot]) -> None:
+    known.pop(name, None)
+    for key in [k for k in slots if k == name or k.startswith(f"{name}[")]:
+        del slots[key]
 def shrink_sizes(constants: dict[str, int], max_product: int = 1 << 15) -> dict[str, int]:
     """Smaller, odd sizes for the interpreter: halve the largest until the product fits.
 

@@ -22,8 +22,15 @@ class InputError(Exception):
     """get_inputs() returned something that cannot be an input set."""
 
 
-def import_source(source: str, module_name: str, folder: Path) -> ModuleType:
-    """Import a source string as a real file (Triton reads kernel source from disk)."""
+def import_source(source: str, module_name: str, folder: Path,
+                  task_folder: str = "") -> ModuleType:
+    """Import a source string as a real file (Triton reads kernel source from disk).
+
+    `task_folder`, the folder of the task's file, goes first on the import
+    path, so a task imports the modules beside it as it would run as a script.
+    """
+    if task_folder and task_folder not in sys.path:
+        sys.path.insert(0, task_folder)
     path = folder / f"{module_name}.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location(module_name, path)

@@ -170,7 +170,7 @@ class Judge:
                 scratch: Path, time_them: bool) -> list[Any]:
         payload = {
             "task_source": task.source, "device": self.device, "dtype": self.config.dtype_name,
-            "scratch": str(scratch), "time": time_them,
+            "scratch": str(scratch), "time": time_them, "task_folder": task.folder,
             "candidates": [{"source": c.source, "backend": c.backend} for c in candidates],
             "timing": vars(self.config.timing),
         }
@@ -233,6 +233,7 @@ class _OracleRun:
         payload = {
             "task_source": self.task.source, "device": self.judge.device,
             "dtype": config.dtype_name, "scratch": str(self.scratch),
+            "task_folder": self.task.folder,
             "seeds": [secrets.randbits(62) for _ in range(count)],
             "variants": [None] * (count - 1) + [variant_scale],
         }

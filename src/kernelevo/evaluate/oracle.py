@@ -40,7 +40,8 @@ def run_oracle(payload: dict[str, Any], channel: Channel) -> None:
 def _compute(payload: dict[str, Any], channel: Channel) -> dict[str, Any]:
     device, dtype = payload["device"], getattr(torch, payload["dtype"])
     task_inputs.set_reference_precision()
-    module = _load_task(payload["task_source"], Path(payload["scratch"]))
+    module = _load_task(payload["task_source"], Path(payload["scratch"]),
+                        payload.get("task_folder", ""))
     channel.send("progress", phase="reference")
     init_inputs = module.get_init_inputs()
     if not isinstance(init_inputs, (list, tuple)):
@@ -106,9 +107,9 @@ def _run_in_domain(model: Any, module: Any, seed: int, device: str, dtype: torch
     return None, structure, None
 
 
-def _load_task(source: str, folder: Path) -> Any:
+def _load_task(source: str, folder: Path, task_folder: str) -> Any:
     try:
-        module = task_inputs.import_source(source, "kernelevo_task", folder)
+        module = task_inputs.import_source(source, "kernelevo_task", folder, task_folder)
     except SyntaxError as exc:
         raise _TaskProblem(f"the task is not valid Python: line {exc.lineno}: {exc.msg}") from exc
     except Exception:

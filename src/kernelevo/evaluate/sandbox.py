@@ -10,6 +10,7 @@ it the judge.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -19,14 +20,16 @@ import sys
 import tempfile
 import threading
 import time
+import types
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 _MARKER_ENV = "KERNELEVO_SANDBOX_ID"
 _EXIT_WAIT_S = 60.0  # how long a killed child may take to be gone
 _context: Any = None
+_start_lock = threading.Lock()
 
 
 def _forkserver_context() -> Any:
@@ -38,6 +41,27 @@ def _forkserver_context() -> Any:
         # seconds of imports paid once, none of which touches CUDA (preload.py).
         _context.set_forkserver_preload(["kernelevo.evaluate.preload"])
     return _context
+
+
+@contextlib.contextmanager
+def _main_module_hidden() -> Iterator[None]:
+    """Keep multiprocessing from running the caller's `__main__` again in a child.
+
+    multiprocessing re-runs the parent's main script (or `-m` module) in each
+    child so that functions defined there can be unpickled; children here run
+    only kernelevo's functions. A script that judges without an
+    `if __name__ == "__main__":` guard would judge again inside the child,
+    which then dies before its log is open. The lock keeps two starting
+    threads from restoring each other's stand-in.
+    """
+    with _start_lock:
+        main = sys.modules.get("__main__")
+        sys.modules["__main__"] = types.ModuleType("__main__")
+        try:
+            yield
+        finally:
+            if main is not None:
+                sys.modules["__main__"] = main
 
 
 @dataclass
@@ -179,7 +203,8 @@ def run_job(target: Callable[..., None], payload: dict[str, Any], scratch: Path,
     )
     result = JobResult()
     start = time.monotonic()
-    process.start()
+    with _main_module_hidden():
+        process.start()
     child_end.close()
     lifeline_read.close()
     try:

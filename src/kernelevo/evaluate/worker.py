@@ -38,7 +38,8 @@ def run_worker(payload: dict[str, Any], channel: Channel) -> None:
     device = payload["device"]
     task_inputs.set_reference_precision()
     scratch = Path(payload["scratch"])
-    task = task_inputs.import_source(payload["task_source"], "kernelevo_task", scratch)
+    task = task_inputs.import_source(payload["task_source"], "kernelevo_task", scratch,
+                                     payload.get("task_folder", ""))
     # Baselines compile while the oracle computes the reference in its own
     # process; the candidate is loaded only once the reference is done.
     baselines = None
