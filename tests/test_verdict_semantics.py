@@ -63,6 +63,14 @@ def test_stress_leaves_categorical_tensors_alone():
     assert not is_discrete(torch.randn(512))
 
 
+def test_stress_leaves_probability_rows_alone():
+    # KernelBench's KL divergence takes softmax outputs: scaled, they are no
+    # distribution, and the loss becomes cancellation noise.
+    rows = torch.rand(32, 100).softmax(dim=-1)
+    assert torch.equal(stress_tensor(rows, SCALE), rows)
+    assert not torch.equal(stress_tensor(torch.rand(32, 100), SCALE), torch.rand(32, 100))
+
+
 def test_stress_never_touches_integer_or_bool_inputs(tmp_path):
     task = write(tmp_path, "mixed.py", """
 import torch
@@ -222,3 +230,48 @@ def test_the_cli_rejects_an_unknown_timing_measure():
     done = kernelevo("eval", str(ROOT / "tests/fixtures/tasks/add.py"),
                      str(ROOT / "tests/fixtures/candidates/honest_add.py"), "--timing", "wall")
     assert done.returncode == 2 and "'wall' is not one of" in done.stderr
+
+
+RELU_OF_RAND = """
+import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.relu(x)
+def get_inputs():
+    return [torch.rand(64, 48)]
+def get_init_inputs():
+    return []
+"""
+
+COPY_KERNEL = """
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+@triton.jit
+def copy_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < n
+    tl.store(y_ptr + offsets, tl.load(x_ptr + offsets, mask=mask), mask=mask)
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        y = torch.empty_like(x)
+        copy_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+        return y
+"""
+
+
+def test_a_task_whose_output_is_its_input_is_flagged_degenerate(tmp_path):
+    from kernelevo.candidate import load_candidate
+
+    task = write(tmp_path, "relu_rand.py", RELU_OF_RAND)
+    candidate = write(tmp_path, "copy.py", COPY_KERNEL)
+    verdict = Judge(load_task(str(task)), EvalConfig()).evaluate(load_candidate(candidate))
+    # Right on the task's contract (its inputs are never negative), so it passes,
+    # but the verdict says that a copy passes, so the pass proves little.
+    assert verdict.reason == "passed"
+    assert "trivial answer passes: output 0: input 0 returned unchanged" in verdict.flags
+    assert any(note.startswith("degenerate task") for note in verdict.notes)

@@ -105,9 +105,9 @@ def stress_tensor(tensor: torch.Tensor, scale: float) -> torch.Tensor:
     patterns; symmetry; sign). The shift, which moves a zero-mean
     distribution off zero, is added only where it breaks nothing: never when
     the tensor has exact zeros, and with the sign of a one-signed tensor.
-    Categorical tensors stay as they are.
+    Categorical tensors and probability rows stay as they are.
     """
-    if tensor.numel() == 0 or is_discrete(tensor):
+    if tensor.numel() == 0 or is_discrete(tensor) or is_distribution(tensor):
         return tensor
     # Values must reach about 4 * scale whatever the task's range: randn peaks
     # near 4, but torch.rand stays under 1, where exp() never overflows.
@@ -118,6 +118,20 @@ def stress_tensor(tensor: torch.Tensor, scale: float) -> torch.Tensor:
         return scaled
     shift = -scale / 4 if bool((tensor <= 0).all()) else scale / 4
     return scaled + shift
+
+
+def is_distribution(tensor: torch.Tensor) -> bool:
+    """True for probability rows: values in [0, 1] summing to 1 along the last dim.
+
+    Scaled, they are no distribution; a loss such as KL divergence on them is
+    then mostly cancellation, and honest kernels would fail on rounding.
+    """
+    if tensor.dim() == 0 or tensor.shape[-1] < 2:
+        return False
+    if bool((tensor < 0).any()) or bool((tensor > 1).any()):
+        return False
+    sums = tensor.double().sum(dim=-1)
+    return bool(((sums - 1).abs() < 1e-3).all())
 
 
 def is_discrete(tensor: torch.Tensor) -> bool:

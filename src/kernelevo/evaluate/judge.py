@@ -269,6 +269,7 @@ class _OracleRun:
             "seeds": [payload["seeds"][i] for i in kept],
             "variants": final["variants_used"],
             "stress": {int(k): v for k, v in final["stress"].items()},
+            "passthrough": list(final.get("passthrough", [])),
             "structure": final["structure"],
             "ops": set(final["ops"]),
             "flops": final["flops"], "bytes": final["bytes"],

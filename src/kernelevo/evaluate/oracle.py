@@ -14,9 +14,11 @@ from typing import Any
 
 import torch
 
+from kernelevo.config import DEFAULT_TOLERANCES
 from kernelevo.evaluate import inputs as task_inputs
 from kernelevo.evaluate.oplog import record_ops
 from kernelevo.evaluate.sandbox import Channel
+from kernelevo.evaluate.tolerance import compare_tensor
 from kernelevo.evaluate.transfer import export_bundle
 
 
@@ -65,6 +67,7 @@ def _compute(payload: dict[str, Any], channel: Channel) -> dict[str, Any]:
         outputs.append(result)
         kept.append(index)
         used.append(variant)
+    passthrough = _inputs_returned(module, payload, kept, used, outputs, device, dtype)
     channel.send("progress", phase="reference determinism")
     _check_deterministic(model, module, payload, outputs[0], device, dtype)
     channel.send("progress", phase="reference profile")
@@ -78,6 +81,7 @@ def _compute(payload: dict[str, Any], channel: Channel) -> dict[str, Any]:
     params = [p for p in model.parameters()] if hasattr(model, "parameters") else []
     return {
         "kept_sets": kept,
+        "passthrough": passthrough,
         "variants_used": used,
         "stress": stress,
         "structure": structure,
@@ -105,6 +109,33 @@ def _run_in_domain(model: Any, module: Any, seed: int, device: str, dtype: torch
         if scale is None or _all_finite(result) or (earlier and not _all_finite(earlier[0])):
             return result, structure, scale
     return None, structure, None
+
+
+def _inputs_returned(module: Any, payload: dict[str, Any], kept: list[int],
+                     variants: list[float | None], outputs: list[list[torch.Tensor]],
+                     device: str, dtype: torch.dtype) -> list[str]:
+    """Outputs that equal one of the inputs on every kept set: copying passes.
+
+    ReLU of torch.rand inputs is the input itself; a copy kernel is then
+    right on the task's contract, and a pass says little about the kernel.
+    """
+    sets = [task_inputs.kept_inputs(module, payload["seeds"][index], device, dtype, variant)
+            for index, variant in zip(kept, variants)]
+    found = []
+    for position in range(len(outputs[0])):
+        for source in range(len(sets[0])):
+            if all(_same(values[source], result[position])
+                   for values, result in zip(sets, outputs)):
+                found.append(f"output {position}: input {source} returned unchanged")
+    return found
+
+
+def _same(value: Any, output: torch.Tensor) -> bool:
+    if not isinstance(value, torch.Tensor) or value.shape != output.shape \
+            or value.dtype != output.dtype or not output.is_floating_point():
+        return False
+    atol, rtol = DEFAULT_TOLERANCES.get(str(output.dtype).replace("torch.", ""), (1e-4, 1e-4))
+    return compare_tensor(value, output, atol, rtol).reason is None
 
 
 def _load_task(source: str, folder: Path, task_folder: str) -> Any:

@@ -74,7 +74,8 @@ def _judge_on(state: Any, index: int, report: dict[str, Any],
         return "failed", {"reason": honesty.reason, "message": honesty.message,
                           "metrics": correctness.metrics}
     if "trivial" not in ref:
-        ref["trivial"] = decide.trivial_answers_pass(ref["outputs"], ref["tolerances"], device)
+        ref["trivial"] = (decide.trivial_answers_pass(ref["outputs"], ref["tolerances"], device)
+                          + ref.get("passthrough", []))
     return "passed", {"metrics": correctness.metrics, "notes": honesty.notes}
 
 
