@@ -43,7 +43,8 @@ def test_cuda_example_without_gpu_is_skipped_with_a_reason(name, monkeypatch):
         # An nvcc check of a torch extension takes minutes of CPU here: one
         # example is compiled, the others take the path without nvcc.
         monkeypatch.setenv("PATH", _path_without("nvcc"))
-    judge = Judge(load_task(str(folder / "task.py")), EvalConfig())
+    # The nvcc check runs inside the worker's limit: minutes of CPU on a busy machine.
+    judge = Judge(load_task(str(folder / "task.py")), EvalConfig(timeout_s=900))
     verdict = judge.evaluate(load_candidate(folder / "cuda_candidate.py"))
     assert verdict.status == "skipped", f"{verdict.reason}: {verdict.message[:2000]}"
     expected = "no_gpu" if name == "softmax" and shutil.which("nvcc") else "no_nvcc"
