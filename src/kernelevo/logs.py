@@ -8,6 +8,7 @@ level from --verbose and --quiet.
 from __future__ import annotations
 
 import logging
+import sys
 
 ROOT_LOGGER = "kernelevo"
 # Records at or above WARNING are shown by default; --verbose shows all,
@@ -31,12 +32,28 @@ def level_for(verbose: bool, quiet: bool) -> int:
     return VERBOSE_LEVEL if verbose else QUIET_LEVEL if quiet else DEFAULT_LEVEL
 
 
+class _StderrHandler(logging.StreamHandler):
+    """Writes to whatever sys.stderr is at the time of each record.
+
+    A handler bound to the stream of its creation keeps writing to it after
+    a caller (a test runner, a notebook) has replaced and closed it.
+    """
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass
+
+
 def configure(level: int) -> logging.Logger:
     """Send kernelevo's records to stderr at `level`; calling again only changes the level."""
     logger = logging.getLogger(ROOT_LOGGER)
     logger.setLevel(level)
     if not any(getattr(h, "_kernelevo_cli", False) for h in logger.handlers):
-        handler = logging.StreamHandler()  # stderr
+        handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s",
                                                datefmt="%H:%M:%S"))
         handler._kernelevo_cli = True  # type: ignore[attr-defined]
