@@ -130,6 +130,7 @@ def test_malformed_answers_are_retried():
     assert (completion.text, completion.attempts) == ("fine", 3)
 
 
+@pytest.mark.usefixtures("warm_client_stack")
 def test_slow_answer_times_out_and_is_retried():
     started_s = time.monotonic()
     with FakeOpenAIServer([Delay(3.0, "too late"), "in time"]) as server:
@@ -138,6 +139,15 @@ def test_slow_answer_times_out_and_is_retried():
     assert time.monotonic() - started_s < 2.0
 
 
+@pytest.fixture
+def warm_client_stack() -> None:
+    """One answered request first: a process's first request pays for imports
+    (about 0.5 s on a busy machine), longer than the timeouts tested here."""
+    with FakeOpenAIServer(["warm"]) as server:
+        ask(make_client(server))
+
+
+@pytest.mark.usefixtures("warm_client_stack")
 def test_timeouts_until_attempts_run_out_raise_llm_error():
     with FakeOpenAIServer(default=Delay(3.0, "too late")) as server:
         with pytest.raises(LLMError) as caught:
