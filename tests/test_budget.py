@@ -54,6 +54,80 @@ def test_outstanding_reservations_count_at_their_worst_case():
     assert budget.usage().reserved_tokens == 600
 
 
+def test_a_refusal_caused_by_calls_in_flight_is_temporary():
+    budget = Budget(tokens=1000)
+    first = budget.reserve(300, 300, FREE)
+    assert budget.reserve(300, 300, FREE) is None
+    assert budget.fits_alone(300, 300, FREE)  # waiting for `first` can make room
+    budget.settle(first, 400, 200, 0.0)
+    assert not budget.fits_alone(300, 300, FREE)  # 600 spent: no wait can help now
+    assert budget.fits_alone(200, 200, FREE)
+
+
+def test_fits_alone_is_false_once_a_limit_is_spent():
+    budget = Budget(tokens=None, candidates=1)
+    assert budget.fits_alone(10, 10, FREE)
+    assert budget.count_candidate()
+    assert not budget.fits_alone(10, 10, FREE)
+
+
+def test_usage_above_the_worst_case_is_charged_counted_and_padded():
+    budget = Budget(tokens=1000)
+    budget.settle(budget.reserve(100, 100, FREE), 150, 150, 0.0)  # 100 over its worst case
+    usage = budget.usage()
+    assert (usage.tokens, usage.overshoot_tokens) == (300, 100)
+    padded = budget.reserve(100, 100, FREE)
+    assert padded.tokens == 300 and padded.padding_tokens == 100
+    assert budget.usage().reserved_tokens == 300
+    budget.settle(padded, 150, 150, 0.0)  # the same overshoot: covered by its padding
+    assert budget.usage().overshoot_tokens == 200
+
+
+def test_after_one_overshoot_later_ones_of_the_same_size_never_cross_the_limit():
+    budget = Budget(tokens=1000)
+    budget.settle(budget.reserve(100, 100, FREE), 150, 150, 0.0)
+    while (reservation := budget.reserve(100, 100, FREE)) is not None:
+        budget.settle(reservation, 150, 150, 0.0)
+    assert budget.usage().tokens == 900 <= budget.limits.tokens
+
+
+@pytest.mark.parametrize("in_flight", [1, 4])
+def test_overshoots_cross_the_limit_by_at_most_the_documented_bound(in_flight):
+    rng = random.Random(in_flight)
+    limit = 100_000
+    budget = Budget(tokens=limit)
+    largest = 0
+
+    async def call() -> bool:
+        nonlocal largest
+        reservation = budget.reserve(500, 500, FREE)
+        if reservation is None:
+            return False
+        await asyncio.sleep(rng.uniform(0, 0.002))
+        overshoot = rng.choice([0, 0, rng.randint(1, 3000)])  # now and then, any size
+        largest = max(largest, overshoot)
+        budget.settle(reservation, 500, 500 + overshoot, 0.0)
+        return True
+
+    async def rounds() -> None:
+        while any(await asyncio.gather(*(call() for _ in range(in_flight)))):
+            pass
+
+    asyncio.run(rounds())
+    usage = budget.usage()
+    assert usage.overshoot_tokens > 0 and usage.outstanding == 0
+    assert usage.tokens <= limit + in_flight * largest
+
+
+def test_dollar_overshoot_is_padded_too():
+    price = Price(1.0, 1.0)  # USD per million tokens
+    budget = Budget(tokens=None, usd=1.0)
+    first = budget.reserve(100_000, 100_000, price)  # worst case 0.2 USD
+    budget.settle(first, 100_000, 300_000, price.cost_usd(100_000, 300_000))  # 0.4 USD
+    assert budget.usage().overshoot_usd == pytest.approx(0.2)
+    assert budget.reserve(100_000, 100_000, price).cost_usd == pytest.approx(0.4)
+
+
 def test_settling_twice_is_a_bug_the_budget_reports():
     budget = Budget(tokens=1000)
     reservation = budget.reserve(10, 10, FREE)

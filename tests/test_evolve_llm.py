@@ -9,7 +9,7 @@ import pytest
 
 from kernelevo.store import RunStore
 from tests.conftest import ROOT
-from tests.fakes.openai_server import Delay, FakeOpenAIServer, Status
+from tests.fakes.openai_server import Delay, FakeOpenAIServer, Status, closed_port_url
 
 TASK = ROOT / "tests/fixtures/tasks/add.py"
 GOOD = (ROOT / "tests/fixtures/candidates/honest_add.py").read_text()
@@ -26,20 +26,30 @@ def answer_by_mode(request: dict) -> str:
     return fenced(GOOD.replace("1024", "512")) if "repair" in text else fenced(GOOD)
 
 
-def run_evolve(tmp_path, server, *flags):
+def evolve_cli(tmp_path, base_url, *flags, returncode=0, env_base_url=False):
+    """Run `kernelevo evolve` against `base_url` (given by OPENAI_BASE_URL if `env_base_url`)."""
     config = tmp_path / "kernelevo.toml"
     config.write_text("[llm]\nbackoff_base_s = 0.01\nbackoff_max_s = 0.05\n"
-                      "retry_after_max_s = 0.05\nmax_attempts = 4\n")
+                      "retry_after_max_s = 0.05\nmax_attempts = 4\n"
+                      "breaker_failures = 3\nbreaker_min_s = 0\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     env.pop("OPENAI_API_KEY", None)
+    env.pop("OPENAI_BASE_URL", None)
+    where = ["--base-url", base_url]
+    if env_base_url:
+        env["OPENAI_BASE_URL"], where = base_url, []
     runs = tmp_path / "runs"
     done = subprocess.run(
         [sys.executable, "-m", "kernelevo.cli", "evolve", str(TASK), "--model", "fake-model",
-         "--base-url", server.base_url, "--runs-dir", str(runs), "--config", str(config),
+         *where, "--runs-dir", str(runs), "--config", str(config),
          "--llm-in-flight", "2", *flags],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-2000:]
-    return RunStore.open(next(runs.glob("*/run.db")))
+    assert done.returncode == returncode, done.stderr[-3000:] + done.stdout[-2000:]
+    return done, RunStore.open(next(runs.glob("*/run.db")))
+
+
+def run_evolve(tmp_path, server, *flags):
+    return evolve_cli(tmp_path, server.base_url, *flags)[1]
 
 
 @pytest.mark.slow
@@ -86,3 +96,47 @@ def test_token_budget_is_never_overrun(tmp_path):
     assert totals.tokens_in + totals.tokens_out <= 30_000
     assert any(e.payload.get("reason", "").startswith("token") or "budget" in json.dumps(
         e.payload) for e in store.events("stop") + store.events("budget"))
+
+
+@pytest.mark.slow
+def test_an_unreachable_endpoint_exits_1_and_says_why(tmp_path):
+    url = closed_port_url()
+    done, store = evolve_cli(tmp_path, url, "--candidates", "5", returncode=1)
+    (stop,) = store.events("stop")
+    assert stop.payload["status"] == "llm_failed" and url in stop.payload["reason"]
+    assert "llm_failed" in done.stderr and url in done.stderr
+    assert store.events("llm_attempt")  # every failed attempt is in run.db
+
+
+@pytest.mark.slow
+def test_a_refused_key_exits_1_with_the_server_message(tmp_path):
+    with FakeOpenAIServer(default=fenced(GOOD), api_key="sk-right") as server:
+        done, store = evolve_cli(tmp_path, server.base_url, "--candidates", "5", returncode=1)
+        requests = len(server.requests)
+    assert "HTTP 401" in done.stderr and "OPENAI_API_KEY is not set" in done.stderr
+    assert requests <= 2  # at most one per call in flight: no retries
+
+
+@pytest.mark.slow
+def test_a_reasoning_model_gets_max_completion_tokens(tmp_path):
+    def reasoning_model(request: dict):
+        if "max_tokens" in request:
+            return Status(400, message="Unsupported parameter: 'max_tokens' is not supported "
+                          "with this model. Use 'max_completion_tokens' instead.")
+        return fenced(GOOD)
+
+    with FakeOpenAIServer(default=reasoning_model) as server:
+        store = run_evolve(tmp_path, server, "--candidates", "3")
+        bodies = [r.body for r in server.requests]
+    assert sum("max_tokens" in body for body in bodies) <= 2  # once per call in flight
+    assert "max_completion_tokens" in bodies[-1]
+    assert any(c.candidate.origin == "llm" for c in store.candidates())
+
+
+@pytest.mark.slow
+def test_openai_base_url_is_the_endpoint_without_base_url(tmp_path):
+    with FakeOpenAIServer(default=fenced(GOOD)) as server:
+        _, store = evolve_cli(tmp_path, server.base_url, "--candidates", "2",
+                              env_base_url=True)
+        requests = len(server.requests)
+    assert requests >= 1 and store.llm_calls()[0].state == "finished"

@@ -4,10 +4,12 @@ import asyncio
 import threading
 import time
 
+import pytest
+
 from kernelevo.budget import Budget
 from kernelevo.candidate import Candidate
 from kernelevo.evaluate.verdict import TimingStats, verdict_for
-from kernelevo.search.loop import Evolution, SearchConfig
+from kernelevo.search.loop import Evolution, RunOutcome, SearchConfig
 from kernelevo.store import RunStore
 from tests.conftest import ROOT
 
@@ -58,6 +60,8 @@ def test_cuda_candidates_are_built_ahead_then_judged(tmp_path):
         assert log.index(("build", source_hash)) < log.index(("judge", source_hash))
     # The tuner alone runs until its neighbourhood is explored or the budget is spent.
     assert progress.message.startswith(("candidate budget", "nothing left"))
+    assert progress.outcome.status in ("budget_spent", "finished")
+    assert progress.outcome.reason == progress.message and not progress.outcome.failed
     origins = [c.candidate.origin for c in store.candidates()]
     assert 2 <= origins.count("tuner") <= 4
     assert len({c.candidate.source_hash for c in store.candidates()}) == len(origins)
@@ -147,3 +151,28 @@ def test_tuner_alone_keeps_trying_the_best_kernel_until_the_budget_is_spent(tmp_
     # Two variants per round: the seed, the fittest, was tuned again and again.
     assert sum(c.candidate.parent_ids == (stored[0].id,) for c in stored) > 2
     assert progress.message.startswith("candidate budget")
+    assert progress.outcome == RunOutcome("budget_spent", progress.message)
+    (stop,) = store.events("stop")
+    assert stop.payload == {"status": "budget_spent", "reason": progress.message}
+
+
+def test_a_task_that_dies_ends_the_run_as_error_instead_of_hanging(tmp_path):
+    store = RunStore.create(tmp_path, "add", "source", {})
+    evolution = Evolution(store, [FakeJudge("cpu", [])], SearchConfig(backend="cuda"),
+                          Budget(candidates=3), proposer=None)
+    evolution.seed([Candidate(CUDA_SEED, "cuda", origin="seed")])
+
+    def broken_record(candidate_id, verdict):
+        raise OSError("disk full")
+
+    store.record_verdict = broken_record
+    progress = asyncio.run(asyncio.wait_for(evolution.run(), 30))
+    assert progress.outcome.status == "error" and progress.outcome.failed
+    assert "judge task failed" in progress.outcome.reason
+    assert "disk full" in progress.outcome.reason
+    assert store.events("task_error")[0].payload["role"] == "judge"
+
+
+def test_run_outcome_statuses_are_checked():
+    with pytest.raises(ValueError, match="outcome status 'done'"):
+        RunOutcome("done", "why")

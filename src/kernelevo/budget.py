@@ -5,6 +5,21 @@ use); the reservation is refused when that worst case, added to everything
 spent and everything still reserved, could cross any limit. When the call
 returns, its actual usage replaces the worst case. So no call is issued that
 could cross the budget, however many run at once.
+
+A refusal is temporary when it is caused by other calls' reservations
+(`fits_alone` is still true: waiting for them to settle may make room) and
+final when the call could not fit even with nothing in flight.
+
+Usage above a call's worst case (a server that ignores max_tokens or counts
+hidden tokens) is an overshoot. It is charged in full, never dropped, and
+counted in `BudgetUsage.overshoot_*` (the caller flags it); from then on every
+reservation also holds the largest overshoot seen so far as padding. The
+bound: no call is admitted once its padded worst case could cross a limit, so
+spending ends above a limit only through the calls in flight at the last
+admission, each by its overshoot beyond its padding: at most c times the
+largest single overshoot with c calls in flight (one call's overshoot when
+calls run one at a time), and nothing once overshoots are no larger than
+ones already seen.
 """
 
 from __future__ import annotations
@@ -53,11 +68,13 @@ class BudgetLimits:
 
 @dataclass(frozen=True)
 class Reservation:
-    """The worst case of one call, held until it is settled."""
+    """The worst case of one call (plus padding for overshoots), held until it is settled."""
 
     id: int
     tokens: int
     cost_usd: float
+    padding_tokens: int = 0
+    padding_usd: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -71,6 +88,8 @@ class BudgetUsage:
     reserved_tokens: int
     reserved_usd: float
     outstanding: int
+    overshoot_tokens: int = 0  # charged above calls' worst cases, in total
+    overshoot_usd: float = 0.0
 
 
 class Budget:
@@ -97,6 +116,11 @@ class Budget:
         self._cost_usd = 0.0
         self._candidates = 0
         self._elapsed_before_s = 0.0
+        # The largest overshoot of one call seen so far, held by every new reservation.
+        self._padding_tokens = 0
+        self._padding_usd = 0.0
+        self._overshoot_tokens = 0
+        self._overshoot_usd = 0.0
 
     def restore(self, tokens: int, cost_usd: float, candidates: int, elapsed_s: float) -> None:
         """Count what a resumed run had already spent before this process started."""
@@ -115,26 +139,40 @@ class Budget:
         max_duration_s: float = 0.0,
     ) -> Reservation | None:
         """Hold the worst case of one call, or None when it could cross a limit."""
-        tokens = max_input_tokens + max_output_tokens
-        cost_usd = price.cost_usd(max_input_tokens, max_output_tokens)
+        tokens, cost_usd = self._worst_case(max_input_tokens, max_output_tokens, price)
+        with self._lock:
+            tokens, cost_usd = tokens + self._padding_tokens, cost_usd + self._padding_usd
+            if self._exhausted_locked() is not None:
+                return None
+            if not self._fits_locked(tokens, cost_usd, max_duration_s):
+                return None
+            reservation = Reservation(next(self._ids), tokens, cost_usd,
+                                      self._padding_tokens, self._padding_usd)
+            self._outstanding[reservation.id] = reservation
+            return reservation
+
+    def fits_alone(self, max_input_tokens: int, max_output_tokens: int, price: PriceLike) -> bool:
+        """Whether the call would fit with nothing in flight; False means no wait can help."""
+        tokens, cost_usd = self._worst_case(max_input_tokens, max_output_tokens, price)
+        with self._lock:
+            tokens, cost_usd = tokens + self._padding_tokens, cost_usd + self._padding_usd
+            return self._exhausted_locked() is None and self._fits_locked(
+                tokens, cost_usd, 0.0, in_flight=False)
+
+    def _worst_case(self, max_input_tokens: int, max_output_tokens: int,
+                    price: PriceLike) -> tuple[int, float]:
         if self.limits.usd is not None and not price.known:
             raise ConfigError(
                 f"a dollar budget of {self.limits.usd} USD is set but the model's price is "
                 "unknown: add it under [llm.prices] in the config, or drop --usd"
             )
-        with self._lock:
-            if self._exhausted_locked() is not None:
-                return None
-            if not self._fits_locked(tokens, cost_usd, max_duration_s):
-                return None
-            reservation = Reservation(next(self._ids), tokens, cost_usd)
-            self._outstanding[reservation.id] = reservation
-            return reservation
+        tokens = max_input_tokens + max_output_tokens
+        return tokens, price.cost_usd(max_input_tokens, max_output_tokens)
 
     def settle(
         self, reservation: Reservation, actual_in: int, actual_out: int, cost_usd: float
     ) -> None:
-        """Replace the reservation's worst case by what the call actually used."""
+        """Replace the reservation's worst case by what the call actually used, all of it."""
         with self._lock:
             if self._outstanding.pop(reservation.id, None) is None:
                 raise ValueError(
@@ -142,6 +180,17 @@ class Budget:
                 )
             self._tokens += actual_in + actual_out
             self._cost_usd += cost_usd
+            self._note_overshoot(reservation, actual_in + actual_out, cost_usd)
+
+    def _note_overshoot(self, reservation: Reservation, tokens: int, cost_usd: float) -> None:
+        over_tokens = max(0, tokens - (reservation.tokens - reservation.padding_tokens))
+        over_usd = max(0.0, cost_usd - (reservation.cost_usd - reservation.padding_usd))
+        if over_usd <= 1e-12:  # float noise of a price computed twice
+            over_usd = 0.0
+        self._overshoot_tokens += over_tokens
+        self._overshoot_usd += over_usd
+        self._padding_tokens = max(self._padding_tokens, over_tokens)
+        self._padding_usd = max(self._padding_usd, over_usd)
 
     def release(self, reservation: Reservation) -> None:
         """Settle a call that failed without reported usage as costing nothing."""
@@ -176,14 +225,17 @@ class Budget:
                 reserved_tokens=sum(r.tokens for r in self._outstanding.values()),
                 reserved_usd=sum(r.cost_usd for r in self._outstanding.values()),
                 outstanding=len(self._outstanding),
+                overshoot_tokens=self._overshoot_tokens,
+                overshoot_usd=self._overshoot_usd,
             )
 
     def _elapsed_s(self) -> float:
         return self._elapsed_before_s + self._clock() - self._started_s
 
-    def _fits_locked(self, tokens: int, cost_usd: float, duration_s: float) -> bool:
+    def _fits_locked(self, tokens: int, cost_usd: float, duration_s: float,
+                     in_flight: bool = True) -> bool:
         limits = self.limits
-        outstanding = self._outstanding.values()
+        outstanding = list(self._outstanding.values()) if in_flight else []
         if limits.tokens is not None:
             if self._tokens + sum(r.tokens for r in outstanding) + tokens > limits.tokens:
                 return False
@@ -191,7 +243,7 @@ class Budget:
             if self._cost_usd + sum(r.cost_usd for r in outstanding) + cost_usd > limits.usd:
                 return False
         if limits.candidates is not None:
-            if self._candidates + len(self._outstanding) + 1 > limits.candidates:
+            if self._candidates + len(outstanding) + 1 > limits.candidates:
                 return False
         if limits.wall_s is not None and self._elapsed_s() + duration_s > limits.wall_s:
             return False

@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from kernelevo import __version__
 from kernelevo.errors import KernelEvoError
@@ -23,6 +24,7 @@ out = Console()
 log = get_logger("cli")
 
 # Exit codes: 0 the candidate passed, 1 it did not, 2 the input or setup is wrong.
+# `evolve`: 0 the run finished or spent its budget, 1 it failed (llm_failed, error).
 EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
 
 
@@ -92,7 +94,8 @@ def main_options(
 
 
 def _fail(exc: Exception) -> None:
-    errors.print(f"[bold red]error:[/] {exc}")
+    # Escaped: messages name config tables like [llm.prices], which rich would eat as markup.
+    errors.print(f"[bold red]error:[/] {escape(str(exc))}")
     raise typer.Exit(EXIT_BAD_INPUT)
 
 
@@ -255,10 +258,15 @@ def evolve_command(
     except KernelEvoError as exc:
         _fail(exc)
     untimed = result.by_status.get("ok", 0) and result.best_vs_eager is None
-    out.print(f"stopped: {result.message}; best {result.best_id or '-'}"
+    out.print(f"stopped: {escape(result.message)}; best {result.best_id or '-'}"
               + (f" at {result.best_vs_eager:.2f}x vs eager" if result.best_vs_eager else "")
               + (f" ({result.by_status['ok']} correct; no timings without a GPU)"
                  if untimed else ""))
+    outcome = result.outcome
+    if outcome is not None and outcome.failed:
+        errors.print(f"[bold red]error:[/] the run ended with {outcome.status}: "
+                     f"{escape(outcome.reason)}")
+        raise typer.Exit(EXIT_FAILED)
 
 
 _RUNS_DIR = typer.Option(None, "--runs-dir", envvar="KERNELEVO_RUNS_DIR",

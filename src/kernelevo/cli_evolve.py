@@ -10,11 +10,12 @@ from typing import Any
 
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from kernelevo import evolve_setup as setup
 from kernelevo.logs import get_logger
-from kernelevo.search.loop import Evolution, Progress, SearchConfig
+from kernelevo.search.loop import Evolution, Progress, RunOutcome, SearchConfig
 
 log = get_logger(__name__)
 
@@ -31,6 +32,11 @@ class EvolveResult:
     def best_id(self) -> str | None:
         """The fastest correct kernel's candidate id (None if there is none)."""
         return self.progress.best_id
+
+    @property
+    def outcome(self) -> RunOutcome | None:
+        """How the run ended: finished, budget_spent, llm_failed or error, and why."""
+        return self.progress.outcome
 
 
 def progress_table(progress: Progress, run_id: str, mode: str) -> Table:
@@ -49,7 +55,7 @@ def progress_table(progress: Progress, run_id: str, mode: str) -> Table:
                   f"{progress.gpu_busy_share:.0%}; queued {progress.queued}; "
                   f"LLM calls in flight {progress.llm_in_flight}")
     if progress.message:
-        table.add_row("status", progress.message)
+        table.add_row("status", escape(progress.message))  # server text may hold [brackets]
     return table
 
 
@@ -91,13 +97,24 @@ def run_evolve(console: Console, task: Any, options: dict[str, Any]) -> EvolveRe
               refresh_per_second=2) as live:
         evolution.on_progress = lambda p: live.update(progress_table(p, run_id, mode))
         try:
-            result = asyncio.run(evolution.run())
+            result = asyncio.run(_search(evolution, pool))
         except KeyboardInterrupt:
             store.set_status("interrupted")
             raise
     store.set_status("finished")
-    log.info("run %s stopped: %s", run_id, result.message)
+    outcome = result.outcome
+    log.info("run %s stopped (%s): %s", run_id, outcome.status if outcome else "-",
+             result.message)
     return EvolveResult(run_id, run_dir, result)
+
+
+async def _search(evolution: Evolution, pool: Any) -> Progress:
+    """The search, then the model pool's connections closed inside the same event loop."""
+    try:
+        return await evolution.run()
+    finally:
+        if pool is not None:
+            await pool.aclose()
 
 
 def _proposer(pool: Any, store: Any, task: Any, search: SearchConfig, eval_config: Any) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
 import re
 from dataclasses import asdict
@@ -26,6 +27,10 @@ except ModuleNotFoundError:  # Python 3.10: the same parser, as a package
 log = get_logger(__name__)
 
 DEFAULT_RUNS_DIR = "runs"
+# The [llm] keys that tune each model's client (ClientConfig's fields of the same names).
+CLIENT_SETTINGS = ("timeout_s", "max_attempts", "backoff_base_s", "backoff_max_s",
+                   "retry_after_max_s", "temperature", "max_tokens_field", "breaker_failures",
+                   "breaker_min_s")
 # The backends a search can write kernels in.
 SEARCH_BACKENDS = ("triton", "cuda")
 
@@ -145,19 +150,19 @@ def make_pool(llm: dict[str, Any], budget: Budget) -> Any:
     """The model pool, or None when no model is configured (the tuner runs alone)."""
     if not llm.get("models"):
         return None
-    from kernelevo.llm.openai_compat import ClientConfig
+    from kernelevo.llm.openai_compat import BASE_URL_ENV, ClientConfig
     from kernelevo.llm.pool import ModelPool
     from kernelevo.llm.pricing import PriceTable
 
-    if not llm.get("base_url"):
-        raise ConfigError("a model was given without --base-url: give the endpoint, e.g. "
-                          "https://openrouter.ai/api/v1 or http://localhost:8000/v1")
+    # Without one, the client reads OPENAI_BASE_URL at each call, like the official client.
+    if not llm.get("base_url") and not os.environ.get(BASE_URL_ENV):
+        raise ConfigError(f"a model was given without --base-url and {BASE_URL_ENV} is not "
+                          "set: give the endpoint, e.g. https://openrouter.ai/api/v1 or "
+                          "http://localhost:8000/v1")
     models = llm["models"]
-    log.info("models %s at %s", models, llm["base_url"])
-    tuning = {key: llm[key] for key in ("timeout_s", "max_attempts", "backoff_base_s",
-                                        "backoff_max_s", "retry_after_max_s", "temperature")
-              if key in llm}
-    base = ClientConfig(base_url=llm["base_url"], model=next(iter(models)),
+    log.info("models %s at %s", models, llm.get("base_url") or f"${BASE_URL_ENV}")
+    tuning = {key: llm[key] for key in CLIENT_SETTINGS if key in llm}
+    base = ClientConfig(base_url=llm.get("base_url") or "", model=next(iter(models)),
                         api_key_env=llm.get("api_key_env", "OPENAI_API_KEY"), **tuning)
     return ModelPool.from_models(base, models, prices=PriceTable.with_overrides(
         llm.get("prices")), max_in_flight=int(llm.get("in_flight", 8)), budget=budget,

@@ -345,7 +345,11 @@ class RunStore:
         return self.llm_calls("started")
 
     def settle_interrupted_llm_calls(self) -> float:
-        """On resume only: fail every started call, charged at its bound; returns dollars."""
+        """On resume only: fail every started call, charged at its bound; returns dollars.
+
+        Input tokens are the prompt's own `max_input_tokens` where the caller
+        recorded one, else the prompt's JSON length in bytes, which bounds them too.
+        """
         with self._database.transaction() as db:
             row = db.execute(
                 "SELECT COALESCE(SUM(cost_bound_usd), 0) FROM llm_call WHERE state = 'started'"
@@ -353,6 +357,8 @@ class RunStore:
             # The provider may have billed the full reply, so count the worst case as paid.
             db.execute(
                 "UPDATE llm_call SET state = 'failed', error = ?, finished_at = ?,"
+                " input_tokens = COALESCE(json_extract(prompt_json, '$.max_input_tokens'),"
+                " length(CAST(prompt_json AS BLOB))),"
                 " output_tokens = COALESCE(max_output_tokens, 0),"
                 " cost_usd = COALESCE(cost_bound_usd, 0) WHERE state = 'started'",
                 (INTERRUPTED_CALL_ERROR, time.time()),

@@ -17,6 +17,8 @@ A step is one of:
     Malformed(body)          200 with a body that is not the promised JSON
     callable(request_json)   called with the request body; returns any step above
 
+`closed_port_url()` gives a base URL where nothing listens (connection refused).
+
 When the script runs out the server answers `default` (a 500 unless given),
 so an unexpected extra call fails loudly instead of hanging a test.
 Every request is recorded, and the most requests ever in flight at once is
@@ -53,11 +55,12 @@ class Reply:
 
 @dataclass(frozen=True)
 class Status:
-    """An HTTP error answer with an OpenAI-style error body."""
+    """An HTTP error answer with an OpenAI-style error body (`error_type` as its type and code)."""
 
     code: int
     retry_after: str | None = None
     message: str = "scripted error"
+    error_type: str | None = None  # None: rate_limit_exceeded for 429, else server_error
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,16 @@ class _State:
     max_in_flight: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
     stopping: threading.Event = field(default_factory=threading.Event)
+
+
+def closed_port_url() -> str:
+    """A base URL on 127.0.0.1 where nothing listens: every connection is refused."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    # The port was free a moment ago and nothing listens on it now (a small race
+    # with other processes, fine for tests).
+    return f"http://127.0.0.1:{port}/v1"
 
 
 class FakeOpenAIServer:
@@ -251,7 +264,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send_status(self, status: Status) -> None:
         headers = {"Retry-After": status.retry_after} if status.retry_after is not None else {}
-        error_type = "rate_limit_exceeded" if status.code == 429 else "server_error"
+        error_type = status.error_type or (
+            "rate_limit_exceeded" if status.code == 429 else "server_error")
         self._send_json(status.code, _error_body(status.message, error_type), headers)
 
     def _send_json(self, code: int, payload: dict, headers: dict[str, str] | None = None) -> None:

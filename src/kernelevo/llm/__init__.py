@@ -1,17 +1,32 @@
 """LLM access: the client seam, an OpenAI-compatible client, prices and a model pool."""
 
+from kernelevo.llm.breaker import CircuitBreaker
 from kernelevo.llm.openai_compat import ClientConfig, OpenAICompatClient
 from kernelevo.llm.pool import ModelPool, PoolMember, input_token_bound
 from kernelevo.llm.pricing import DEFAULT_PRICES, UNKNOWN_PRICE, Price, PriceTable, lookup_price
-from kernelevo.llm.protocol import Completion, LLMClient, LLMError, estimate_tokens
+from kernelevo.llm.protocol import (
+    Attempt,
+    CallStart,
+    Completion,
+    LLMClient,
+    LLMError,
+    LLMRequestError,
+    LLMUnavailable,
+    estimate_tokens,
+)
 
 __all__ = [
     "DEFAULT_PRICES",
     "UNKNOWN_PRICE",
+    "Attempt",
+    "CallStart",
+    "CircuitBreaker",
     "ClientConfig",
     "Completion",
     "LLMClient",
     "LLMError",
+    "LLMRequestError",
+    "LLMUnavailable",
     "ModelPool",
     "OpenAICompatClient",
     "PoolMember",

@@ -2,15 +2,15 @@
 
 OpenRouter, vLLM, SGLang, Ollama and the providers' own APIs all speak this
 protocol. Transient failures (429, 5xx, timeouts, dropped connections,
-garbled bodies) are retried with exponential backoff and full jitter;
-failures that retrying cannot fix (a bad key, a bad request) raise LLMError
-at once with what to change.
+garbled bodies) are retried with exponential backoff and full jitter, and
+counted by a circuit breaker shared across calls; failures that retrying
+cannot fix (a bad key, an unknown model, a bad request) raise
+LLMRequestError at once with the server's message and what to change.
 """
 
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import logging
 import os
 import random
@@ -21,18 +21,35 @@ from typing import Any
 import httpx
 
 from kernelevo.errors import ConfigError
+from kernelevo.llm.breaker import CircuitBreaker
 from kernelevo.llm.pricing import Price, PriceTable
-from kernelevo.llm.protocol import Completion, LLMError, estimate_tokens, messages_text
+from kernelevo.llm import replies
+from kernelevo.llm.replies import TOKEN_FIELDS
+from kernelevo.llm.protocol import (
+    Attempt,
+    Completion,
+    LLMError,
+    LLMRequestError,
+    LLMUnavailable,
+    estimate_tokens,
+    messages_text,
+)
 
 log = logging.getLogger(__name__)
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529})
-_ERROR_SNIPPET_CHARS = 300
+BASE_URL_ENV = "OPENAI_BASE_URL"
+MAX_TOKENS_FIELD_CHOICES = ("auto", *TOKEN_FIELDS)
 
 
 @dataclass(frozen=True)
 class ClientConfig:
-    """Where and how to call one model; the API key itself is never stored here."""
+    """Where and how to call one model; the API key itself is never stored here.
+
+    An empty `base_url` means the `OPENAI_BASE_URL` environment variable, read
+    at call time. `max_tokens_field` "auto" sends `max_tokens` until a server
+    refuses it for this model, then `max_completion_tokens`.
+    """
 
     base_url: str
     model: str
@@ -43,9 +60,12 @@ class ClientConfig:
     backoff_base_s: float = 1.0
     backoff_max_s: float = 60.0
     retry_after_max_s: float = 120.0
+    max_tokens_field: str = "auto"
+    breaker_failures: int = 8
+    breaker_min_s: float = 30.0
 
     def __post_init__(self) -> None:
-        if not self.base_url.startswith(("http://", "https://")):
+        if self.base_url and not self.base_url.startswith(("http://", "https://")):
             raise ConfigError(
                 f"base_url {self.base_url!r} is not an http(s) URL: "
                 "give e.g. https://api.openai.com/v1 or http://localhost:8000/v1"
@@ -54,14 +74,31 @@ class ClientConfig:
             raise ConfigError(f"max_attempts is {self.max_attempts}: give 1 or more")
         if self.timeout_s <= 0:
             raise ConfigError(f"timeout_s is {self.timeout_s}: give a number of seconds > 0")
+        if self.max_tokens_field not in MAX_TOKENS_FIELD_CHOICES:
+            raise ConfigError(f"max_tokens_field is {self.max_tokens_field!r}: give one of "
+                              f"{', '.join(MAX_TOKENS_FIELD_CHOICES)}")
+        CircuitBreaker(self.breaker_failures, self.breaker_min_s)  # validates both
 
 
-class _Retryable(Exception):
-    """One attempt failed in a way that another attempt may fix."""
+class _AttemptFailed(Exception):
+    """One request failed; `kind` (an Attempt kind) says whether another may succeed."""
 
-    def __init__(self, reason: str, retry_after_s: float | None = None) -> None:
+    def __init__(self, kind: str, reason: str, status_code: int | None = None,
+                 retry_after_s: float | None = None, detail: str = "", field: str = "") -> None:
         super().__init__(reason)
-        self.retry_after_s = retry_after_s
+        self.kind, self.status_code = kind, status_code
+        self.retry_after_s, self.detail, self.field = retry_after_s, detail, field
+
+    @property
+    def retryable(self) -> bool:
+        return self.kind not in ("refused", "field_refused")
+
+    @property
+    def endpoint_failed(self) -> bool:
+        """A failure of the endpoint itself, which the circuit breaker counts."""
+        if self.kind == "retryable_status":
+            return (self.status_code or 0) >= 500
+        return self.kind in ("timeout", "connection", "malformed")
 
 
 class OpenAICompatClient:
@@ -74,36 +111,53 @@ class OpenAICompatClient:
         price: Price | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         rng: random.Random | None = None,
+        breaker: CircuitBreaker | None = None,
     ) -> None:
         self.config = config
         if price is None:
             price = PriceTable.with_overrides().lookup(config.model)
         self.price = price
+        self.breaker = breaker or CircuitBreaker(config.breaker_failures, config.breaker_min_s)
         self._transport = transport
         self._rng = rng or random.Random()
         self._http: httpx.AsyncClient | None = None
+        # Learnt once per model: a server that refused max_tokens refuses it every time.
+        auto = config.max_tokens_field == "auto"
+        self.token_field = TOKEN_FIELDS[0] if auto else config.max_tokens_field
 
     @property
     def model(self) -> str:
         """The model name sent to the endpoint."""
         return self.config.model
 
+    def endpoint(self) -> str:
+        """The base URL: the configured one, else OPENAI_BASE_URL as it is now."""
+        url = self.config.base_url or os.environ.get(BASE_URL_ENV, "")
+        if not url:
+            raise LLMRequestError(f"no base_url is configured and {BASE_URL_ENV} is not set: "
+                                  "give --base-url, [llm] base_url or set " + BASE_URL_ENV)
+        if not url.startswith(("http://", "https://")):
+            raise LLMRequestError(f"{BASE_URL_ENV} is {url!r}, not an http(s) URL: give e.g. "
+                                  "https://api.openai.com/v1 or http://localhost:8000/v1")
+        return url.rstrip("/")
+
     async def complete(self, messages: list[dict], *, max_tokens: int) -> Completion:
         """Answer `messages`, retrying transient failures up to max_attempts times."""
         started_s = time.monotonic()
-        for attempt in range(1, self.config.max_attempts + 1):
+        endpoint = self.endpoint()
+        attempts: list[Attempt] = []
+        may_switch = self.config.max_tokens_field == "auto"
+        while True:
             try:
-                body = await self._attempt(messages, max_tokens)
-            except _Retryable as failure:
-                if attempt == self.config.max_attempts:
-                    raise self._exhausted_error(failure) from None
-                delay_s = self._delay_s(attempt, failure.retry_after_s)
-                log.warning("%s: attempt %d failed (%s); retrying in %.2f s",
-                            self.config.model, attempt, failure, delay_s)
-                await asyncio.sleep(delay_s)
+                body = await self._retrying(endpoint, messages, max_tokens, attempts)
+            except _AttemptFailed as refused:  # only field refusals get here
+                if not may_switch:
+                    raise self._status_error(endpoint, refused, attempts) from None
+                may_switch = False
+                self._switch_field(refused)
                 continue
-            return self._completion(body, messages, attempt, time.monotonic() - started_s)
-        raise AssertionError("unreachable: the last attempt returns or raises")
+            latency_s = time.monotonic() - started_s
+            return self._completion(body, messages, tuple(attempts), latency_s)
 
     async def aclose(self) -> None:
         """Close pooled connections."""
@@ -116,6 +170,33 @@ class OpenAICompatClient:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
+
+    async def _retrying(self, endpoint: str, messages: list[dict], max_tokens: int,
+                        attempts: list[Attempt]) -> dict[str, Any]:
+        """The answer's body; raises LLMError, or _AttemptFailed for a refused token field."""
+        for number in range(1, self.config.max_attempts + 1):
+            self._check_breaker(attempts)
+            try:
+                return await self._attempt(endpoint, messages, max_tokens, attempts)
+            except _AttemptFailed as failure:
+                if failure.kind == "field_refused":
+                    raise
+                if not failure.retryable:
+                    raise self._status_error(endpoint, failure, attempts) from None
+                self._check_breaker(attempts)  # this failure, or another call's, opened it
+                if number == self.config.max_attempts:
+                    raise self._exhausted_error(endpoint, failure, attempts) from None
+                delay_s = self._delay_s(number, failure.retry_after_s)
+                log.warning("%s: attempt %d failed (%s); retrying in %.2f s",
+                            self.config.model, number, failure, delay_s)
+                await asyncio.sleep(delay_s)
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _check_breaker(self, attempts: list[Attempt]) -> None:
+        try:
+            self.breaker.check()
+        except LLMUnavailable as exc:
+            raise LLMUnavailable(str(exc), None, tuple(attempts)) from None
 
     def _client(self) -> httpx.AsyncClient:
         # Created on first use so that it belongs to the running event loop.
@@ -131,61 +212,107 @@ class OpenAICompatClient:
         # Local servers (vLLM, Ollama) need no key; send none rather than fail.
         return {"Authorization": f"Bearer {key}"} if key else {}
 
-    async def _attempt(self, messages: list[dict], max_tokens: int) -> dict[str, Any]:
-        url = self.config.base_url.rstrip("/") + "/chat/completions"
-        payload = {
-            "model": self.config.model,
-            "messages": messages,
-            "max_tokens": max_tokens,
-            "temperature": self.config.temperature,
-        }
+    async def _attempt(self, endpoint: str, messages: list[dict], max_tokens: int,
+                       attempts: list[Attempt]) -> dict[str, Any]:
+        field = self.token_field
+        payload = {"model": self.config.model, "messages": messages, field: max_tokens,
+                   "temperature": self.config.temperature}
+        started_s = time.monotonic()
+        try:
+            body = await self._post(endpoint + "/chat/completions", payload, field)
+        except _AttemptFailed as failure:
+            attempts.append(self._record(len(attempts) + 1, failure.kind, failure.status_code,
+                                         str(failure), started_s))
+            self._tell_breaker(endpoint, failure, started_s)
+            raise
+        attempts.append(self._record(len(attempts) + 1, "ok", 200, "", started_s))
+        self.breaker.succeeded()
+        return body
+
+    async def _post(self, url: str, payload: dict[str, Any], field: str) -> dict[str, Any]:
+        post = self._client().post(url, json=payload, headers=self._headers())
         try:
             # httpx timeouts bound each read; this bounds the whole attempt,
             # so a server that trickles bytes cannot hold a call forever.
-            async with asyncio.timeout(self.config.timeout_s):
-                response = await self._client().post(url, json=payload, headers=self._headers())
-        except TimeoutError:
-            raise _Retryable(f"no answer within timeout_s={self.config.timeout_s}") from None
-        except httpx.TimeoutException:
-            raise _Retryable(f"no answer within timeout_s={self.config.timeout_s}") from None
+            # (wait_for, not asyncio.timeout: Python 3.10 is supported.)
+            response = await asyncio.wait_for(post, self.config.timeout_s)
+        except (asyncio.TimeoutError, httpx.TimeoutException):
+            raise _AttemptFailed("timeout", f"no answer within timeout_s="
+                                 f"{self.config.timeout_s}") from None
         except httpx.TransportError as exc:
-            raise _Retryable(f"connection failed: {type(exc).__name__}: {exc}") from None
-        return self._check(response)
+            raise _AttemptFailed("connection", f"connection failed: {type(exc).__name__}: "
+                                 f"{exc}") from None
+        return self._check(response, field)
 
-    def _check(self, response: httpx.Response) -> dict[str, Any]:
+    def _tell_breaker(self, endpoint: str, failure: _AttemptFailed, started_s: float) -> None:
+        if not failure.endpoint_failed:
+            self.breaker.succeeded()  # the server answered, if only to refuse
+        elif self.breaker.failed(endpoint, str(failure), started_s):
+            log.error("circuit breaker open for %s: %s", endpoint, failure)
+
+    def _record(self, number: int, kind: str, status_code: int | None, error: str,
+                started_s: float) -> Attempt:
+        return Attempt(self.config.model, number, kind, status_code, error[:500],
+                       time.monotonic() - started_s)
+
+    def _check(self, response: httpx.Response, field: str) -> dict[str, Any]:
         status = response.status_code
         if status in RETRYABLE_STATUS:
-            raise _Retryable(f"HTTP {status}", _retry_after_s(response.headers.get("retry-after")))
+            raise _AttemptFailed("retryable_status", f"HTTP {status}", status,
+                                 replies.retry_after_s(response.headers.get("retry-after")))
         if status >= 300:  # redirects are not followed: a POST must reach the final URL
-            raise self._status_error(status, response.text[:_ERROR_SNIPPET_CHARS])
+            detail = replies.server_message(response)
+            kind = "field_refused" if replies.refuses_field(status, detail, field) else "refused"
+            raise _AttemptFailed(kind, f"HTTP {status}: {detail}", status, detail=detail,
+                                 field=field)
         try:
             body = response.json()
         except ValueError:
-            raise _Retryable(f"malformed JSON in answer: {response.text[:80]!r}") from None
+            raise _AttemptFailed("malformed", f"malformed JSON in answer: "
+                                 f"{response.text[:80]!r}") from None
         choices = body.get("choices") if isinstance(body, dict) else None
         if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
             # Some routers answer 200 with an error object when an upstream fails.
-            raise _Retryable(f"answer has no choices: {response.text[:80]!r}")
+            raise _AttemptFailed("malformed", f"answer has no choices: {response.text[:80]!r}")
         return body
 
-    def _status_error(self, status: int, detail: str) -> LLMError:
-        where = f"{self.config.base_url} (model {self.config.model!r})"
+    def _switch_field(self, refused: _AttemptFailed) -> None:
+        sent = refused.field
+        # Set, not toggled: calls in flight that were refused too agree on the answer.
+        self.token_field = TOKEN_FIELDS[1] if sent == TOKEN_FIELDS[0] else TOKEN_FIELDS[0]
+        log.warning("%s refused %s (%s); sending %s from now on", self.config.model, sent,
+                    refused.detail[:120], self.token_field)
+
+    def _status_error(self, endpoint: str, failure: _AttemptFailed,
+                      attempts: list[Attempt]) -> LLMRequestError:
+        status, detail = failure.status_code or 0, self._redacted(failure.detail)
+        where = f"{endpoint} (model {self.config.model!r})"
         env = self.config.api_key_env
         if status in (401, 403):
             state = "is set but was refused" if os.environ.get(env) else "is not set"
-            fix = f"set {env} to a valid API key for {self.config.base_url}"
-            return LLMError(f"HTTP {status} from {where}: {env} {state}; {fix}", status)
-        if status < 400 or status == 404:
-            fix = "check base_url (usually ends in /v1, with the right scheme) and the model name"
-            return LLMError(f"HTTP 404 from {where}: {detail}; {fix}", status)
-        fix = "check the model name, max_tokens and the endpoint's limits"
-        return LLMError(f"HTTP {status} from {where}: {detail}; {fix}", status)
+            fix = f"set {env} to a valid API key for {endpoint}"
+            message = f"HTTP {status} from {where}: {env} {state}; {fix} (server: {detail})"
+        elif status < 400 or status == 404:
+            fix = ("check base_url (usually ends in /v1, with the right scheme) and the "
+                   "model name (GET /models lists them)")
+            message = f"HTTP {status} from {where}: {detail}; {fix}"
+        else:
+            fix = ("check the model name, max_output_tokens, [llm] max_tokens_field and the "
+                   "endpoint's limits")
+            message = f"HTTP {status} from {where}: {detail}; {fix}"
+        return LLMRequestError(message, status, tuple(attempts))
 
-    def _exhausted_error(self, failure: _Retryable) -> LLMError:
+    def _redacted(self, text: str) -> str:
+        # Some servers echo the key they refused; never carry it into logs or run.db.
+        key = os.environ.get(self.config.api_key_env, "")
+        return text.replace(key, "***") if len(key) >= 8 else text
+
+    def _exhausted_error(self, endpoint: str, failure: _AttemptFailed,
+                         attempts: list[Attempt]) -> LLMError:
         return LLMError(
-            f"{self.config.model} at {self.config.base_url} failed {self.config.max_attempts} "
+            f"{self.config.model} at {endpoint} failed {self.config.max_attempts} "
             f"attempts, the last with: {failure}; check that the endpoint is up, or raise "
-            "max_attempts or timeout_s"
+            "max_attempts or timeout_s", failure.status_code, tuple(attempts)
         )
 
     def _delay_s(self, attempt: int, retry_after_s: float | None) -> float:
@@ -195,12 +322,11 @@ class OpenAICompatClient:
         ceiling_s = min(self.config.backoff_max_s, self.config.backoff_base_s * 2 ** (attempt - 1))
         return self._rng.uniform(0.0, ceiling_s)
 
-    def _completion(
-        self, body: dict[str, Any], messages: list[dict], attempts: int, latency_s: float
-    ) -> Completion:
+    def _completion(self, body: dict[str, Any], messages: list[dict],
+                    attempts: tuple[Attempt, ...], latency_s: float) -> Completion:
         choice = body["choices"][0]
         message = choice.get("message")
-        text = _content_text(message.get("content") if isinstance(message, dict) else None)
+        text = replies.content_text(message.get("content") if isinstance(message, dict) else None)
         usage = body.get("usage") or {}
         input_tokens = usage.get("prompt_tokens")
         output_tokens = usage.get("completion_tokens")
@@ -215,30 +341,8 @@ class OpenAICompatClient:
             output_tokens=output_tokens,
             cost_usd=self.price.cost_usd(input_tokens, output_tokens),
             latency_s=latency_s,
-            attempts=attempts,
+            attempts=len(attempts),
             estimated=estimated,
             finish_reason=str(choice.get("finish_reason") or ""),
+            attempt_log=attempts,
         )
-
-
-def _content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):  # multi-part content from some servers
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return ""
-
-
-def _retry_after_s(value: str | None) -> float | None:
-    """Seconds to wait from a Retry-After header: a number or an HTTP date."""
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())

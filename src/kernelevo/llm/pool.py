@@ -1,7 +1,13 @@
 """Several models behind one client: weighted choice, a cap on requests in flight, a budget.
 
 The pool is itself an LLMClient, so the search loop asks it for a completion
-and never learns which model answered until it reads `Completion.model`.
+and never learns which model answered until it reads `Completion.model` (or
+the `CallStart` given to `on_start` just before the request is sent).
+
+Budget refusals: a call whose worst case does not fit now falls back to the
+cheapest other model that fits; when none fits only because of other calls'
+reservations, it waits for them to settle instead of giving up. Only a call
+that could not fit even with nothing in flight raises BudgetExhausted.
 """
 
 from __future__ import annotations
@@ -9,19 +15,23 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import httpx
 
 from kernelevo.budget import Budget, BudgetExhausted, Reservation
 from kernelevo.errors import ConfigError
+from kernelevo.llm.breaker import CircuitBreaker
 from kernelevo.llm.openai_compat import ClientConfig, OpenAICompatClient
 from kernelevo.llm.pricing import UNKNOWN_PRICE, Price, PriceTable
-from kernelevo.llm.protocol import Completion, LLMClient
+from kernelevo.llm.protocol import CallStart, Completion, LLMClient
 
 # Chat formats add a few special tokens around each message.
 _TOKENS_PER_MESSAGE_OVERHEAD = 16
+# How often a call waiting for others' reservations looks again even without
+# a settlement: reservations made outside the pool and the wall clock change too.
+_BUDGET_RECHECK_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -71,6 +81,8 @@ class ModelPool:
         self.budget = budget
         self._rng = random.Random(seed)
         self._in_flight = asyncio.Semaphore(max_in_flight)
+        # Replaced on every settlement; waiters hold the one current when they began.
+        self._settled = asyncio.Event()
 
     @classmethod
     def from_models(
@@ -87,13 +99,14 @@ class ModelPool:
         """One OpenAICompatClient per model name in `weights`, sharing `base`'s settings."""
         table = prices or PriceTable.with_overrides()
         rng = random.Random(seed)
+        # One endpoint, one breaker: a dead server fails every model's calls alike.
+        breaker = CircuitBreaker(base.breaker_failures, base.breaker_min_s)
         members = []
         for model, weight in weights.items():
             config = dataclasses.replace(base, model=model)
             price = table.lookup(model)
-            client = OpenAICompatClient(
-                config, price=price, transport=transport, rng=random.Random(rng.random())
-            )
+            client = OpenAICompatClient(config, price=price, transport=transport,
+                                        rng=random.Random(rng.random()), breaker=breaker)
             members.append(PoolMember(model, client, weight, price))
         return cls(members, max_in_flight=max_in_flight, seed=seed, budget=budget)
 
@@ -102,44 +115,92 @@ class ModelPool:
         return self._rng.choices(self.members, weights=[m.weight for m in self.members])[0]
 
     async def complete(
-        self, messages: list[dict], *, max_tokens: int, member: PoolMember | None = None
+        self,
+        messages: list[dict],
+        *,
+        max_tokens: int,
+        member: PoolMember | None = None,
+        on_start: Callable[[CallStart], None] | None = None,
     ) -> Completion:
-        """Answer with `member`, or one chosen by weight; BudgetExhausted when it cannot fit."""
-        member = member or self.pick()
+        """Answer with `member` (only it), or one chosen by weight that fits the budget.
+
+        `on_start` is called with the chosen model and worst case just before
+        the request is sent (e.g. to record it); BudgetExhausted when no model
+        can fit even once the calls in flight have settled.
+        """
         async with self._in_flight:
             # Reserve only once a slot is free, so waiting calls hold no budget.
-            reservation = self._reserve(messages, max_tokens, member.price)
+            chosen, reservation = await self._reserve(messages, max_tokens, member)
+            plan = self._call_start(chosen, messages, max_tokens)
             try:
-                completion = await member.client.complete(messages, max_tokens=max_tokens)
+                if on_start is not None:
+                    on_start(plan)
+                completion = await chosen.client.complete(messages, max_tokens=max_tokens)
+            except asyncio.CancelledError:
+                # Cut off after sending: the provider may bill the whole reply.
+                self._settle(reservation, plan.max_input_tokens, plan.max_output_tokens,
+                             plan.cost_bound_usd)
+                raise
             except BaseException:
                 # Failed attempts report no usage; most providers bill none.
-                if reservation is not None:
-                    self.budget.release(reservation)
+                self._settle(reservation, 0, 0, 0.0)
                 raise
-            if reservation is not None:
-                self.budget.settle(
-                    reservation,
-                    completion.input_tokens,
-                    completion.output_tokens,
-                    completion.cost_usd,
-                )
+            self._settle(reservation, completion.input_tokens, completion.output_tokens,
+                         completion.cost_usd)
             return completion
 
-    def _reserve(self, messages: list[dict], max_tokens: int, price: Price) -> Reservation | None:
-        if self.budget is None:
-            return None
+    def _call_start(self, member: PoolMember, messages: list[dict], max_tokens: int) -> CallStart:
         input_bound = input_token_bound(messages)
-        reservation = self.budget.reserve(input_bound, max_tokens, price)
-        if reservation is None:
-            usage = self.budget.usage()
-            reason = self.budget.exhausted() or (
-                f"its worst case of {input_bound + max_tokens:,} tokens "
-                f"({price.cost_usd(input_bound, max_tokens):.4f} USD) could cross the budget "
-                f"with {usage.tokens:,} tokens and {usage.cost_usd:.4f} USD spent and "
-                f"{usage.reserved_tokens:,} tokens reserved"
-            )
-            raise BudgetExhausted(f"no LLM call issued: {reason}")
-        return reservation
+        return CallStart(member.name, input_bound, max_tokens,
+                         member.price.cost_usd(input_bound, max_tokens))
+
+    def _settle(self, reservation: Reservation | None, input_tokens: int, output_tokens: int,
+                cost_usd: float) -> None:
+        if reservation is None or self.budget is None:
+            return
+        self.budget.settle(reservation, input_tokens, output_tokens, cost_usd)
+        self._settled.set()
+        self._settled = asyncio.Event()
+
+    async def _reserve(self, messages: list[dict], max_tokens: int,
+                       pinned: PoolMember | None) -> tuple[PoolMember, Reservation | None]:
+        """A member and its reservation; waits while only others' reservations are in the way."""
+        preferred = pinned or self.pick()
+        if self.budget is None:
+            return preferred, None
+        input_bound = input_token_bound(messages)
+        order = [preferred] if pinned else self._fallback_order(preferred, input_bound, max_tokens)
+        while True:
+            settled = self._settled
+            for member in order:
+                reservation = self.budget.reserve(input_bound, max_tokens, member.price)
+                if reservation is not None:
+                    return member, reservation
+            if not any(self.budget.fits_alone(input_bound, max_tokens, m.price) for m in order):
+                raise BudgetExhausted(self._refusal(input_bound, max_tokens, order))
+            try:
+                await asyncio.wait_for(settled.wait(), _BUDGET_RECHECK_S)
+            except asyncio.TimeoutError:
+                pass
+
+    def _fallback_order(self, preferred: PoolMember, input_bound: int,
+                        max_tokens: int) -> list[PoolMember]:
+        """The chosen member first, then the others from the cheapest worst case up."""
+        others = sorted((m for m in self.members if m is not preferred),
+                        key=lambda m: m.price.cost_usd(input_bound, max_tokens))
+        return [preferred, *others]
+
+    def _refusal(self, input_bound: int, max_tokens: int, order: list[PoolMember]) -> str:
+        assert self.budget is not None
+        usage = self.budget.usage()
+        cheapest = min(order, key=lambda m: m.price.cost_usd(input_bound, max_tokens))
+        reason = self.budget.exhausted() or (
+            f"even with no call in flight, the worst case of {cheapest.name} "
+            f"({input_bound + max_tokens:,} tokens, "
+            f"{cheapest.price.cost_usd(input_bound, max_tokens):.4f} USD) could cross the "
+            f"budget with {usage.tokens:,} tokens and {usage.cost_usd:.4f} USD spent"
+        )
+        return f"no LLM call issued: {reason}"
 
     async def aclose(self) -> None:
         """Close every member's client that can be closed."""

@@ -1,8 +1,9 @@
-"""The LLM seam: one async method, one result type, one error type.
+"""The LLM seam: one async method, its result and call types, its errors.
 
 Everything above this seam (proposals, repair, the search loop) sees only
-`LLMClient.complete`, so tests can fake the model with a few lines and any
-endpoint can be plugged in without touching the search.
+`LLMClient.complete`, the types here and these errors, so tests can fake the
+model with a few lines and any endpoint can be plugged in without touching
+the search.
 """
 
 from __future__ import annotations
@@ -16,6 +17,22 @@ from kernelevo.errors import KernelEvoError
 # A common rule of thumb for English and code with BPE tokenizers; used only
 # when the server reports no usage, and the completion is then marked estimated.
 CHARS_PER_TOKEN = 4
+
+# Attempt.kind values: what one HTTP request of a call came to.
+ATTEMPT_KINDS = ("ok", "retryable_status", "refused", "field_refused", "timeout",
+                 "connection", "malformed")
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One HTTP request of a call: its outcome and how long it took, in seconds."""
+
+    model: str
+    number: int  # 1-based, within its call
+    kind: str  # one of ATTEMPT_KINDS
+    status_code: int | None  # None when no HTTP answer came back
+    error: str  # "" for a successful attempt
+    latency_s: float
 
 
 @dataclass(frozen=True)
@@ -31,11 +48,27 @@ class Completion:
     attempts: int
     estimated: bool = False
     finish_reason: str = ""
+    attempt_log: tuple[Attempt, ...] = ()
 
     @property
     def total_tokens(self) -> int:
         """Input plus output tokens."""
         return self.input_tokens + self.output_tokens
+
+
+@dataclass(frozen=True)
+class CallStart:
+    """A call about to be sent: its model and its worst case in tokens and USD."""
+
+    model: str
+    max_input_tokens: int
+    max_output_tokens: int
+    cost_bound_usd: float
+
+    @property
+    def max_tokens(self) -> int:
+        """The most tokens the call can use, input and output."""
+        return self.max_input_tokens + self.max_output_tokens
 
 
 @runtime_checkable
@@ -48,14 +81,34 @@ class LLMClient(Protocol):
 
 
 class LLMError(KernelEvoError):
-    """A call that cannot succeed as configured (bad key, bad request, retries exhausted)."""
+    """A call that failed; `fatal` says whether retrying later in the run could help.
 
-    def __init__(self, message: str, status_code: int | None = None) -> None:
+    The base class is a transient failure (retries ran out on 5xx or timeouts):
+    a later call may succeed. `attempts` holds every request the call made.
+    """
+
+    fatal = False
+
+    def __init__(self, message: str, status_code: int | None = None,
+                 attempts: tuple[Attempt, ...] = ()) -> None:
         super().__init__(message)
         self.status_code = status_code
+        self.attempts = attempts
 
-    def __reduce__(self):  # keep status_code across process boundaries
-        return (type(self), (str(self), self.status_code))
+    def __reduce__(self):  # keep status_code and attempts across process boundaries
+        return (type(self), (str(self), self.status_code, self.attempts))
+
+
+class LLMRequestError(LLMError):
+    """The endpoint refused the request (bad key, unknown model, bad parameter): fix the config."""
+
+    fatal = True
+
+
+class LLMUnavailable(LLMError):
+    """The endpoint failed too many times in a row (down, unreachable, hanging)."""
+
+    fatal = True
 
 
 def estimate_tokens(text: str) -> int:

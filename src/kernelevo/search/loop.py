@@ -5,17 +5,24 @@ calls are coroutines (several in flight), evaluations run in threads (one per
 GPU, each with its own judge), and a candidate is judged as soon as it
 exists; there is no generation barrier. Everything is written to the run
 store as it happens, so a killed run resumes where it stopped.
+
+A run ends with a RunOutcome. An error inside any of its tasks is never
+swallowed: it is logged, stored as an event and ends the run as `error`; an
+LLM failure that retrying cannot fix (a refused request, an endpoint that is
+down) ends it as `llm_failed`, as does a run whose LLM calls all failed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import random
 import time
+import traceback
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Coroutine
 
 from kernelevo.budget import Budget, BudgetExhausted
 from kernelevo.candidate import Candidate
@@ -28,6 +35,28 @@ from kernelevo.store import RunStore
 
 if TYPE_CHECKING:
     from kernelevo.search.proposals import LLMProposer, Proposal
+
+log = logging.getLogger(__name__)
+
+# How a run ended; the command line exits non-zero for the last two.
+OUTCOME_STATUSES = ("finished", "budget_spent", "llm_failed", "error")
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """How a run ended (one of OUTCOME_STATUSES) and why, in words."""
+
+    status: str
+    reason: str
+
+    def __post_init__(self) -> None:
+        if self.status not in OUTCOME_STATUSES:
+            raise ValueError(f"outcome status {self.status!r}: use one of {OUTCOME_STATUSES}")
+
+    @property
+    def failed(self) -> bool:
+        """Whether the run could not do what it was asked (exit non-zero)."""
+        return self.status in ("llm_failed", "error")
 
 
 @dataclass(frozen=True)
@@ -63,6 +92,7 @@ class Progress:
     queued: int = 0
     llm_in_flight: int = 0
     message: str = ""
+    outcome: RunOutcome | None = None  # set once the run has ended
 
 
 def fitness(verdict: Verdict) -> float | None:
@@ -126,6 +156,11 @@ class Evolution:
         self.evaluating = 0
         self.stopping = False
         self.last_elapsed_log = 0.0
+        self.fatal: RunOutcome | None = None  # set by the first failure that ends the run
+        self.llm_answers = 0
+        self.llm_failures = 0
+        self.last_llm_error = ""
+        self.budget_stop = ""  # why a proposer stopped for good on a budget refusal
 
     # -- set-up and resume ---------------------------------------------------
 
@@ -152,16 +187,17 @@ class Evolution:
     # -- the run ---------------------------------------------------------------
 
     async def run(self) -> Progress:
+        """Search until done; `Progress.outcome` then says how the run ended."""
         executor = ThreadPoolExecutor(max_workers=len(self.judges), thread_name_prefix="judge")
-        evaluators = [asyncio.create_task(self._evaluate_forever(judge, executor))
+        evaluators = [self._start(self._evaluate_forever(judge, executor), "judge")
                       for judge in self.judges]
         builders = ThreadPoolExecutor(max_workers=self.config.build_workers,
                                       thread_name_prefix="build")
-        evaluators += [asyncio.create_task(self._build_forever(builders))
+        evaluators += [self._start(self._build_forever(builders), "builder")
                        for _ in range(self.config.build_workers)]
         proposers = []
         if self.proposer is not None:
-            proposers = [asyncio.create_task(self._propose_forever())
+            proposers = [self._start(self._propose_forever(), "proposer")
                          for _ in range(self.config.llm_in_flight)]
         try:
             await self._until_done(proposers)
@@ -175,11 +211,34 @@ class Evolution:
             self._report("stopped")
         return self.progress
 
+    def _start(self, work: Coroutine[Any, Any, None], role: str) -> asyncio.Task:
+        return asyncio.create_task(self._supervised(work, role))
+
+    async def _supervised(self, work: Coroutine[Any, Any, None], role: str) -> None:
+        """Run one task of the run; an error in it ends the run instead of vanishing."""
+        try:
+            await work
+        except Exception as exc:  # a bug or a broken store: the run cannot go on as asked
+            log.exception("the %s task failed", role)
+            self._fail("error", f"the {role} task failed: {type(exc).__name__}: {exc}")
+            try:
+                self.store.log_event("task_error", {"role": role, "error": repr(exc)[:2000],
+                                                    "traceback": traceback.format_exc()[-4000:]})
+            except Exception:  # the store may be what broke; the log above has it all
+                log.exception("could not record the %s task's failure in the store", role)
+
+    def _fail(self, status: str, reason: str) -> None:
+        """End the run as soon as the main loop sees it; the first failure wins."""
+        if self.fatal is None:
+            self.fatal = RunOutcome(status, reason)
+
     async def _until_done(self, proposers: list[asyncio.Task]) -> None:
         """Return once nothing is queued or running and no proposer can add more."""
         while True:
             await asyncio.sleep(0.2)
             self._report()
+            if self.fatal is not None:
+                return self._finish(self.fatal)
             reason = self.budget.exhausted()
             producing = any(not task.done() for task in proposers)
             drained = (self.queue.empty() and self.evaluating == 0 and self.to_build.empty()
@@ -187,10 +246,24 @@ class Evolution:
             if drained and not reason and not producing and self._tune_again():
                 continue
             if drained and (reason or not producing):
-                reason = reason or "nothing left to try"
-                self.store.log_event("stop", {"reason": reason})
-                self.progress.message = reason
-                return
+                return self._finish(self._outcome(reason))
+
+    def _outcome(self, budget_reason: str | None) -> RunOutcome:
+        """How a run that ran out of work or budget ended."""
+        if self.proposer is not None and self.llm_failures and not self.llm_answers:
+            return RunOutcome("llm_failed", f"all {self.llm_failures} LLM calls failed, the "
+                              f"last with: {self.last_llm_error}")
+        reason = budget_reason or self.budget_stop
+        if reason:
+            return RunOutcome("budget_spent", reason)
+        return RunOutcome("finished", "nothing left to try")
+
+    def _finish(self, outcome: RunOutcome) -> None:
+        if outcome.failed:
+            log.error("run stopped (%s): %s", outcome.status, outcome.reason)
+        self.store.log_event("stop", {"status": outcome.status, "reason": outcome.reason})
+        self.progress.message = outcome.reason
+        self.progress.outcome = outcome
 
     async def _build_forever(self, executor: ThreadPoolExecutor) -> None:
         """Compile CUDA candidates on CPU cores before they reach a GPU worker."""
@@ -311,14 +384,20 @@ class Evolution:
             proposal = await self.proposer.propose(parent, inspirations,
                                                    repair=repair_of is not None)
         except BudgetExhausted as exc:
+            # Final: the pool waits out refusals that settling calls could lift.
             self.store.log_event("budget", {"message": str(exc)})
+            self.budget_stop = self.budget_stop or str(exc)
             return Proposal(stop=True)
         except LLMError as exc:
-            self.store.log_event("llm_error", {"message": str(exc)})
-            await asyncio.sleep(1.0)
-            return None
+            failure: LLMError | None = exc
+        else:
+            failure = None
         finally:
             self.progress.llm_in_flight -= 1
+        if failure is not None:
+            return await self._llm_failed(failure)
+        if proposal.call_id is not None:
+            self.llm_answers += 1
         if proposal.candidate is not None:
             candidate_id = self._add(proposal.candidate, island, parents=(parent.id,),
                                      inspirations=tuple(i.id for i in inspirations))
@@ -327,6 +406,20 @@ class Evolution:
             if candidate_id and repair_of is not None:
                 self.repair_depth[candidate_id] = self.repair_depth.get(repair_of, 0) + 1
         return proposal
+
+    async def _llm_failed(self, error: LLMError) -> Proposal:
+        from kernelevo.search.proposals import Proposal
+
+        self.llm_failures += 1
+        self.last_llm_error = str(error)
+        self.store.log_event("llm_error", {"message": str(error), "fatal": error.fatal,
+                                           "status": error.status_code})
+        if error.fatal:  # retrying cannot help: stop now, with the server's word
+            self._fail("llm_failed", str(error))
+            return Proposal(stop=True)
+        log.warning("LLM call failed: %s", error)
+        await asyncio.sleep(1.0)
+        return Proposal()
 
     def _select(self, island: int) -> tuple[Any, list[Any]]:
         elite = self.archive.sample_parent(island)

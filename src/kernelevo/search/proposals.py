@@ -1,22 +1,31 @@
 """LLM proposals: a prompt from a parent and its inspirations, a call, a parsed candidate.
 
-Every call is recorded in the store before it is sent (with its worst-case
-price, so a crash mid-call is still accounted) and finished with its tokens
-and cost. An answer that cannot be parsed is a recorded failure whose reason
+Every call is recorded in the store just before it is sent (with its worst
+case in input tokens and dollars, so a crash mid-call is charged that on
+resume) and finished with its tokens and cost; every HTTP attempt of it is an
+`llm_attempt` event, and usage above the worst case an `llm_overshoot`
+event. An answer that cannot be parsed is a recorded failure whose reason
 goes back to the model the next time that parent is chosen.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import random
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kernelevo.candidate import Candidate
-from kernelevo.llm.pool import ModelPool, input_token_bound
+from kernelevo.llm.protocol import Attempt, CallStart, Completion, LLMError
 from kernelevo.propose.parse import parse_answer
 from kernelevo.propose.prompt import Exemplar, PromptRequest, build_messages, choose_mode
 from kernelevo.store import RunStore
+
+if TYPE_CHECKING:
+    from kernelevo.llm.pool import ModelPool
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -53,21 +62,15 @@ class LLMProposer:
             mode=mode, parent=_exemplar(parent, self.parse_errors.get(parent.id)),
             inspirations=tuple(_exemplar(i) for i in inspirations), gpu_name=self.gpu_name)
         messages = build_messages(request)
-        member = self.pool.pick()
-        bound = member.price.cost_usd(input_token_bound(messages), self.max_output_tokens)
-        call_id = self.store.start_llm_call(member.name, {"mode": mode, "parent": parent.id,
-                                                          "messages": messages},
-                                            max_output_tokens=self.max_output_tokens,
-                                            cost_bound_usd=bound)
+        record = _CallRecord(self.store, {"mode": mode, "parent": parent.id,
+                                          "messages": messages})
         try:
             completion = await self.pool.complete(messages, max_tokens=self.max_output_tokens,
-                                                  member=member)
+                                                  on_start=record.start)
         except BaseException as exc:
-            self.store.fail_llm_call(call_id, f"{type(exc).__name__}: {exc}"[:2000])
+            record.failed(exc)
             raise
-        self.store.finish_llm_call(call_id, completion.text, completion.input_tokens,
-                                   completion.output_tokens, completion.cost_usd,
-                                   completion.latency_s)
+        call_id = record.finished(completion)
         parsed = parse_answer(completion.text, parent.candidate.source, mode)
         if parsed.source is None:
             reason = parsed.error or "the answer held no candidate"
@@ -80,6 +83,67 @@ class LLMProposer:
         candidate = Candidate(source=parsed.source, backend=self.backend, name=f"{mode}",
                               origin=origin, parent_ids=(parent.id,))
         return Proposal(candidate=candidate, call_id=call_id)
+
+
+class _CallRecord:
+    """The store's record of one call: started just before sending, then finished or failed."""
+
+    def __init__(self, store: RunStore, prompt: dict[str, Any]) -> None:
+        self.store, self.prompt = store, prompt
+        self.call_id: int | None = None
+        self.plan: CallStart | None = None
+
+    def start(self, plan: CallStart) -> None:
+        # max_input_tokens lets a resumed run charge this call its whole worst case.
+        self.plan = plan
+        self.call_id = self.store.start_llm_call(
+            plan.model, {**self.prompt, "max_input_tokens": plan.max_input_tokens},
+            max_output_tokens=plan.max_output_tokens, cost_bound_usd=plan.cost_bound_usd)
+
+    def failed(self, error: BaseException) -> None:
+        if isinstance(error, LLMError):
+            self._attempts(error.attempts)
+        if self.call_id is None or self.plan is None:
+            return  # never sent: nothing to charge
+        message = f"{type(error).__name__}: {error}"[:2000]
+        if isinstance(error, asyncio.CancelledError):
+            # Cut off after sending: the provider may bill the whole reply, as for a kill.
+            plan = self.plan
+            self.store.fail_llm_call(self.call_id, message + " (cancelled; charged its worst "
+                                     "case)", plan.max_input_tokens, plan.max_output_tokens,
+                                     plan.cost_bound_usd)
+        else:
+            self.store.fail_llm_call(self.call_id, message)
+
+    def finished(self, completion: Completion) -> int:
+        assert self.call_id is not None and self.plan is not None, "on_start was not called"
+        self.store.finish_llm_call(self.call_id, completion.text, completion.input_tokens,
+                                   completion.output_tokens, completion.cost_usd,
+                                   completion.latency_s)
+        self._attempts(completion.attempt_log)
+        self._overshoot(self.plan, completion)
+        return self.call_id
+
+    def _attempts(self, attempts: tuple[Attempt, ...]) -> None:
+        for attempt in attempts:
+            self.store.log_event("llm_attempt", {
+                "call": self.call_id, "model": attempt.model, "attempt": attempt.number,
+                "kind": attempt.kind, "status": attempt.status_code, "error": attempt.error,
+                "latency_s": round(attempt.latency_s, 3)})
+
+    def _overshoot(self, plan: CallStart, completion: Completion) -> None:
+        over_tokens = completion.total_tokens - plan.max_tokens
+        over_usd = completion.cost_usd - plan.cost_bound_usd
+        if over_tokens <= 0 and over_usd <= 1e-12:
+            return
+        # Charged in full by the budget; flagged because a server billed past max_tokens.
+        log.warning("%s used %d tokens (%.4f USD), above its worst case of %d (%.4f USD)",
+                    plan.model, completion.total_tokens, completion.cost_usd, plan.max_tokens,
+                    plan.cost_bound_usd)
+        self.store.log_event("llm_overshoot", {
+            "call": self.call_id, "model": plan.model, "tokens": completion.total_tokens,
+            "worst_case_tokens": plan.max_tokens, "cost_usd": completion.cost_usd,
+            "worst_case_usd": plan.cost_bound_usd})
 
 
 def _exemplar(stored: Any, parse_error: str | None = None) -> Exemplar:

@@ -1,0 +1,66 @@
+"""Reading an OpenAI-compatible server's answers: error messages, limits, retry hints.
+
+Pure functions of a response, so what servers say (OpenAI, vLLM, OpenRouter,
+FastAPI validation errors) can be tested without a socket.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from typing import Any
+
+import httpx
+
+# The two names servers use for the output limit; reasoning models refuse the first.
+TOKEN_FIELDS = ("max_tokens", "max_completion_tokens")
+ERROR_SNIPPET_CHARS = 300
+# Words with which servers refuse a parameter they do not take (OpenAI, vLLM, pydantic).
+_UNSUPPORTED_WORDS = ("not supported", "unsupported", "unrecognized", "unknown",
+                      "not allowed", "not permitted", "extra")
+
+
+def refuses_field(status: int, detail: str, field: str) -> bool:
+    """Whether a 400/422 says the output-limit field we sent is not taken by this model."""
+    text = detail.lower()
+    other = TOKEN_FIELDS[1] if field == TOKEN_FIELDS[0] else TOKEN_FIELDS[0]
+    return status in (400, 422) and field in text and (
+        other in text or any(word in text for word in _UNSUPPORTED_WORDS))
+
+
+def server_message(response: httpx.Response) -> str:
+    """The error message of an OpenAI-style error body, else the start of the body."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    error = body.get("error") if isinstance(body, dict) else None
+    message = error.get("message") if isinstance(error, dict) else error
+    if not isinstance(message, str) and isinstance(body, dict):
+        message = body.get("message") or body.get("detail")  # vLLM, FastAPI
+    text = message if isinstance(message, str) else response.text
+    return text.strip()[:ERROR_SNIPPET_CHARS] or "(empty body)"
+
+
+def content_text(content: Any) -> str:
+    """The text of a message's content: a string, or the text parts of a list."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # multi-part content from some servers
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return ""
+
+
+def retry_after_s(value: str | None) -> float | None:
+    """Seconds to wait from a Retry-After header: a number or an HTTP date."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
