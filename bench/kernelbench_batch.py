@@ -48,33 +48,16 @@ def load_entries(only: list[str] | None) -> list[dict]:
 
 
 def input_elements(task) -> int:
-    """Values in one input set, counted on the meta device (nothing allocated)."""
-    import torch
+    from kernelevo.suite.shrink import input_elements as count
 
-    from kernelevo.evaluate.inputs import import_source
-
-    folder = Path("/tmp/ke-kb-meta")
-    folder.mkdir(exist_ok=True)
-    module = import_source(task.source, f"kb_meta_{abs(hash(task.source))}", folder)
-    with torch.device("meta"):
-        values = module.get_inputs()
-    return sum(v.numel() for v in values if isinstance(v, torch.Tensor))
+    return count(task)
 
 
 def shrunk(task, max_elements: int):
     """The task with its largest size constants halved until its inputs fit."""
-    changes: dict[str, int] = {}
-    current = task
-    for _ in range(64):
-        if input_elements(current) <= max_elements:
-            return current, changes
-        sizes = {k: v for k, v in {**task.size_constants, **changes}.items() if v >= 32}
-        if not sizes:
-            break
-        name = max(sizes, key=sizes.get)
-        changes[name] = sizes[name] // 2
-        current = task.with_constants(changes)
-    return current, changes
+    from kernelevo.suite.shrink import shrink_to
+
+    return shrink_to(task, max_elements)
 
 
 def prepare(entries: list[dict], kb: Path, out: Path, max_elements: int) -> dict[str, dict]:

@@ -1,4 +1,4 @@
-"""The command line: kernelevo eval | compare | evolve | runs | show | export | report | ui."""
+"""The command line: kernelevo eval | compare | evolve | suite | runs | show | export | report | ui."""
 
 from __future__ import annotations
 
@@ -271,6 +271,43 @@ def evolve_command(
 
 _RUNS_DIR = typer.Option(None, "--runs-dir", envvar="KERNELEVO_RUNS_DIR",
                          help="where runs are stored (default ./runs)")
+
+
+@app.command("suite")
+def suite_command(
+    tasks: list[str] = typer.Argument(..., help="kernelbench:level1, kernelbench:level1/1-100, "
+                                      "kernelbench:level1/3,5,7-9, a folder of task files "
+                                      "or a task file; several may be given"),
+    solutions: Path = typer.Option(..., "--solutions", help="folder of candidates: "
+                                   "level_L_problem_P_sample_S_kernel.py (KernelBench's "
+                                   "layout) or <task stem>.py / <task stem>__*.py"),
+    out_dir: Path = typer.Option(..., "--out", help="folder for results.jsonl, suite.json, "
+                                 "suite.md and suite.html"),
+    resume: bool = typer.Option(False, help="continue the suite in --out"),
+    max_input_elements: Optional[int] = typer.Option(
+        None, min=1, help="shrink tasks whose input set holds more values than this"),
+    fresh_baselines: bool = typer.Option(False, help="time the baselines again instead of "
+                                         "reusing those stored for this GPU model"),
+    precision: Optional[Precision] = _PRECISION, device: Optional[Device] = _DEVICE,
+    policy: Optional[Policy] = _POLICY,
+    timeout: Optional[float] = typer.Option(None, help="wall-clock limit per process, seconds"),
+    timing: Optional[Timing] = _TIMING,
+    no_compile: bool = typer.Option(False, help="skip the torch.compile baseline"),
+    as_json: bool = typer.Option(False, "--json", help="print suite.json to stdout"),
+    kernelbench_dir: Optional[str] = _KB, config_file: Optional[str] = _CONFIG,
+) -> None:
+    """Judge a folder of solutions over many tasks: correct fraction, fast_p, geomean speedup."""
+    from kernelevo.cli_suite import run_suite_command
+    from kernelevo.suite import SuitePlan
+
+    try:
+        config = _config(config_file, precision, device, policy, None, None, None, timeout,
+                         False, False, no_compile, False, timing)
+        plan = SuitePlan(tuple(tasks), solutions, out_dir, config, kernelbench_dir,
+                         max_input_elements, resume, not fresh_baselines)
+        run_suite_command(plan, out, console, as_json)
+    except KernelEvoError as exc:
+        _fail(exc)
 
 
 @app.command("runs")

@@ -1,0 +1,59 @@
+"""Baseline times kept per GPU model, so a suite times eager and torch.compile once per task.
+
+One JSON file per GPU model under the cache folder; a task's entry is keyed
+by its source (sizes included), the precision and the measure, so any change
+to what is timed misses the store and is measured afresh.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from kernelevo.evaluate.verdict import TimingStats, Verdict
+
+
+def gpu_model() -> str | None:
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+
+
+class BaselineStore:
+    """Stored baseline TimingStats by task and measure, for one GPU model."""
+
+    def __init__(self, cache_dir: Path, gpu: str):
+        slug = re.sub(r"[^A-Za-z0-9]+", "-", gpu).strip("-").lower() or "gpu"
+        self.path = cache_dir / "baselines" / f"{slug}.json"
+        self.gpu = gpu
+        try:
+            self._entries: dict[str, Any] = json.loads(self.path.read_text())["tasks"]
+        except (OSError, ValueError, KeyError, TypeError):
+            self._entries = {}
+
+    @staticmethod
+    def key(source: str, precision: str, measure: str) -> str:
+        return hashlib.sha256(f"{precision}\0{measure}\0{source}".encode()).hexdigest()[:24]
+
+    def get(self, key: str, wanted: tuple[str, ...]) -> dict[str, TimingStats] | None:
+        entry = self._entries.get(key)
+        if not entry or not set(wanted) <= set(entry["stats"]):
+            return None
+        return {name: TimingStats(**entry["stats"][name]) for name in wanted}
+
+    def put(self, key: str, measure: str, verdict: Verdict) -> None:
+        stats = {name: asdict(s) for name, s in verdict.measures.get(measure, {}).items()
+                 if name != "candidate"}
+        if not stats:
+            return
+        self._entries[key] = {"stats": stats, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        scratch = self.path.with_suffix(f".{os.getpid()}.tmp")
+        scratch.write_text(json.dumps({"gpu": self.gpu, "tasks": self._entries}, indent=1))
+        os.replace(scratch, self.path)

@@ -1,0 +1,211 @@
+"""Judge every solution of every task of a suite, one row per solution, resumable.
+
+Rows go to `<out>/results.jsonl` as each is judged (flushed and synced), so a
+killed suite keeps what it finished and `resume=True` judges only the rest.
+The summary (`suite.json`), a markdown table (`suite.md`) and an HTML page
+(`suite.html`) are written from all the rows at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from kernelevo.candidate import load_candidate
+from kernelevo.config import EvalConfig
+from kernelevo.errors import KernelEvoError, TaskError
+from kernelevo.suite.baselines import BaselineStore, gpu_model
+from kernelevo.suite.metrics import BASELINES, SuiteSummary, TaskResult, best_of, summarize
+from kernelevo.suite.tasks import Solution, SuiteTask, expand_specs, find_solutions
+
+RESULTS, PLAN = "results.jsonl", "plan.json"
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class SuitePlan:
+    """What a suite judges and how; `out` holds its results."""
+
+    specs: tuple[str, ...]
+    solutions: Path
+    out: Path
+    config: EvalConfig = field(default_factory=EvalConfig)
+    kernelbench_dir: str | None = None
+    max_input_elements: int | None = None  # shrink tasks whose inputs hold more values
+    resume: bool = False
+    reuse_baselines: bool = True  # baseline times stored per GPU model
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What must match for a resumed suite to continue the same work."""
+        return {"specs": list(self.specs), "solutions": str(self.solutions.resolve()),
+                "max_input_elements": self.max_input_elements,
+                "config": asdict(self.config)}
+
+
+@dataclass(frozen=True)
+class SuiteResult:
+    rows: list[dict[str, Any]]
+    tasks: list[TaskResult]
+    summary: SuiteSummary
+    out: Path
+    gpu: str | None
+
+
+def run_suite(plan: SuitePlan, progress: Progress | None = None) -> SuiteResult:
+    from kernelevo.suite.render import write_outputs
+
+    say = progress or (lambda line: None)
+    tasks = expand_specs(list(plan.specs), plan.kernelbench_dir)
+    solutions = find_solutions(plan.solutions, tasks)
+    done = _open_out(plan)
+    gpu = gpu_model() if plan.config.device != "cpu" else None
+    store = BaselineStore(_cache_dir(), gpu) if gpu and plan.reuse_baselines else None
+    total = sum(max(1, len(solutions.get(t.key, []))) for t in tasks)
+    count = 0
+    for task in tasks:
+        files = solutions.get(task.key, [])
+        pending = [s for s in files if (task.key, s.sample) not in done]
+        if not files and (task.key, None) not in done:
+            _append(plan.out, _row(task, None, "no_solution", gpu=gpu,
+                                   message="no solution file for this task"))
+        if pending:
+            for row in _judge_task(plan, task, pending, store, gpu):
+                _append(plan.out, row)
+                count += 1
+                say(f"[{len(done) + count}/{total}] {_line(row)}")
+    rows = read_rows(plan.out)
+    results = [best_of(t.key, [r for r in rows if r["task"] == t.key
+                               and r["reason"] != "no_solution"]) for t in tasks]
+    tokens = sum(r.get("tokens", 0) for r in rows)
+    usd = sum(r.get("usd", 0.0) for r in rows)
+    result = SuiteResult(rows, results, summarize(results, tokens, usd), plan.out, gpu)
+    write_outputs(result)
+    return result
+
+
+def _judge_task(plan: SuitePlan, task: SuiteTask, pending: list[Solution],
+                store: BaselineStore | None, gpu: str | None) -> list[dict[str, Any]]:
+    from kernelevo.evaluate.judge import Judge
+    from kernelevo.evaluate.verdict import speedup
+
+    started = time.perf_counter()
+    try:
+        loaded = task.load()
+        if plan.max_input_elements:
+            from kernelevo.suite.shrink import shrink_to
+
+            loaded, _ = shrink_to(loaded, plan.max_input_elements)
+    except Exception as exc:  # a task that cannot load is a row per solution, not the end
+        return [_row(task, s, "task_error", gpu=gpu, message=f"{type(exc).__name__}: {exc}")
+                for s in pending]
+    config, measure = plan.config, plan.config.timing.measure
+    wanted = tuple(b for b in BASELINES if b in config.timing.baselines)
+    key = BaselineStore.key(loaded.source, config.precision, measure)
+    stored = store.get(key, wanted) if store and wanted else None
+    if stored:  # time the candidate alone; the baselines come from the store
+        config = replace(config, timing=replace(config.timing, baselines=()))
+    rows = []
+    try:
+        judge = Judge(loaded, config)
+    except KernelEvoError as exc:
+        return [_row(task, s, "task_error", gpu=gpu, message=str(exc)) for s in pending]
+    for solution in pending:
+        try:
+            verdict = judge.evaluate(load_candidate(solution.path))
+        except KernelEvoError as exc:
+            rows.append(_row(task, solution, "bad_candidate", gpu=gpu, message=str(exc)))
+            continue
+        own = verdict.measures.get(measure, {}).get("candidate")
+        baselines = stored or {n: s for n, s in verdict.measures.get(measure, {}).items()
+                               if n != "candidate"}
+        if store and not stored and verdict.passed_kernel:
+            store.put(key, measure, verdict)
+            stored = store.get(key, wanted)
+        gains = {b: speedup(baselines.get(b), own) if own else None for b in wanted}
+        rows.append(_row(
+            task, solution, verdict.reason, gpu=gpu, status=verdict.status,
+            passed_kernel=verdict.passed_kernel, message=verdict.message[:500],
+            measure=verdict.timing_measure or None, speedup=gains,
+            candidate_ms=own.median_ms if own else None,
+            baseline_ms={n: s.median_ms for n, s in baselines.items()},
+            baseline_source="stored" if stored and baselines is stored else "measured",
+            wall_s=round(time.perf_counter() - started, 2)))
+        started = time.perf_counter()
+    return rows
+
+
+def _row(task: SuiteTask, solution: Solution | None, reason: str, **fields: Any) -> dict:
+    row = {"task": task.key, "sample": solution.sample if solution else None,
+           "file": solution.path.name if solution else None, "reason": reason,
+           "status": fields.pop("status", "failed"), "passed_kernel": False,
+           "speedup": {}, "tokens": 0, "usd": 0.0}
+    row.update(fields)
+    return row
+
+
+def _line(row: dict[str, Any]) -> str:
+    gains = ", ".join(f"{b} {g:.2f}x" for b, g in row.get("speedup", {}).items() if g)
+    return f"{row['task']} sample {row['sample']}: {row['reason']}" + (f" ({gains})" if gains
+                                                                        else "")
+
+
+def _open_out(plan: SuitePlan) -> set[tuple[str, int | None]]:
+    """The (task, sample) pairs already judged; checks a resumed suite is the same suite."""
+    plan.out.mkdir(parents=True, exist_ok=True)
+    plan_file, results = plan.out / PLAN, plan.out / RESULTS
+    fingerprint = json.loads(json.dumps(plan.fingerprint()))
+    if results.exists() and results.stat().st_size:
+        if not plan.resume:
+            raise TaskError(f"{plan.out} holds a suite's results already: pass --resume to "
+                            "continue it, or give another --out folder")
+        try:
+            before = json.loads(plan_file.read_text())
+        except (OSError, ValueError):
+            before = None
+        if before != fingerprint:
+            raise TaskError(f"{plan.out} holds a different suite (its tasks, solutions or "
+                            f"settings differ, see {plan_file}): give another --out folder")
+    plan_file.write_text(json.dumps(fingerprint, indent=1))
+    _drop_cut_line(results)
+    return {(r["task"], r["sample"]) for r in read_rows(plan.out)}
+
+
+def _drop_cut_line(results: Path) -> None:
+    """A line cut short by a kill would swallow the next row: cut it off."""
+    if not results.exists():
+        return
+    data = results.read_bytes()
+    if data and not data.endswith(b"\n"):
+        results.write_bytes(data[:data.rfind(b"\n") + 1])
+
+
+def read_rows(out: Path) -> list[dict[str, Any]]:
+    """Every complete row; a line cut short by a kill is skipped (it is judged again)."""
+    rows = []
+    try:
+        lines = (out / RESULTS).read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    for line in lines:
+        try:
+            rows.append(json.loads(line))
+        except ValueError:
+            continue
+    return rows
+
+
+def _append(out: Path, row: dict[str, Any]) -> None:
+    with (out / RESULTS).open("a") as handle:
+        handle.write(json.dumps(row) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _cache_dir() -> Path:
+    from kernelevo.evaluate.judge import default_cache_dir
+
+    return default_cache_dir()

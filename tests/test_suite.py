@@ -1,0 +1,177 @@
+"""Suites: task specs, solution layouts, fast_p and geomean, resuming after a kill, outputs."""
+
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from kernelevo.errors import TaskError
+from kernelevo.evaluate.verdict import TimingStats, Verdict
+from kernelevo.suite import expand_specs, find_solutions, summarize
+from kernelevo.suite.baselines import BaselineStore
+from kernelevo.suite.metrics import TaskResult, fast_p, geomean
+from kernelevo.suite.tasks import parse_ranges
+from tests.conftest import ROOT
+
+FIXTURES = ROOT / "tests" / "fixtures"
+# Three tasks of our own laid out as a KernelBench level: (problem, task, solutions).
+LEVEL = [(1, "add", ["honest_add.py", "off_by_one_mask.py"]),
+         (2, "rowsum", ["honest_rowsum.py"]),
+         (3, "softmax", [])]
+
+
+@pytest.fixture
+def bench(tmp_path):
+    """A KernelBench-shaped checkout of our fixture tasks and solutions in its layout."""
+    level = tmp_path / "kb" / "KernelBench" / "level1"
+    level.mkdir(parents=True)
+    solutions = tmp_path / "solutions"
+    solutions.mkdir()
+    for problem, name, files in LEVEL:
+        shutil.copy(FIXTURES / "tasks" / f"{name}.py", level / f"{problem}_{name.title()}.py")
+        for sample, file in enumerate(files):
+            shutil.copy(FIXTURES / "candidates" / file,
+                        solutions / f"level_1_problem_{problem}_sample_{sample}_kernel.py")
+    return tmp_path
+
+
+def kernelevo(*args, **kw):
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "200"}
+    return subprocess.Popen([sys.executable, "-m", "kernelevo.cli", *args], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+
+
+def test_problem_ranges():
+    assert parse_ranges("1-3,7,2") == [1, 2, 3, 7]
+    for bad in ("3-1", "a", "1-2-3", ""):
+        with pytest.raises(TaskError, match="bad problem range"):
+            parse_ranges(bad)
+
+
+def test_specs_name_levels_ranges_folders_and_files(bench):
+    kb = str(bench / "kb")
+    assert [t.key for t in expand_specs(["kernelbench:level1"], kb)] == [
+        "level1/1", "level1/2", "level1/3"]
+    picked = expand_specs(["kernelbench:level1/3,1-2", "kernelbench:level1/1"], kb)
+    assert [(t.key, t.level, t.problem) for t in picked] == [
+        ("level1/3", 1, 3), ("level1/1", 1, 1), ("level1/2", 1, 2)]
+    folder = expand_specs([str(FIXTURES / "tasks")])
+    assert "rowsum" in [t.key for t in folder] and all(t.level is None for t in folder)
+    with pytest.raises(TaskError, match="no problem 4, 5, 6, 7, 8, 9 in"):
+        expand_specs(["kernelbench:level1/2-9"], kb)
+    with pytest.raises(TaskError, match="bad suite spec"):
+        expand_specs(["kernelbench:levelX"], kb)
+    with pytest.raises(TaskError, match="no such task file or folder"):
+        expand_specs([str(bench / "nowhere")], kb)
+
+
+def test_solutions_in_kernelbench_layout_and_by_task_name(bench, tmp_path):
+    tasks = expand_specs(["kernelbench:level1"], str(bench / "kb"))
+    found = find_solutions(bench / "solutions", tasks)
+    assert {k: [s.sample for s in v] for k, v in found.items()} == {
+        "level1/1": [0, 1], "level1/2": [0]}
+    named = tmp_path / "named"
+    named.mkdir()
+    (named / "rowsum.py").write_text("x")
+    (named / "rowsum__second.py").write_text("x")
+    (named / "rowsum_other.py").write_text("x")  # another task's name: not rowsum's
+    found = find_solutions(named, expand_specs([str(FIXTURES / "tasks" / "rowsum.py")]))
+    assert [s.path.name for s in found["rowsum"]] == ["rowsum.py", "rowsum__second.py"]
+
+
+def test_fast_p_counts_correct_and_faster_over_every_task():
+    results = [TaskResult("a", 1, True, "passed", {"eager": 2.5, "compile": 0.9}),
+               TaskResult("b", 1, True, "passed", {"eager": 0.7, "compile": 0.4}),
+               TaskResult("c", 2, False, "output_mismatch"),
+               TaskResult("d", 0, False, "no_solution")]
+    assert fast_p(results, "eager", 0.0) == 0.5  # fast_0 is the correct fraction
+    assert fast_p(results, "eager", 0.5) == 0.5
+    assert fast_p(results, "eager", 1.0) == 0.25
+    assert fast_p(results, "compile", 0.8) == 0.25
+    assert fast_p(results, "eager", 2.5) == 0.0  # strictly faster than p
+    untimed = [TaskResult("a", 1, True, "passed", {"eager": None})]
+    assert fast_p(untimed, "eager", 1.0) is None and fast_p(untimed, "eager", 0.0) == 1.0
+    summary = summarize(results)
+    assert summary.correct == 2 and summary.correct_fraction == 0.5
+    assert summary.geomean["eager"].value == pytest.approx(math.sqrt(2.5 * 0.7))
+
+
+def test_geomean_interval_holds_the_value_and_narrows_with_agreement():
+    spread = geomean([0.5, 1.0, 2.0, 4.0, 8.0])
+    assert spread.value == pytest.approx(2.0)
+    assert spread.low < spread.value < spread.high
+    tight = geomean([1.9, 2.0, 2.1, 2.0, 2.0])
+    assert tight.high - tight.low < (spread.high - spread.low) / 10
+    assert geomean([3.0]).low is None and geomean([]).value is None
+
+
+def test_baselines_are_stored_per_gpu_model_and_keyed_by_what_is_timed(tmp_path):
+    stats = {"candidate": TimingStats(1.0, 0.1, 0.9, 20),
+             "eager": TimingStats(2.0, 0.1, 1.9, 20), "compile": TimingStats(1.5, 0.1, 1.4, 20)}
+    verdict = Verdict("ok", "passed", measures={"gpu": stats})
+    store = BaselineStore(tmp_path, "NVIDIA H200")
+    key = BaselineStore.key("source", "fp32", "gpu")
+    store.put(key, "gpu", verdict)
+    again = BaselineStore(tmp_path, "NVIDIA H200")
+    assert again.get(key, ("eager", "compile")) == {"eager": stats["eager"],
+                                                     "compile": stats["compile"]}
+    assert again.path.name == "nvidia-h200.json"
+    assert BaselineStore(tmp_path, "NVIDIA A100").get(key, ("eager",)) is None
+    assert again.get(BaselineStore.key("source2", "fp32", "gpu"), ("eager",)) is None
+    assert again.get(BaselineStore.key("source", "fp16", "gpu"), ("eager",)) is None
+
+
+def test_a_suite_killed_midway_resumes_without_judging_twice(bench):
+    out = bench / "out"
+    args = ["suite", "kernelbench:level1", "--solutions", str(bench / "solutions"),
+            "--out", str(out), "--kernelbench-dir", str(bench / "kb"), "--device", "cpu"]
+    first = kernelevo(*args, start_new_session=True)
+    results = out / "results.jsonl"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not (results.exists() and results.read_text()):
+        time.sleep(0.2)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    judged = [json.loads(line) for line in results.read_text().splitlines()]
+    assert 1 <= len(judged) < 4  # killed before the end
+
+    refused = kernelevo(*args)
+    assert refused.wait(120) == 2 and "--resume" in refused.stderr.read()
+
+    resumed = kernelevo(*args, "--resume", "--json")
+    stdout, stderr = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, stderr
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    pairs = [(r["task"], r["sample"]) for r in rows]
+    assert sorted(pairs, key=str) == sorted([("level1/1", 0), ("level1/1", 1),
+                                             ("level1/2", 0), ("level1/3", None)], key=str)
+    assert rows[:len(judged)] == judged  # what the killed run judged is kept, not redone
+    suite = json.loads(stdout)
+    by_task = {t["key"]: t for t in suite["tasks"]}
+    assert by_task["level1/1"]["correct"] and by_task["level1/2"]["correct"]
+    assert by_task["level1/3"]["reason"] == "no_solution"
+    assert {r["file"]: r["reason"] for r in rows if r["task"] == "level1/1"} == {
+        "level_1_problem_1_sample_0_kernel.py": "passed",
+        "level_1_problem_1_sample_1_kernel.py": "output_mismatch"}
+    assert suite["summary"]["correct"] == 2 and suite["summary"]["tasks"] == 3
+    assert suite["summary"]["fast_p"]["eager"]["0"] == pytest.approx(2 / 3)
+    assert suite["summary"]["fast_p"]["eager"]["1"] is None  # no GPU: untimed, not zero
+    assert json.loads((out / "suite.json").read_text())["summary"] == suite["summary"]
+    page = (out / "suite.html").read_text()
+    assert "level1/3" in page and "no_solution" in page and "fast<sub>1.5</sub>" in page
+    assert "| level1/1 | 2 | passed |" in (out / "suite.md").read_text()
+
+
+def test_a_resumed_suite_must_be_the_same_suite(bench):
+    out = bench / "out"
+    args = ["suite", "kernelbench:level1/3", "--solutions", str(bench / "solutions"),
+            "--out", str(out), "--kernelbench-dir", str(bench / "kb"), "--device", "cpu"]
+    assert kernelevo(*args).wait(300) == 0
+    other = kernelevo(*args[:1], "kernelbench:level1/2-3", *args[2:], "--resume")
+    assert other.wait(300) == 2 and "different suite" in other.stderr.read()
