@@ -175,3 +175,43 @@ def test_a_resumed_suite_must_be_the_same_suite(bench):
     assert kernelevo(*args).wait(300) == 0
     other = kernelevo(*args[:1], "kernelbench:level1/2-3", *args[2:], "--resume")
     assert other.wait(300) == 2 and "different suite" in other.stderr.read()
+
+
+def test_stored_baselines_are_reused_for_later_samples_and_suites(bench, monkeypatch):
+    """The runner's reuse path, with a stand-in judge that times like a GPU judge."""
+    import kernelevo.evaluate.judge as judge_module
+    from kernelevo.config import EvalConfig
+    from kernelevo.suite import SuitePlan, run_suite
+    from kernelevo.suite import runner
+
+    timed_baselines = []
+
+    class TimingJudge:
+        def __init__(self, task, config):
+            self.baselines = config.timing.baselines
+            timed_baselines.append(self.baselines)
+
+        def evaluate(self, candidate):
+            stats = {"candidate": TimingStats(1.0, 0.0, 1.0, 20)}
+            stats.update({b: TimingStats(3.0 if b == "eager" else 2.0, 0.0, 1.0, 20)
+                          for b in self.baselines})
+            return Verdict("ok", "passed", timing_measure="gpu", measures={"gpu": stats})
+
+    monkeypatch.setattr(judge_module, "Judge", TimingJudge)
+    monkeypatch.setattr(runner, "gpu_model", lambda: "Stand-in GPU")
+    monkeypatch.setenv("KERNELEVO_CACHE_DIR", str(bench / "cache"))
+    plan = SuitePlan(("kernelbench:level1/1",), bench / "solutions", bench / "first",
+                     EvalConfig(), str(bench / "kb"))
+    first = run_suite(plan)
+    assert timed_baselines == [("eager", "compile")]  # one judge for the task's two samples
+    assert [r["baseline_source"] for r in first.rows] == ["measured", "stored"]
+    assert all(r["speedup"] == {"eager": 3.0, "compile": 2.0} for r in first.rows)
+    again = run_suite(SuitePlan(plan.specs, plan.solutions, bench / "second", EvalConfig(),
+                                plan.kernelbench_dir))
+    assert timed_baselines[-1] == ()  # the second suite times the candidates alone
+    assert [r["baseline_source"] for r in again.rows] == ["stored", "stored"]
+    assert again.summary.geomean["eager"].value == pytest.approx(3.0)
+    fresh = run_suite(SuitePlan(plan.specs, plan.solutions, bench / "third", EvalConfig(),
+                                plan.kernelbench_dir, reuse_baselines=False))
+    assert timed_baselines[-1] == ("eager", "compile")
+    assert [r["baseline_source"] for r in fresh.rows] == ["measured", "measured"]

@@ -1,4 +1,4 @@
-"""The command line: kernelevo eval | compare | evolve | suite | runs | show | export | report | ui."""
+"""The command line: eval | compare | evolve | suite | runs | show | export | report | ui."""
 
 from __future__ import annotations
 

@@ -93,12 +93,13 @@ def _judge_task(plan: SuitePlan, task: SuiteTask, pending: list[Solution],
     from kernelevo.evaluate.verdict import speedup
 
     started = time.perf_counter()
+    sizes: dict[str, int] = {}
     try:
         loaded = task.load()
         if plan.max_input_elements:
             from kernelevo.suite.shrink import shrink_to
 
-            loaded, _ = shrink_to(loaded, plan.max_input_elements)
+            loaded, sizes = shrink_to(loaded, plan.max_input_elements)
     except Exception as exc:  # a task that cannot load is a row per solution, not the end
         return [_row(task, s, "task_error", gpu=gpu, message=f"{type(exc).__name__}: {exc}")
                 for s in pending]
@@ -133,6 +134,7 @@ def _judge_task(plan: SuitePlan, task: SuiteTask, pending: list[Solution],
             candidate_ms=own.median_ms if own else None,
             baseline_ms={n: s.median_ms for n, s in baselines.items()},
             baseline_source="stored" if stored and baselines is stored else "measured",
+            sizes=sizes,
             wall_s=round(time.perf_counter() - started, 2)))
         started = time.perf_counter()
     return rows
