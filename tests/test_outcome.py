@@ -31,3 +31,21 @@ def test_a_profile_with_copies_only_recorded_no_kernel():
     seen = {"kernels": {**copies["kernels"], "at::native::reduce_kernel": {"us": 5.0,
                                                                         "own": False}}}
     assert recorded_kernels(seen) == ["at::native::reduce_kernel"]
+
+
+def test_a_profile_proves_nothing_when_it_lost_the_counted_launches():
+    from kernelevo.evaluate.outcome import unrecorded_note
+
+    torch_only = {"own_us": 0.0, "profiled_calls": 3, "kernels": {
+        "void at::native::vectorized_elementwise_kernel<4, FillFunctor<float>>": {
+            "us": 3.0, "own": False}}}
+    # No launch of the candidate's own ran: the profile stands (no_custom_kernel).
+    assert unrecorded_note({**torch_only, "launched": 0}) is None
+    assert unrecorded_note(torch_only) is None  # CUDA candidates: no launch count
+    # The launch switch counted 6 launches that the profile does not show: lost records.
+    note = unrecorded_note({**torch_only, "launched": 6})
+    assert note and "none of the candidate's 6 Triton launch(es) in 3 profiled" in note
+    copies = {"kernels": {"Memcpy HtoD (Pageable -> Device)": {"us": 1.0, "own": False}}}
+    assert "recorded no kernel in 1 call(s)" in unrecorded_note(copies)
+    seen = {"own_us": 4.0, "launched": 2, "kernels": {"k": {"us": 4.0, "own": True}}}
+    assert unrecorded_note(seen) is None

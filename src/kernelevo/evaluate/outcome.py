@@ -142,12 +142,9 @@ def _timed(base: Verdict, state: Any, judge: Any, index: int, candidate: Any) ->
     if problem:
         return verdict_for("inconsistent_under_timing", problem)
     share = timing.get("shares", {}).get(str(index), {})
-    if share and not recorded_kernels(share):
-        # The profiler recorded no kernel at all (copies only): it saw nothing,
-        # which proves nothing either way; launches and knockout still hold.
-        base = replace(base, notes=base.notes + ("the profiler recorded no kernel in "
-                                                 f"{share.get('profiled_calls', 1)} call(s): "
-                                                 "own kernel share unknown",))
+    unknown = unrecorded_note(share) if share else None
+    if unknown:  # launches and the knockout run still hold
+        base = replace(base, notes=base.notes + (unknown,))
         share = {}
     if candidate.backend != "pytorch" and share and share.get("own_us", 0) <= 0:
         return verdict_for("no_custom_kernel", "the profiler saw none of the candidate's kernels "
@@ -173,6 +170,22 @@ def _timed(base: Verdict, state: Any, judge: Any, index: int, candidate: Any) ->
     return replace(base, timings=timings, measures=measures, timing_measure=measure,
                    notes=tuple(notes), flags=base.flags + tuple(timing.get("flags", [])),
                    speedup_vs_eager=speedup(eager, own), speedup_vs_compile=speedup(compiled, own))
+
+
+def unrecorded_note(share: dict[str, Any]) -> str | None:
+    """Why a profile proves nothing about the candidate's own kernels, if it does not.
+
+    It recorded no kernel at all (copies only), or none of the Triton launches
+    that the launch switch counted during the profiled calls: the profiler
+    lost records, which says nothing either way.
+    """
+    calls = share.get("profiled_calls", 1)
+    if not recorded_kernels(share):
+        return f"the profiler recorded no kernel in {calls} call(s): own kernel share unknown"
+    if share.get("own_us", 0) <= 0 and share.get("launched", 0) > 0:
+        return (f"the profiler recorded none of the candidate's {share['launched']} Triton "
+                f"launch(es) in {calls} profiled call(s): own kernel share unknown")
+    return None
 
 
 def recorded_kernels(share: dict[str, Any]) -> list[str]:

@@ -68,7 +68,7 @@ def run_worker(payload: dict[str, Any], channel: Channel) -> None:
     timed = {i for i in reply.get("time", []) if 0 <= i < len(loaded) and loaded[i] is not None}
     if timed and baselines is not None:
         run_timing({i: loaded[i] for i in sorted(timed)}, baselines, task, payload, channel,
-                   snapshot)
+                   snapshot, launches=lambda: switch.launches)
     channel.send("done")
 
 
