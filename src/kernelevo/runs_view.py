@@ -21,7 +21,8 @@ from kernelevo.errors import ConfigError
 from kernelevo.evaluate.verdict import Verdict
 from kernelevo.render import print_verdict
 from kernelevo.store import (DB_NAME, Ranking, RunInfo, RunStore, StoreError, StoredCandidate,
-                             list_runs, rank_candidates)
+                             rank_candidates)
+from kernelevo.store_listing import list_runs
 from kernelevo.task import find_constants, task_from_source
 
 TOP_CANDIDATES = 10
