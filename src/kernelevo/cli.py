@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
 from typing import Any, Optional
@@ -15,6 +17,7 @@ from rich.markup import escape
 from kernelevo import __version__
 from kernelevo.errors import KernelEvoError
 from kernelevo.logs import configure, get_logger, level_for
+from kernelevo.run_signals import EXIT_TERMINATED, Terminated, sigterm_as_interrupt
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Turn slow PyTorch code into fast, verified GPU kernels.")
@@ -25,6 +28,7 @@ log = get_logger("cli")
 
 # Exit codes: 0 the candidate passed, 1 it did not, 2 the input or setup is wrong.
 # `evolve`: 0 the run finished or spent its budget, 1 it failed (llm_failed, error).
+# 143 (128 + SIGTERM): stopped by SIGTERM, its children killed; a run is `interrupted`.
 EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
 
 
@@ -99,6 +103,17 @@ def _fail(exc: Exception) -> None:
     raise typer.Exit(EXIT_BAD_INPUT)
 
 
+@contextmanager
+def _stopped_by_sigterm() -> Iterator[None]:
+    """SIGTERM ends the command as Ctrl-C would (cleanup runs, children die), with exit 143."""
+    with sigterm_as_interrupt():
+        try:
+            yield
+        except Terminated as stop:
+            errors.print(f"[bold red]stopped:[/] {escape(str(stop))}")
+            raise typer.Exit(EXIT_TERMINATED) from None
+
+
 def _progress(status: Any) -> Any:
     """A judge's progress callback: the spinner's text, and a record for --verbose."""
     def report(phase: str) -> None:
@@ -163,7 +178,7 @@ def eval_command(
                          vary_shapes, cuda_graph, no_compile, no_static, timing)
         loaded_task = load_task(task, kernelbench_dir)
         loaded = load_candidate(candidate, _value(backend))
-        with console.status("starting") as status:
+        with _stopped_by_sigterm(), console.status("starting") as status:
             judge = Judge(loaded_task, config, progress=_progress(status))
             verdict = judge.evaluate(loaded)
     except KernelEvoError as exc:
@@ -200,7 +215,7 @@ def compare_command(
                          cuda_graph, no_compile, False, timing)
         loaded_task = load_task(task, kernelbench_dir)
         a, b = load_candidate(first), load_candidate(second)
-        with console.status("starting") as status:
+        with _stopped_by_sigterm(), console.status("starting") as status:
             result = compare_candidates(loaded_task, a, b, config, progress=_progress(status))
     except KernelEvoError as exc:
         _fail(exc)
@@ -254,7 +269,8 @@ def evolve_command(
         if task is None and resume is None:
             raise typer.BadParameter("give a TASK, or --resume RUN")
         loaded = load_task(task, kernelbench_dir) if task else None
-        result = run_evolve(console, loaded, options).progress
+        with _stopped_by_sigterm():
+            result = run_evolve(console, loaded, options).progress
     except KernelEvoError as exc:
         _fail(exc)
     untimed = result.by_status.get("ok", 0) and result.best_vs_eager is None
