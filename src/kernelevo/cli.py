@@ -319,6 +319,7 @@ def export_command(
     best: bool = typer.Option(False, "--best", help="export the fastest correct candidate"),
     candidate: Optional[str] = typer.Option(None, "--candidate", help="candidate id"),
     no_recheck: bool = typer.Option(False, help="skip judging the exported file again"),
+    force: bool = typer.Option(False, "--force", help="overwrite the output file if it exists"),
     runs_dir: Optional[Path] = _RUNS_DIR,
 ) -> None:
     """Write a candidate as a standalone KernelBench file, re-judged on the way out."""
@@ -329,7 +330,7 @@ def export_command(
         with console.status("re-checking the candidate") as status:
             path, verdict = export_candidate(runs_dir or default_runs_dir(), run, output,
                                              candidate, best, recheck=not no_recheck,
-                                             progress=_progress(status))
+                                             progress=_progress(status), force=force)
     except KernelEvoError as exc:
         _fail(exc)
     out.print(f"wrote {path}")

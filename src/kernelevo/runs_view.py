@@ -165,8 +165,14 @@ def _top_table(top: list[StoredCandidate], passed: int) -> Table:
 
 def export_candidate(runs_dir: Path, run: str, output: Path, candidate_id: str | None,
                      best: bool, recheck: bool = True,
-                     progress: Callable[[str], None] | None = None) -> tuple[Path, Verdict | None]:
-    """Write a candidate as a standalone KernelBench file; with `recheck`, judge it afresh."""
+                     progress: Callable[[str], None] | None = None,
+                     force: bool = False) -> tuple[Path, Verdict | None]:
+    """Write a candidate as a standalone KernelBench file; with `recheck`, judge it afresh.
+
+    An existing `output` is replaced only with `force`.
+    """
+    if not force:
+        _refuse_to_overwrite(Path(output))
     if best == (candidate_id is not None):
         raise ConfigError("say which candidate to export: --best, or --candidate ID "
                           "(ids are listed by `kernelevo show RUN`), not both")
@@ -175,7 +181,7 @@ def export_candidate(runs_dir: Path, run: str, output: Path, candidate_id: str |
         stored = store.candidate(candidate_id) if candidate_id else _best_or_refuse(store)
     text = standalone_source(info, stored)
     verdict = _recheck(info, stored, progress) if recheck else None
-    _write_atomically(Path(output), text)
+    _write_atomically(Path(output), text, replace=force)
     return Path(output), verdict
 
 
@@ -284,8 +290,18 @@ def _statement_text(lines: list[str], node: ast.stmt) -> str:
     return "\n".join(lines[first - 1:node.end_lineno])
 
 
-def _write_atomically(output: Path, text: str) -> None:
-    """Write through a temporary file in the same folder, so `output` is never half written."""
+def _refuse_to_overwrite(output: Path) -> None:
+    if output.exists() and not output.is_dir():
+        raise ConfigError(f"{output} exists: pass --force to overwrite it, or give another "
+                          "file with -o")
+
+
+def _write_atomically(output: Path, text: str, replace: bool = False) -> None:
+    """Write through a temporary file in the same folder, so `output` is never half written.
+
+    Without `replace`, a file that appeared at `output` meanwhile is kept: the
+    temporary file is linked in, which fails if the name is taken.
+    """
     if output.is_dir():
         raise ConfigError(f"{output} is a folder: give a file name such as {output / 'best.py'}")
     temporary = None
@@ -298,11 +314,29 @@ def _write_atomically(output: Path, text: str) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         temporary.chmod(0o644)  # mkstemp makes 0600; an exported kernel is meant to be shared
-        os.replace(temporary, output)
+        _move_into_place(temporary, output, replace)
     except OSError as exc:
         if temporary is not None:
             temporary.unlink(missing_ok=True)
+        if isinstance(exc, FileExistsError) and output.exists():
+            _refuse_to_overwrite(output)
         raise ConfigError(f"cannot write {output}: {exc}") from exc
+
+
+def _move_into_place(temporary: Path, output: Path, replace: bool) -> None:
+    if replace:
+        os.replace(temporary, output)
+        return
+    try:
+        os.link(temporary, output)  # atomic, and fails if the name is taken
+    except FileExistsError:
+        raise
+    except OSError:  # a filesystem without hard links: check, then rename
+        if output.exists():
+            raise FileExistsError(output) from None
+        os.replace(temporary, output)
+        return
+    temporary.unlink()
 
 
 def open_run(runs_dir: Path, run: str) -> RunStore:
