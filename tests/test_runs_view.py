@@ -115,9 +115,9 @@ def runs_dir(tmp_path: Path) -> Path:
     return root
 
 
-def printed(function, *args) -> tuple[object, str]:
+def printed(function, *args, **options) -> tuple[object, str]:
     console = Console(record=True, width=200)
-    result = function(console, *args)
+    result = function(console, *args, **options)
     return result, console.export_text()
 
 
@@ -140,7 +140,7 @@ def test_eval_config_round_trips_and_tolerates_missing_and_unknown_keys() -> Non
 
 
 def test_runs_table_lists_every_run_with_its_numbers(runs_dir: Path) -> None:
-    count, text = printed(list_runs_table, runs_dir)
+    count, text = printed(list_runs_table, runs_dir, plain=False)
     assert count == 2
     run_a = next(line for line in text.splitlines() if "run-a" in line)
     for expected in ("scale", "finished", "3/4", "2.50x", "1.25x", "4,700", "$0.0579"):

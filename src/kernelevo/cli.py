@@ -250,6 +250,7 @@ def evolve_command(
     policy: Optional[Policy] = _POLICY,
     no_compile: bool = typer.Option(False, help="skip the torch.compile baseline (faster)"),
     timing: Optional[Timing] = _TIMING,
+    as_json: bool = typer.Option(False, "--json", help="print the final summary as JSON"),
     kernelbench_dir: Optional[str] = _KB, config_file: Optional[str] = _CONFIG,
 ) -> None:
     """Search for faster kernels with an LLM and the zero-token tuner, within budgets."""
@@ -270,14 +271,16 @@ def evolve_command(
             raise typer.BadParameter("give a TASK, or --resume RUN")
         loaded = load_task(task, kernelbench_dir) if task else None
         with _stopped_by_sigterm():
-            result = run_evolve(console, loaded, options).progress
+            evolved = run_evolve(console, loaded, options)
     except KernelEvoError as exc:
         _fail(exc)
-    untimed = result.by_status.get("ok", 0) and result.best_vs_eager is None
-    out.print(f"stopped: {escape(result.message)}; best {result.best_id or '-'}"
-              + (f" at {result.best_vs_eager:.2f}x vs eager" if result.best_vs_eager else "")
-              + (f" ({result.by_status['ok']} correct; no timings without a GPU)"
-                 if untimed else ""))
+    result = evolved.progress
+    if as_json:
+        from kernelevo.runs_json import evolve_json
+
+        _print_json(evolve_json(evolved.run_id, evolved.run_dir, result))
+    else:
+        _print_summary(result)
     outcome = result.outcome
     if outcome is not None and outcome.failed:
         errors.print(f"[bold red]error:[/] the run ended with {outcome.status}: "
@@ -285,31 +288,59 @@ def evolve_command(
         raise typer.Exit(EXIT_FAILED)
 
 
+def _print_summary(result: Any) -> None:
+    untimed = result.by_status.get("ok", 0) and result.best_vs_eager is None
+    out.print(f"stopped: {escape(result.message)}; best {result.best_id or '-'}"
+              + (f" at {result.best_vs_eager:.2f}x vs eager" if result.best_vs_eager else "")
+              + (f" ({result.by_status['ok']} correct; no timings without a GPU)"
+                 if untimed else ""))
+
+
 _RUNS_DIR = typer.Option(None, "--runs-dir", envvar="KERNELEVO_RUNS_DIR",
                          help="where runs are stored (default ./runs)")
 
 
 @app.command("runs")
-def runs_command(runs_dir: Optional[Path] = _RUNS_DIR) -> None:
+def runs_command(runs_dir: Optional[Path] = _RUNS_DIR,
+                 as_json: bool = typer.Option(False, "--json", help="print the runs as a "
+                                              "JSON list")) -> None:
     """List the runs with their best speedups, tokens and cost."""
     from kernelevo.runs_view import default_runs_dir, list_runs_table
 
     try:
-        list_runs_table(out, runs_dir or default_runs_dir())
+        if as_json:
+            from kernelevo.runs_json import runs_json
+
+            _print_json(runs_json(runs_dir or default_runs_dir()))
+        else:
+            list_runs_table(out, runs_dir or default_runs_dir())
     except KernelEvoError as exc:
         _fail(exc)
 
 
 @app.command("show")
 def show_command(run: str = typer.Argument(..., help="run id, part of it, or its folder"),
-                 runs_dir: Optional[Path] = _RUNS_DIR) -> None:
+                 runs_dir: Optional[Path] = _RUNS_DIR,
+                 as_json: bool = typer.Option(False, "--json", help="print the run's settings, "
+                                              "spend, ranking and best verdict as JSON")) -> None:
     """Summarise one run: settings, spending, the best candidates and the best verdict."""
-    from kernelevo.runs_view import default_runs_dir, show_run
+    from kernelevo.runs_view import default_runs_dir, open_run, show_run
 
     try:
-        show_run(out, runs_dir or default_runs_dir(), run)
+        if as_json:
+            from kernelevo.runs_json import run_json
+
+            with open_run(runs_dir or default_runs_dir(), run) as store:
+                _print_json(run_json(store))
+        else:
+            show_run(out, runs_dir or default_runs_dir(), run)
     except KernelEvoError as exc:
         _fail(exc)
+
+
+def _print_json(value: Any) -> None:
+    """JSON on stdout as plain text: rich would wrap long lines and colour them."""
+    sys.stdout.write(json.dumps(value, indent=2) + "\n")
 
 
 @app.command("export")

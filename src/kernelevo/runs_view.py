@@ -14,6 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from kernelevo.candidate import Candidate
 from kernelevo.config import EvalConfig, TimingConfig
@@ -52,22 +53,47 @@ def eval_config_from_run(config: Mapping[str, Any]) -> EvalConfig:
     return EvalConfig(timing=TimingConfig(**timing_values), **values)
 
 
-def list_runs_table(console: Console, runs_dir: Path) -> int:
-    """Print one row per run under `runs_dir`, oldest first; returns how many."""
+RUN_COLUMNS = ("run", "task", "status", "created", "candidates", "best vs eager",
+               "best vs compile", "tokens", "cost")
+_LEFT_COLUMNS = 5  # the rest are numbers, aligned right
+
+
+def list_runs_table(console: Console, runs_dir: Path, plain: bool | None = None) -> int:
+    """Print one row per run under `runs_dir`, oldest first; returns how many.
+
+    `plain` (default: when the console is not a terminal) prints aligned text
+    as wide as it needs: a rich table fits its width by cutting cells, and a
+    script reading the output needs whole run ids.
+    """
     summaries = list_runs(runs_dir)
     if not summaries:
         console.print(f"no runs in {runs_dir}: start one with `kernelevo evolve TASK`, "
                       "or point KERNELEVO_RUNS_DIR at the folder that holds them")
         return 0
+    rows = [_run_row(summary.run_id, summary.path, summary.problem) for summary in summaries]
+    if not console.is_terminal if plain is None else plain:
+        _print_plain(console, [[Text.from_markup(cell).plain for cell in row] for row in rows])
+        return len(summaries)
     table = Table(header_style="bold")
-    for column in ("run", "task", "status", "created", "candidates"):
-        table.add_column(column)
-    for column in ("best vs eager", "best vs compile", "tokens", "cost"):
-        table.add_column(column, justify="right")
-    for summary in summaries:
-        table.add_row(*_run_row(summary.run_id, summary.path, summary.problem))
+    longest_id = max(len(summary.run_id) for summary in summaries)
+    for index, column in enumerate(RUN_COLUMNS):
+        table.add_column(column, justify="left" if index < _LEFT_COLUMNS else "right",
+                         no_wrap=index == 0, min_width=longest_id if index == 0 else None)
+    for row in rows:
+        table.add_row(*row)
     console.print(table)
     return len(summaries)
+
+
+def _print_plain(console: Console, rows: list[list[str]]) -> None:
+    """Columns padded to their widest cell, two spaces apart; never wrapped or cut."""
+    lines = [list(RUN_COLUMNS)] + rows
+    widths = [max(len(line[i]) for line in lines) for i in range(len(RUN_COLUMNS))]
+    for line in lines:
+        cells = [cell.ljust(width) if i < _LEFT_COLUMNS else cell.rjust(width)
+                 for i, (cell, width) in enumerate(zip(line, widths))]
+        console.print("  ".join(cells).rstrip(), markup=False, highlight=False, crop=False,
+                      soft_wrap=True)
 
 
 def _run_row(run_id: str, path: Path, problem: str) -> list[str]:
