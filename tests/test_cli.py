@@ -71,3 +71,20 @@ def test_compare_decides_only_above_noise():
     assert clear.faster == "a" and abs(clear.ratio - 1.5) < 1e-9 and clear.significant
     noisy = _decide(timed(1.0, 0.2), timed(1.05, 0.2))
     assert noisy.faster == "a" and not noisy.significant
+
+
+def test_export_over_an_existing_file_exits_2_and_names_it(tmp_path):
+    from kernelevo.candidate import Candidate
+    from kernelevo.store import RunStore
+
+    with RunStore.create(tmp_path / "runs", "add", ADD_TASK.read_text(), {}, run_id="r") as store:
+        store.add_candidate(Candidate(HONEST.read_text(), "triton", origin="seed"))
+    taken = write(tmp_path, "taken.py", "keep me")
+    done = kernelevo("export", "r", "--candidate", "c0001", "-o", str(taken), "--no-recheck",
+                     "--runs-dir", str(tmp_path / "runs"))
+    assert done.returncode == 2 and f"{taken} exists" in done.stderr
+    assert "--force" in done.stderr and taken.read_text() == "keep me"
+    done = kernelevo("export", "r", "--candidate", "c0001", "-o", str(taken), "--no-recheck",
+                     "--force", "--runs-dir", str(tmp_path / "runs"))
+    assert done.returncode == 0, done.stderr
+    assert "ModelNew" in taken.read_text()

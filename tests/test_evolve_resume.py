@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelevo.store import RunStore, list_runs
+from kernelevo.store import RunStore
+from kernelevo.store_listing import list_runs
 from tests.conftest import ROOT
 
 TASK = ROOT / "tests/fixtures/tasks/add.py"

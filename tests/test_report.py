@@ -22,7 +22,8 @@ from kernelevo.report import units, write_comparison, write_report
 from kernelevo.report.diff import diff_counts
 from kernelevo.report.highlight import highlight, tokens
 from kernelevo.report.svg import NO_TIMINGS, nice_ticks
-from kernelevo.store import RunStore, list_runs
+from kernelevo.store import RunStore
+from kernelevo.store_listing import list_runs
 from tests.conftest import ROOT
 
 TIMED_RUN_ID = "20260101-000000-add-timed"

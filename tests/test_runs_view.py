@@ -115,9 +115,9 @@ def runs_dir(tmp_path: Path) -> Path:
     return root
 
 
-def printed(function, *args) -> tuple[object, str]:
+def printed(function, *args, **options) -> tuple[object, str]:
     console = Console(record=True, width=200)
-    result = function(console, *args)
+    result = function(console, *args, **options)
     return result, console.export_text()
 
 
@@ -140,7 +140,7 @@ def test_eval_config_round_trips_and_tolerates_missing_and_unknown_keys() -> Non
 
 
 def test_runs_table_lists_every_run_with_its_numbers(runs_dir: Path) -> None:
-    count, text = printed(list_runs_table, runs_dir)
+    count, text = printed(list_runs_table, runs_dir, plain=False)
     assert count == 2
     run_a = next(line for line in text.splitlines() if "run-a" in line)
     for expected in ("scale", "finished", "3/4", "2.50x", "1.25x", "4,700", "$0.0579"):
@@ -279,7 +279,7 @@ def test_export_overwrites_whole_or_not_at_all(runs_dir: Path, tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     output = tmp_path / "best.py"
     output.write_text("old")
-    export_candidate(runs_dir, "run-a", output, None, best=True, recheck=False)
+    export_candidate(runs_dir, "run-a", output, None, best=True, recheck=False, force=True)
     first = output.read_text()
     assert "ModelNew" in first
 
@@ -288,6 +288,33 @@ def test_export_overwrites_whole_or_not_at_all(runs_dir: Path, tmp_path: Path,
 
     monkeypatch.setattr(runs_view.os, "replace", refuse)
     with pytest.raises(ConfigError, match="disk full"):
-        export_candidate(runs_dir, "run-a", output, "c0001", best=False, recheck=False)
+        export_candidate(runs_dir, "run-a", output, "c0001", best=False, recheck=False,
+                         force=True)
     assert output.read_text() == first
     assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_export_refuses_to_overwrite_without_force(runs_dir: Path, tmp_path: Path) -> None:
+    output = tmp_path / "mine.py"
+    output.write_text("my own work")
+    phases: list[str] = []
+    with pytest.raises(ConfigError, match=f"{output} exists: pass --force"):
+        export_candidate(runs_dir, "run-a", output, None, best=True, progress=phases.append)
+    assert output.read_text() == "my own work" and phases == []  # refused before judging
+    export_candidate(runs_dir, "run-a", output, None, best=True, recheck=False, force=True)
+    assert "ModelNew" in output.read_text()
+
+
+def test_export_keeps_a_file_that_appears_while_it_writes(runs_dir: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    output = tmp_path / "late.py"
+
+    def source_while_another_writes(*args: object) -> str:
+        output.write_text("written meanwhile")
+        return "export"
+
+    monkeypatch.setattr(runs_view, "standalone_source", source_while_another_writes)
+    with pytest.raises(ConfigError, match="exists: pass --force"):
+        export_candidate(runs_dir, "run-a", output, None, best=True, recheck=False)
+    assert output.read_text() == "written meanwhile"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["late.py", "runs"]  # no temporary

@@ -16,7 +16,8 @@ import pytest
 import kernelevo
 from kernelevo.candidate import Candidate
 from kernelevo.evaluate.verdict import ErrorMetrics, TimingStats, Verdict, verdict_for
-from kernelevo.store import DB_NAME, RunStore, StoreError, list_runs, rank_candidates
+from kernelevo.store import DB_NAME, RunStore, StoreError, rank_candidates
+from kernelevo.store_listing import list_runs
 from kernelevo.store_schema import SCHEMA_VERSION
 
 SOURCE = "import torch\nclass ModelNew(torch.nn.Module):\n    pass\n"

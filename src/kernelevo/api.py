@@ -112,18 +112,20 @@ class Exported:
 def export(run: str | os.PathLike[str] | EvolveResult, path: str | os.PathLike[str], *,
            best: bool | None = None, candidate: str | None = None,
            runs_dir: str | os.PathLike[str] | None = None, recheck: bool = True,
-           progress: Progress | None = None) -> Exported:
+           progress: Progress | None = None, force: bool = False) -> Exported:
     """Write the best (default) or a chosen candidate of a run as a KernelBench file.
 
     `run` is a run id, part of one, its folder or an evolve() result. The file
-    is judged again on the way out unless `recheck=False`.
+    is judged again on the way out unless `recheck=False`; an existing file
+    is replaced only with `force=True`.
     """
     from kernelevo.runs_view import export_candidate
 
     best = candidate is None if best is None else best
     where = getattr(run, "run_dir", run)
     written, verdict = export_candidate(Path(runs_dir or _runs_dir()), str(where), Path(path),
-                                        candidate, best, recheck=recheck, progress=progress)
+                                        candidate, best, recheck=recheck, progress=progress,
+                                        force=force)
     return Exported(written, verdict)
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from enum import Enum
 from pathlib import Path
 from typing import Any, Optional
@@ -15,6 +17,7 @@ from rich.markup import escape
 from kernelevo import __version__
 from kernelevo.errors import KernelEvoError
 from kernelevo.logs import configure, get_logger, level_for
+from kernelevo.run_signals import EXIT_TERMINATED, Terminated, sigterm_as_interrupt
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Turn slow PyTorch code into fast, verified GPU kernels.")
@@ -25,6 +28,7 @@ log = get_logger("cli")
 
 # Exit codes: 0 the candidate passed, 1 it did not, 2 the input or setup is wrong.
 # `evolve`: 0 the run finished or spent its budget, 1 it failed (llm_failed, error).
+# 143 (128 + SIGTERM): stopped by SIGTERM, its children killed; a run is `interrupted`.
 EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
 
 
@@ -99,6 +103,17 @@ def _fail(exc: Exception) -> None:
     raise typer.Exit(EXIT_BAD_INPUT)
 
 
+@contextmanager
+def _stopped_by_sigterm() -> Iterator[None]:
+    """SIGTERM ends the command as Ctrl-C would (cleanup runs, children die), with exit 143."""
+    with sigterm_as_interrupt():
+        try:
+            yield
+        except Terminated as stop:
+            errors.print(f"[bold red]stopped:[/] {escape(str(stop))}")
+            raise typer.Exit(EXIT_TERMINATED) from None
+
+
 def _progress(status: Any) -> Any:
     """A judge's progress callback: the spinner's text, and a record for --verbose."""
     def report(phase: str) -> None:
@@ -163,7 +178,7 @@ def eval_command(
                          vary_shapes, cuda_graph, no_compile, no_static, timing)
         loaded_task = load_task(task, kernelbench_dir)
         loaded = load_candidate(candidate, _value(backend))
-        with console.status("starting") as status:
+        with _stopped_by_sigterm(), console.status("starting") as status:
             judge = Judge(loaded_task, config, progress=_progress(status))
             verdict = judge.evaluate(loaded)
     except KernelEvoError as exc:
@@ -200,7 +215,7 @@ def compare_command(
                          cuda_graph, no_compile, False, timing)
         loaded_task = load_task(task, kernelbench_dir)
         a, b = load_candidate(first), load_candidate(second)
-        with console.status("starting") as status:
+        with _stopped_by_sigterm(), console.status("starting") as status:
             result = compare_candidates(loaded_task, a, b, config, progress=_progress(status))
     except KernelEvoError as exc:
         _fail(exc)
@@ -235,6 +250,7 @@ def evolve_command(
     policy: Optional[Policy] = _POLICY,
     no_compile: bool = typer.Option(False, help="skip the torch.compile baseline (faster)"),
     timing: Optional[Timing] = _TIMING,
+    as_json: bool = typer.Option(False, "--json", help="print the final summary as JSON"),
     kernelbench_dir: Optional[str] = _KB, config_file: Optional[str] = _CONFIG,
 ) -> None:
     """Search for faster kernels with an LLM and the zero-token tuner, within budgets."""
@@ -254,19 +270,30 @@ def evolve_command(
         if task is None and resume is None:
             raise typer.BadParameter("give a TASK, or --resume RUN")
         loaded = load_task(task, kernelbench_dir) if task else None
-        result = run_evolve(console, loaded, options).progress
+        with _stopped_by_sigterm():
+            evolved = run_evolve(console, loaded, options)
     except KernelEvoError as exc:
         _fail(exc)
-    untimed = result.by_status.get("ok", 0) and result.best_vs_eager is None
-    out.print(f"stopped: {escape(result.message)}; best {result.best_id or '-'}"
-              + (f" at {result.best_vs_eager:.2f}x vs eager" if result.best_vs_eager else "")
-              + (f" ({result.by_status['ok']} correct; no timings without a GPU)"
-                 if untimed else ""))
+    result = evolved.progress
+    if as_json:
+        from kernelevo.runs_json import evolve_json
+
+        _print_json(evolve_json(evolved.run_id, evolved.run_dir, result))
+    else:
+        _print_summary(result)
     outcome = result.outcome
     if outcome is not None and outcome.failed:
         errors.print(f"[bold red]error:[/] the run ended with {outcome.status}: "
                      f"{escape(outcome.reason)}")
         raise typer.Exit(EXIT_FAILED)
+
+
+def _print_summary(result: Any) -> None:
+    untimed = result.by_status.get("ok", 0) and result.best_vs_eager is None
+    out.print(f"stopped: {escape(result.message)}; best {result.best_id or '-'}"
+              + (f" at {result.best_vs_eager:.2f}x vs eager" if result.best_vs_eager else "")
+              + (f" ({result.by_status['ok']} correct; no timings without a GPU)"
+                 if untimed else ""))
 
 
 _RUNS_DIR = typer.Option(None, "--runs-dir", envvar="KERNELEVO_RUNS_DIR",
@@ -311,26 +338,46 @@ def suite_command(
 
 
 @app.command("runs")
-def runs_command(runs_dir: Optional[Path] = _RUNS_DIR) -> None:
+def runs_command(runs_dir: Optional[Path] = _RUNS_DIR,
+                 as_json: bool = typer.Option(False, "--json", help="print the runs as a "
+                                              "JSON list")) -> None:
     """List the runs with their best speedups, tokens and cost."""
     from kernelevo.runs_view import default_runs_dir, list_runs_table
 
     try:
-        list_runs_table(out, runs_dir or default_runs_dir())
+        if as_json:
+            from kernelevo.runs_json import runs_json
+
+            _print_json(runs_json(runs_dir or default_runs_dir()))
+        else:
+            list_runs_table(out, runs_dir or default_runs_dir())
     except KernelEvoError as exc:
         _fail(exc)
 
 
 @app.command("show")
 def show_command(run: str = typer.Argument(..., help="run id, part of it, or its folder"),
-                 runs_dir: Optional[Path] = _RUNS_DIR) -> None:
+                 runs_dir: Optional[Path] = _RUNS_DIR,
+                 as_json: bool = typer.Option(False, "--json", help="print the run's settings, "
+                                              "spend, ranking and best verdict as JSON")) -> None:
     """Summarise one run: settings, spending, the best candidates and the best verdict."""
-    from kernelevo.runs_view import default_runs_dir, show_run
+    from kernelevo.runs_view import default_runs_dir, open_run, show_run
 
     try:
-        show_run(out, runs_dir or default_runs_dir(), run)
+        if as_json:
+            from kernelevo.runs_json import run_json
+
+            with open_run(runs_dir or default_runs_dir(), run) as store:
+                _print_json(run_json(store))
+        else:
+            show_run(out, runs_dir or default_runs_dir(), run)
     except KernelEvoError as exc:
         _fail(exc)
+
+
+def _print_json(value: Any) -> None:
+    """JSON on stdout as plain text: rich would wrap long lines and colour them."""
+    sys.stdout.write(json.dumps(value, indent=2) + "\n")
 
 
 @app.command("export")
@@ -340,6 +387,7 @@ def export_command(
     best: bool = typer.Option(False, "--best", help="export the fastest correct candidate"),
     candidate: Optional[str] = typer.Option(None, "--candidate", help="candidate id"),
     no_recheck: bool = typer.Option(False, help="skip judging the exported file again"),
+    force: bool = typer.Option(False, "--force", help="overwrite the output file if it exists"),
     runs_dir: Optional[Path] = _RUNS_DIR,
 ) -> None:
     """Write a candidate as a standalone KernelBench file, re-judged on the way out."""
@@ -350,7 +398,7 @@ def export_command(
         with console.status("re-checking the candidate") as status:
             path, verdict = export_candidate(runs_dir or default_runs_dir(), run, output,
                                              candidate, best, recheck=not no_recheck,
-                                             progress=_progress(status))
+                                             progress=_progress(status), force=force)
     except KernelEvoError as exc:
         _fail(exc)
     out.print(f"wrote {path}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,8 +15,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from kernelevo import evolve_setup as setup
+from kernelevo.errors import ConfigError
+from kernelevo.evaluate import sandbox
 from kernelevo.logs import get_logger
+from kernelevo.run_lock import RunLock, acquire_run_lock
+from kernelevo.run_resume import CHANGE_EVENT, apply_overrides, describe_changes
+from kernelevo.run_signals import Terminated, on_sigterm, sigterm_as_interrupt
 from kernelevo.search.loop import Evolution, Progress, RunOutcome, SearchConfig
+from kernelevo.store import RunStore
 
 log = get_logger(__name__)
 
@@ -59,48 +66,103 @@ def progress_table(progress: Progress, run_id: str, mode: str) -> Table:
     return table
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """Everything a run needs that bad input can break, built before a new run is stored."""
+
+    config: dict[str, Any]
+    eval_config: Any
+    search: SearchConfig
+    limits: dict[str, Any]
+    budget: Any
+    pool: Any
+    judges: list[Any]
+    seeds: list[Any]
+
+
 def run_evolve(console: Console, task: Any, options: dict[str, Any]) -> EvolveResult:
-    """Create or resume a run and search until a budget or the work runs out."""
+    """Create or resume a run and search until a budget or the work runs out.
+
+    Flags are checked (judges, models, seeds built) before a new run is
+    stored, so a bad start leaves no run behind; a run that fails or is
+    stopped (Ctrl-C, SIGTERM) after that is marked `interrupted` with the reason.
+    """
     runs_dir = Path(options["runs_dir"])
-    eval_config, search, llm, limits = (options["eval"], options["search"], options["llm"],
-                                        options["budget"])
-    config = setup.run_config(eval_config, search, llm, limits)
-    store, task, config = setup.open_or_create(runs_dir, options.get("resume"), task, config)
-    resumed = bool(options.get("resume"))
-    if resumed:
+    store: RunStore | None = None
+    lock: RunLock | None = None
+    with sigterm_as_interrupt():
+        try:
+            changes: dict[str, Any] = {}
+            if options.get("resume"):
+                store, task, config = setup.open_to_resume(runs_dir, options["resume"])
+                lock = acquire_run_lock(Path(store.path).parent, store.run_id)
+                config, changes = apply_overrides(config, options.get("overrides") or {})
+            else:
+                config = setup.run_config(options["eval"], options["search"], options["llm"],
+                                          options["budget"])
+            plan = _plan(task, config, options, store)
+            if store is None:
+                store = RunStore.create(runs_dir, task.name, task.source, config)
+                lock = acquire_run_lock(Path(store.path).parent, store.run_id)
+            return _drive(console, store, task, plan, changes, bool(options.get("resume")))
+        except BaseException as exc:
+            if store is not None and lock is not None:  # never touch a run another process drives
+                _record_stop(store, exc)
+            raise
+        finally:
+            if lock is not None:
+                lock.release()
+            if store is not None:
+                store.close()
+
+
+def _plan(task: Any, config: dict[str, Any], options: dict[str, Any],
+          store: RunStore | None) -> _Plan:
+    """Budget, models, judges and seeds; a resumed run's from its stored settings."""
+    if store is not None:
         eval_config, search = setup.configs_from_run(config)
-        llm, limits = config.get("llm", {}), config.get("budget", limits)
-    budget = setup.make_budget(limits, store if resumed else None)
+        llm, limits = config.get("llm", {}), config.get("budget", options["budget"])
+    else:
+        eval_config, search, llm, limits = (options["eval"], options["search"], options["llm"],
+                                            options["budget"])
+    budget = setup.make_budget(limits, store)
     pool = setup.make_pool(llm, budget)
     judges = setup.make_judges(task, eval_config, options.get("gpus", "all"))
-    proposer = _proposer(pool, store, task, search, eval_config)
     seeds = [setup.reference_seed(task)] + setup.user_seeds(options.get("seeds", []),
                                                              search.backend)
-    if pool is None and not any(s.backend in ("triton", "cuda") for s in seeds) and not resumed:
-        from kernelevo.errors import ConfigError
-
+    if pool is None and store is None and not any(s.backend in ("triton", "cuda")
+                                                  for s in seeds):
         raise ConfigError("no LLM is configured and no Triton or CUDA starting candidate was "
                           "given: the tuner needs a working kernel to tune (--seed FILE), or "
                           "give --model and --base-url")
-    mode = "LLM + tuner" if pool else "tuner only (no LLM configured)"
-    run_id, run_dir = store.run_info().id, Path(store.path).parent
-    log.info("run %s: %d seed(s), budget %s, search %s", run_id, len(seeds), limits, search)
+    return _Plan(config, eval_config, search, limits, budget, pool, judges, seeds)
+
+
+def _drive(console: Console, store: RunStore, task: Any, plan: _Plan, changes: dict[str, Any],
+           resumed: bool) -> EvolveResult:
+    """Seed or resume the stored run, then search it with a live view until it stops."""
+    run_id, run_dir = store.run_id, Path(store.path).parent
+    if changes:
+        store.set_config(plan.config)
+        store.log_event(CHANGE_EVENT, {"changes": changes})
+        console.print(f"run {run_id}: settings changed on resume: "
+                      f"{escape(describe_changes(changes))}")
+    proposer = _proposer(plan.pool, store, task, plan.search, plan.eval_config)
+    mode = "LLM + tuner" if plan.pool else "tuner only (no LLM configured)"
+    log.info("run %s: %d seed(s), budget %s, search %s", run_id, len(plan.seeds), plan.limits,
+             plan.search)
     console.print(f"run {run_id} in {run_dir} ({mode}); "
-                  f"{len(judges)} evaluation worker(s)")
-    evolution = Evolution(store, judges, search, budget, proposer)
+                  f"{len(plan.judges)} evaluation worker(s)")
+    evolution = Evolution(store, plan.judges, plan.search, plan.budget, proposer)
     if resumed:
         evolution.resume()
     else:
-        evolution.seed(seeds)
+        evolution.seed(plan.seeds)
     store.set_status("running")
     with Live(progress_table(Progress(), run_id, mode), console=console,
               refresh_per_second=2) as live:
         evolution.on_progress = lambda p: live.update(progress_table(p, run_id, mode))
-        try:
-            result = asyncio.run(_search(evolution, pool))
-        except KeyboardInterrupt:
-            store.set_status("interrupted")
-            raise
+        result = _search_until_stopped(evolution, plan.pool, run_id)
     store.set_status("finished")
     outcome = result.outcome
     log.info("run %s stopped (%s): %s", run_id, outcome.status if outcome else "-",
@@ -108,13 +170,49 @@ def run_evolve(console: Console, task: Any, options: dict[str, Any]) -> EvolveRe
     return EvolveResult(run_id, run_dir, result)
 
 
-async def _search(evolution: Evolution, pool: Any) -> Progress:
-    """The search, then the model pool's connections closed inside the same event loop."""
+def _record_stop(store: RunStore, error: BaseException) -> None:
+    """Mark a run that stopped on an error or a signal `interrupted`, with why, in run.db."""
+    if isinstance(error, KeyboardInterrupt):
+        signal_name = "SIGTERM" if isinstance(error, Terminated) else "SIGINT"
+        store.log_event("interrupted", {"signal": signal_name})
+    else:
+        store.log_event("failed", {"error": f"{type(error).__name__}: {error}"[:2000]})
+    if store.run_info().status == "running":
+        store.set_status("interrupted")
+
+
+def _search_until_stopped(evolution: Evolution, pool: Any, run_id: str) -> Progress:
+    """The search in its own event loop; SIGTERM stops it as Ctrl-C does, killing judges' jobs."""
+    terminated = threading.Event()
     try:
-        return await evolution.run()
+        return asyncio.run(_search(evolution, pool, terminated))
+    except asyncio.CancelledError:
+        if terminated.is_set():
+            raise Terminated(f"run {run_id} interrupted by SIGTERM; continue it with "
+                             f"--resume {run_id}") from None
+        raise
     finally:
-        if pool is not None:
-            await pool.aclose()
+        sandbox.allow_jobs()
+
+
+async def _search(evolution: Evolution, pool: Any, terminated: threading.Event) -> Progress:
+    """The search, then the model pool's connections closed inside the same event loop."""
+    loop = asyncio.get_running_loop()
+    search = asyncio.current_task()
+
+    def stop() -> None:
+        terminated.set()
+        sandbox.stop_all_jobs()  # the judging threads return now, not after their evaluations
+        if search is not None:
+            search.cancel()
+
+    # Handled inside the loop: a signal handler that raised would land in any await.
+    with on_sigterm(lambda signum, frame: loop.call_soon_threadsafe(stop)):
+        try:
+            return await evolution.run()
+        finally:
+            if pool is not None:
+                await pool.aclose()
 
 
 def _proposer(pool: Any, store: Any, task: Any, search: SearchConfig, eval_config: Any) -> Any:

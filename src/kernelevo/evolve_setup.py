@@ -15,6 +15,7 @@ from kernelevo.candidate import Candidate, load_candidate
 from kernelevo.config import EvalConfig
 from kernelevo.errors import ConfigError
 from kernelevo.logs import get_logger
+from kernelevo.run_resume import resume_overrides
 from kernelevo.search.loop import SearchConfig
 from kernelevo.store import RunStore
 from kernelevo.task import Task, task_from_source
@@ -62,14 +63,20 @@ def evolve_options(file_config: dict[str, Any], eval_config: EvalConfig, *,
     llm = dict(file_config.get("llm", {}))
     llm.update({k: v for k, v in (("base_url", base_url), ("api_key_env", api_key_env),
                                   ("in_flight", llm_in_flight)) if v is not None})
-    if models:
-        llm["models"] = dict(models) if isinstance(models, dict) else parse_models(models)
+    given_models = (dict(models) if isinstance(models, dict) else parse_models(models)
+                    if models else None)
+    if given_models:
+        llm["models"] = given_models
     budget_file = file_config.get("budget", {})
     limits = parse_budget(tokens or budget_file.get("tokens"), usd or budget_file.get("usd"),
                           time_limit or budget_file.get("time"),
                           candidates or budget_file.get("candidates"))
+    # Only flags given here (never the file) change a resumed run's settings.
+    overrides = resume_overrides(tokens=tokens, usd=usd, time_limit=time_limit,
+                                 candidates=candidates, base_url=base_url,
+                                 models=given_models) if resume else {}
     return {"runs_dir": Path(runs_dir), "eval": eval_config, "search": search, "llm": llm,
-            "budget": limits, "resume": resume, "gpus": gpus,
+            "budget": limits, "resume": resume, "gpus": gpus, "overrides": overrides,
             "seeds": [Path(seed) for seed in seeds or []]}
 
 
@@ -133,17 +140,34 @@ def make_judges(task: Task, eval_config: EvalConfig, gpus: str) -> list[Any]:
 
     from kernelevo.evaluate.judge import Judge
 
-    if eval_config.device == "cpu" or not torch.cuda.is_available():
-        log.info("one judge on the CPU (device %s, CUDA available: %s)", eval_config.device,
-                 torch.cuda.is_available())
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    indexes = select_gpus(gpus, count)
+    if eval_config.device == "cpu" or not count:
+        log.info("one judge on the CPU (device %s, GPUs visible: %d)", eval_config.device, count)
         return [Judge(task, eval_config)]
-    count = torch.cuda.device_count()
-    indexes = list(range(count)) if gpus == "all" else [int(g) for g in gpus.split(",")]
-    bad = [i for i in indexes if not 0 <= i < count]
-    if bad:
-        raise ConfigError(f"--gpus {gpus}: GPUs {bad} do not exist (this machine has {count})")
     log.info("one judge per GPU: %s of %d", indexes, count)
     return [Judge(task, eval_config, gpu_index=i) for i in indexes]
+
+
+def select_gpus(gpus: str, visible: int) -> list[int]:
+    """The GPU indexes `--gpus` names ('all' or a list like 0,1), each one a visible GPU."""
+    if gpus.strip() == "all":
+        return list(range(visible))
+    where = (f"this machine shows {visible} GPU(s), 0 to {visible - 1}" if visible else
+             "no GPU is visible here; leave out --gpus to judge on the CPU")
+    try:
+        indexes = [int(part) for part in gpus.split(",")]
+    except ValueError:
+        raise ConfigError(f"--gpus {gpus}: write 'all' or GPU indexes like 0,1 "
+                          f"({where})") from None
+    missing = sorted({i for i in indexes if not 0 <= i < visible})
+    if missing:
+        raise ConfigError(f"--gpus {gpus}: no visible GPU has index "
+                          f"{', '.join(map(str, missing))} ({where}; CUDA_VISIBLE_DEVICES "
+                          f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'is not set')})")
+    if len(set(indexes)) != len(indexes):
+        raise ConfigError(f"--gpus {gpus}: a GPU is named twice; name each once")
+    return indexes
 
 
 def make_pool(llm: dict[str, Any], budget: Budget) -> Any:
@@ -181,13 +205,9 @@ def parse_models(values: list[str]) -> dict[str, float]:
     return models
 
 
-def open_or_create(runs_dir: Path, resume: str | None, task: Task | None,
-                   config: dict[str, Any]) -> tuple[RunStore, Task, dict[str, Any]]:
-    if resume:
-        path = Path(resume)
-        store = RunStore.open(path if path.exists() else runs_dir / resume)
-        info = store.run_info()
-        return store, task_from_source(info.task_source, name=info.task_name), info.config
-    assert task is not None
-    store = RunStore.create(runs_dir, task.name, task.source, config)
-    return store, task, config
+def open_to_resume(runs_dir: Path, resume: str) -> tuple[RunStore, Task, dict[str, Any]]:
+    """A stored run, its task and the settings it was started with."""
+    path = Path(resume)
+    store = RunStore.open(path if path.exists() else runs_dir / resume)
+    info = store.run_info()
+    return store, task_from_source(info.task_source, name=info.task_name), info.config

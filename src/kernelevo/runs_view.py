@@ -14,6 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from kernelevo.candidate import Candidate
 from kernelevo.config import EvalConfig, TimingConfig
@@ -21,7 +22,8 @@ from kernelevo.errors import ConfigError
 from kernelevo.evaluate.verdict import Verdict
 from kernelevo.render import print_verdict
 from kernelevo.store import (DB_NAME, Ranking, RunInfo, RunStore, StoreError, StoredCandidate,
-                             list_runs, rank_candidates)
+                             rank_candidates)
+from kernelevo.store_listing import list_runs
 from kernelevo.task import find_constants, task_from_source
 
 TOP_CANDIDATES = 10
@@ -51,22 +53,47 @@ def eval_config_from_run(config: Mapping[str, Any]) -> EvalConfig:
     return EvalConfig(timing=TimingConfig(**timing_values), **values)
 
 
-def list_runs_table(console: Console, runs_dir: Path) -> int:
-    """Print one row per run under `runs_dir`, oldest first; returns how many."""
+RUN_COLUMNS = ("run", "task", "status", "created", "candidates", "best vs eager",
+               "best vs compile", "tokens", "cost")
+_LEFT_COLUMNS = 5  # the rest are numbers, aligned right
+
+
+def list_runs_table(console: Console, runs_dir: Path, plain: bool | None = None) -> int:
+    """Print one row per run under `runs_dir`, oldest first; returns how many.
+
+    `plain` (default: when the console is not a terminal) prints aligned text
+    as wide as it needs: a rich table fits its width by cutting cells, and a
+    script reading the output needs whole run ids.
+    """
     summaries = list_runs(runs_dir)
     if not summaries:
         console.print(f"no runs in {runs_dir}: start one with `kernelevo evolve TASK`, "
                       "or point KERNELEVO_RUNS_DIR at the folder that holds them")
         return 0
+    rows = [_run_row(summary.run_id, summary.path, summary.problem) for summary in summaries]
+    if not console.is_terminal if plain is None else plain:
+        _print_plain(console, [[Text.from_markup(cell).plain for cell in row] for row in rows])
+        return len(summaries)
     table = Table(header_style="bold")
-    for column in ("run", "task", "status", "created", "candidates"):
-        table.add_column(column)
-    for column in ("best vs eager", "best vs compile", "tokens", "cost"):
-        table.add_column(column, justify="right")
-    for summary in summaries:
-        table.add_row(*_run_row(summary.run_id, summary.path, summary.problem))
+    longest_id = max(len(summary.run_id) for summary in summaries)
+    for index, column in enumerate(RUN_COLUMNS):
+        table.add_column(column, justify="left" if index < _LEFT_COLUMNS else "right",
+                         no_wrap=index == 0, min_width=longest_id if index == 0 else None)
+    for row in rows:
+        table.add_row(*row)
     console.print(table)
     return len(summaries)
+
+
+def _print_plain(console: Console, rows: list[list[str]]) -> None:
+    """Columns padded to their widest cell, two spaces apart; never wrapped or cut."""
+    lines = [list(RUN_COLUMNS)] + rows
+    widths = [max(len(line[i]) for line in lines) for i in range(len(RUN_COLUMNS))]
+    for line in lines:
+        cells = [cell.ljust(width) if i < _LEFT_COLUMNS else cell.rjust(width)
+                 for i, (cell, width) in enumerate(zip(line, widths))]
+        console.print("  ".join(cells).rstrip(), markup=False, highlight=False, crop=False,
+                      soft_wrap=True)
 
 
 def _run_row(run_id: str, path: Path, problem: str) -> list[str]:
@@ -164,8 +191,14 @@ def _top_table(top: list[StoredCandidate], passed: int) -> Table:
 
 def export_candidate(runs_dir: Path, run: str, output: Path, candidate_id: str | None,
                      best: bool, recheck: bool = True,
-                     progress: Callable[[str], None] | None = None) -> tuple[Path, Verdict | None]:
-    """Write a candidate as a standalone KernelBench file; with `recheck`, judge it afresh."""
+                     progress: Callable[[str], None] | None = None,
+                     force: bool = False) -> tuple[Path, Verdict | None]:
+    """Write a candidate as a standalone KernelBench file; with `recheck`, judge it afresh.
+
+    An existing `output` is replaced only with `force`.
+    """
+    if not force:
+        _refuse_to_overwrite(Path(output))
     if best == (candidate_id is not None):
         raise ConfigError("say which candidate to export: --best, or --candidate ID "
                           "(ids are listed by `kernelevo show RUN`), not both")
@@ -174,7 +207,7 @@ def export_candidate(runs_dir: Path, run: str, output: Path, candidate_id: str |
         stored = store.candidate(candidate_id) if candidate_id else _best_or_refuse(store)
     text = standalone_source(info, stored)
     verdict = _recheck(info, stored, progress) if recheck else None
-    _write_atomically(Path(output), text)
+    _write_atomically(Path(output), text, replace=force)
     return Path(output), verdict
 
 
@@ -283,8 +316,18 @@ def _statement_text(lines: list[str], node: ast.stmt) -> str:
     return "\n".join(lines[first - 1:node.end_lineno])
 
 
-def _write_atomically(output: Path, text: str) -> None:
-    """Write through a temporary file in the same folder, so `output` is never half written."""
+def _refuse_to_overwrite(output: Path) -> None:
+    if output.exists() and not output.is_dir():
+        raise ConfigError(f"{output} exists: pass --force to overwrite it, or give another "
+                          "file with -o")
+
+
+def _write_atomically(output: Path, text: str, replace: bool = False) -> None:
+    """Write through a temporary file in the same folder, so `output` is never half written.
+
+    Without `replace`, a file that appeared at `output` meanwhile is kept: the
+    temporary file is linked in, which fails if the name is taken.
+    """
     if output.is_dir():
         raise ConfigError(f"{output} is a folder: give a file name such as {output / 'best.py'}")
     temporary = None
@@ -297,11 +340,29 @@ def _write_atomically(output: Path, text: str) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         temporary.chmod(0o644)  # mkstemp makes 0600; an exported kernel is meant to be shared
-        os.replace(temporary, output)
+        _move_into_place(temporary, output, replace)
     except OSError as exc:
         if temporary is not None:
             temporary.unlink(missing_ok=True)
+        if isinstance(exc, FileExistsError) and output.exists():
+            _refuse_to_overwrite(output)
         raise ConfigError(f"cannot write {output}: {exc}") from exc
+
+
+def _move_into_place(temporary: Path, output: Path, replace: bool) -> None:
+    if replace:
+        os.replace(temporary, output)
+        return
+    try:
+        os.link(temporary, output)  # atomic, and fails if the name is taken
+    except FileExistsError:
+        raise
+    except OSError:  # a filesystem without hard links: check, then rename
+        if output.exists():
+            raise FileExistsError(output) from None
+        os.replace(temporary, output)
+        return
+    temporary.unlink()
 
 
 def open_run(runs_dir: Path, run: str) -> RunStore:

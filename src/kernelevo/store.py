@@ -62,7 +62,6 @@ __all__ = [
     "StoreError",
     "StoredCandidate",
     "Totals",
-    "list_runs",
     "new_run_id",
     "rank_candidates",
 ]
@@ -152,6 +151,11 @@ class RunStore:
         if len(rows) != 1:
             raise StoreError(f"{self.path} holds {len(rows)} runs, expected exactly one")
         return run_info_from_row(rows[0])
+
+    def set_config(self, config: Mapping[str, Any] | Any) -> None:
+        """Replace the stored settings (a resume that changes budgets or models)."""
+        with self._database.transaction() as db:
+            db.execute("UPDATE run SET config_json = ?", (_dumps(_plain(config)),))
 
     def set_status(self, status: str) -> None:
         """Mark the run 'running' (again, on resume), 'finished' or 'interrupted'."""
@@ -408,42 +412,11 @@ class RunStore:
         return [event_from_row(row) for row in rows]
 
 
-def list_runs(runs_dir: str | Path) -> list[RunSummary]:
-    """Every run under `runs_dir`, oldest first; unreadable runs carry a `problem`."""
-    root = Path(runs_dir)
-    if not root.is_dir():
-        return []
-    summaries = [_summarise(path) for path in sorted(root.glob(f"*/{DB_NAME}"))]
-    return sorted(summaries, key=lambda summary: (summary.created_at, summary.run_id))
-
-
 def new_run_id(task_name: str) -> str:
     """A sortable, readable id: UTC time, the task's name, and a random suffix."""
     slug = re.sub(r"[^a-z0-9]+", "-", task_name.lower()).strip("-")[:32] or "run"
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     return f"{stamp}-{slug}-{secrets.token_hex(2)}"
-
-
-def _summarise(path: Path) -> RunSummary:
-    run_id = path.parent.name
-    try:
-        with RunStore.open(path) as store:
-            info, totals, best = store.run_info(), store.totals(), store.ranking().best
-    except (StoreError, sqlite3.Error) as exc:
-        return RunSummary(run_id=run_id, path=path.parent, problem=str(exc))
-    return RunSummary(
-        run_id=info.id,
-        path=path.parent,
-        task_name=info.task_name,
-        status=info.status,
-        created_at=info.created_at,
-        finished_at=info.finished_at,
-        candidates=sum(totals.candidates_by_status.values()),
-        best_speedup_vs_eager=best.speedup_vs_eager if best else None,
-        best_id=best.id if best else None,
-        cost_usd=totals.cost_usd,
-        tokens=totals.tokens_in + totals.tokens_out,
-    )
 
 
 def _require_row(cursor: sqlite3.Cursor, what: str, key: object) -> None:

@@ -30,6 +30,32 @@ _MARKER_ENV = "KERNELEVO_SANDBOX_ID"
 _EXIT_WAIT_S = 60.0  # how long a killed child may take to be gone
 _context: Any = None
 _start_lock = threading.Lock()
+# Children running now (pid -> marker), so a process told to stop can kill them all.
+_live_jobs: dict[int, str] = {}
+_live_lock = threading.Lock()
+_stopping = threading.Event()
+
+
+class JobsStopped(RuntimeError):
+    """The process is stopping (SIGTERM): no new sandboxed job may start."""
+
+
+def stop_all_jobs() -> None:
+    """Kill every running child and refuse new jobs until `allow_jobs`.
+
+    Judging threads then return at once instead of finishing evaluations
+    nobody will record; without this a stopping run waits out each one.
+    """
+    _stopping.set()
+    with _live_lock:
+        running = list(_live_jobs.items())
+    for pid, marker in running:
+        _kill_group(pid, marker)
+
+
+def allow_jobs() -> None:
+    """Accept jobs again after `stop_all_jobs` (the next run in this process)."""
+    _stopping.clear()
 
 
 def _forkserver_context() -> Any:
@@ -189,6 +215,8 @@ def run_job(target: Callable[..., None], payload: dict[str, Any], scratch: Path,
     `on_message` sees each message; a dict it returns is sent back as the reply
     (for messages sent with Channel.ask).
     """
+    if _stopping.is_set():
+        raise JobsStopped("the judge is stopping: no new evaluation starts")
     context = _forkserver_context()
     scratch.mkdir(parents=True, exist_ok=True)
     log_path = scratch / "output.log"
@@ -205,6 +233,10 @@ def run_job(target: Callable[..., None], payload: dict[str, Any], scratch: Path,
     start = time.monotonic()
     with _main_module_hidden():
         process.start()
+    with _live_lock:
+        _live_jobs[process.pid] = marker
+    if _stopping.is_set():  # told to stop while this one was starting
+        _kill_group(process.pid, marker)
     child_end.close()
     lifeline_read.close()
     try:
@@ -212,6 +244,8 @@ def run_job(target: Callable[..., None], payload: dict[str, Any], scratch: Path,
               output_limit_bytes, on_message)
     finally:
         _kill_group(process.pid, marker)
+        with _live_lock:
+            _live_jobs.pop(process.pid, None)
         # A process killed mid-kernel keeps its GPU context until the driver
         # has torn it down, which can take seconds: the next job must not
         # share the GPU with it, so wait for the exit (bounded).

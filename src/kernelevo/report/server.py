@@ -29,7 +29,8 @@ from kernelevo.errors import KernelEvoError
 from kernelevo.report import html, units
 from kernelevo.report.data import load_run, run_database
 from kernelevo.report.detail import CandidateDetail, load_candidate_detail
-from kernelevo.store import DB_NAME, RunStore, list_runs
+from kernelevo.store import DB_NAME, RunStore
+from kernelevo.store_listing import list_runs
 
 # Run ids are folder names; anything else (slashes, '..') could leave runs_dir.
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
