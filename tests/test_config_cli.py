@@ -1,8 +1,10 @@
-"""Settings on the command line: a bad file or flag exits 2 naming the key, and flags left
-out never override the file."""
+"""Settings on the command line: a bad file or flag exits 2 naming the key, flags left out
+never override the file, and `kernelevo config`."""
 
 from __future__ import annotations
 
+import json
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -87,6 +89,8 @@ def test_a_bad_flag_exits_2_naming_the_flag_and_the_key(tmp_path, command, flag,
     done = cli(*command, flag, value, "--runs-dir", str(tmp_path)) if command == EVOLVE \
         else cli(*command, flag, value)
     assert done.exit_code == 2 and message in " ".join(done.output.split()), done.output
+    done = cli("config", flag, value)
+    assert done.exit_code == 2 and message in " ".join(done.output.split()), done.output
 
 
 # -- flags override the file, defaults never do --------------------------------
@@ -158,3 +162,44 @@ def test_api_arguments_left_out_never_override_the_file(tmp_path, monkeypatch):
     assert seen[0]["search"].islands == 5 and seen[0]["llm"]["api_key_env"] == "MY_KEY"
     kernelevo.evolve(ADD_TASK, config_file=toml(tmp_path, FILE), runs_dir=tmp_path, islands=7)
     assert seen[1]["search"].islands == 7
+
+
+# -- kernelevo config ------------------------------------------------------------
+
+
+def test_config_prints_the_effective_settings_with_their_sources(tmp_path):
+    path = toml(tmp_path, FILE)
+    done = cli("config", "--config", path, "--islands", "4")
+    assert done.exit_code == 0, done.output
+    printed = tomllib.loads(done.stdout)
+    assert printed["search"]["islands"] == 4 and printed["search"]["backend"] == "cuda"
+    assert printed["eval"]["timeout_s"] == 60.0 and printed["eval"]["device"] == "auto"
+    assert printed["eval"]["timing"]["measure"] == "call"
+    assert printed["budget"]["tokens"] == 2_000_000
+    assert "atol" not in printed["eval"]  # unset: TOML has no null
+    lines = done.stdout.splitlines()
+    assert "islands = 4  # --islands" in lines
+    assert f"timeout_s = 60.0  # config file {path}" in lines
+    assert "device = \"auto\"  # default" in lines
+    assert "[eval]" in lines and "[eval.timing]" in lines  # not eaten as markup
+
+
+def test_config_output_read_back_gives_the_same_settings(tmp_path):
+    written = cli("config", "--config", toml(tmp_path, FILE), "--usd", "2")
+    assert written.exit_code == 0, written.output
+    first = cli("config", "--config", toml(tmp_path, FILE), "--usd", "2", "--json")
+    again = cli("config", "--config", toml(tmp_path, written.stdout, "again.toml"), "--json")
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.stdout)["config"] == json.loads(first.stdout)["config"]
+
+
+def test_config_json_has_values_and_sources(tmp_path):
+    done = cli("config", "--json", "--timeout", "30")
+    assert done.exit_code == 0, done.output
+    result = json.loads(done.stdout)
+    assert result["config"]["eval"]["timeout_s"] == 30.0
+    assert result["sources"]["eval"]["timeout_s"] == "--timeout"
+    assert result["sources"]["eval"]["timing"]["measure"] == "default"
+    assert result["config"]["eval"]["atol"] is None
+    assert result["config"]["budget"] == {"tokens": 1_000_000, "usd": None,
+                                          "candidates": None, "time": None}

@@ -1,4 +1,5 @@
-"""The command line: kernelevo eval | compare | evolve | runs | show | export | report | ui."""
+"""The command line: kernelevo eval | compare | evolve | runs | show | export | report | ui
+| config."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from kernelevo import __version__
+from kernelevo.cli_config import config_command
 from kernelevo.cli_options import (  # noqa: F401 (the choices, re-exported)
     CONFIG_OPTION, DEVICE_OPTION, EXIT_BAD_INPUT, EXIT_FAILED, FLAGS, KERNELBENCH_OPTION,
     POLICY_OPTION, PRECISION_OPTION, TIMING_OPTION, Backend, Device, Policy, Precision,
@@ -304,6 +306,9 @@ def ui_command(
         serve(runs_dir or default_runs_dir(), host, port, open_browser)
     except OSError as exc:
         _fail(KernelEvoError(f"cannot serve on {host}:{port}: {exc} (pick another --port)"))
+
+
+app.command("config")(config_command)
 
 
 def main() -> None:
