@@ -1,5 +1,5 @@
 """Settings on the command line: a bad file or flag exits 2 naming the key, flags left out
-never override the file, and `kernelevo config`."""
+never override the file, `kernelevo config`, and [brackets] that survive rich."""
 
 from __future__ import annotations
 
@@ -8,11 +8,14 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 from typer.testing import CliRunner
 
 import kernelevo
 from kernelevo.cli import app
 from kernelevo.errors import ConfigError
+from kernelevo.evaluate.verdict import Verdict
+from kernelevo.render import print_verdict
 from tests.conftest import ROOT
 
 ADD_TASK = str(ROOT / "tests/fixtures/tasks/add.py")
@@ -203,3 +206,29 @@ def test_config_json_has_values_and_sources(tmp_path):
     assert result["config"]["eval"]["atol"] is None
     assert result["config"]["budget"] == {"tokens": 1_000_000, "usd": None,
                                           "candidates": None, "time": None}
+
+
+# -- rich markup never eats [brackets] -------------------------------------------
+
+
+def test_errors_keep_table_names_in_brackets(tmp_path):
+    done = cli("config", "--config", toml(tmp_path, "[eval]\ntimeout_s = -1\n"))
+    assert done.exit_code == 2
+    assert "[eval] timeout_s" in done.output
+
+
+def test_paths_with_brackets_survive(tmp_path):
+    runs_dir = tmp_path / "[eval]"
+    done = cli("runs", "--runs-dir", str(runs_dir))
+    assert done.exit_code == 0, done.output
+    assert "[eval]" in " ".join(done.output.split())
+
+
+def test_verdict_names_notes_and_flags_keep_their_brackets():
+    verdict = Verdict(status="ok", reason="passed", notes=("[eval] timing skipped",),
+                      flags=("[llm.prices] unknown",))
+    console = Console(record=True, width=200)
+    print_verdict(console, "cand[eval].py", verdict)
+    text = console.export_text()
+    assert "cand[eval].py" in text
+    assert "[eval] timing skipped" in text and "[llm.prices] unknown" in text

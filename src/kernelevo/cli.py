@@ -260,7 +260,7 @@ def export_command(
                                              progress=_progress(status))
     except KernelEvoError as exc:
         _fail(exc)
-    out.print(f"wrote {path}")
+    out.print(f"wrote {escape(str(path))}")
     if verdict is not None:
         print_verdict(out, path.name, verdict)
         if not verdict.ok:
@@ -287,7 +287,7 @@ def report_command(
                    else write_comparison(paths, output))
     except KernelEvoError as exc:
         _fail(exc)
-    out.print(f"wrote {written}")
+    out.print(f"wrote {escape(str(written))}")
 
 
 @app.command("ui")

@@ -85,7 +85,7 @@ def run_evolve(console: Console, task: Any, options: dict[str, Any]) -> EvolveRe
     mode = "LLM + tuner" if pool else "tuner only (no LLM configured)"
     run_id, run_dir = store.run_info().id, Path(store.path).parent
     log.info("run %s: %d seed(s), budget %s, search %s", run_id, len(seeds), limits, search)
-    console.print(f"run {run_id} in {run_dir} ({mode}); "
+    console.print(f"run {run_id} in {escape(str(run_dir))} ({mode}); "
                   f"{len(judges)} evaluation worker(s)")
     evolution = Evolution(store, judges, search, budget, proposer)
     if resumed:

@@ -55,8 +55,9 @@ def list_runs_table(console: Console, runs_dir: Path) -> int:
     """Print one row per run under `runs_dir`, oldest first; returns how many."""
     summaries = list_runs(runs_dir)
     if not summaries:
-        console.print(f"no runs in {runs_dir}: start one with `kernelevo evolve TASK`, "
-                      "or point KERNELEVO_RUNS_DIR at the folder that holds them")
+        console.print(f"no runs in {escape(str(runs_dir))}: start one with "
+                      "`kernelevo evolve TASK`, or point KERNELEVO_RUNS_DIR at the folder "
+                      "that holds them")
         return 0
     table = Table(header_style="bold")
     for column in ("run", "task", "status", "created", "candidates"):
