@@ -55,3 +55,10 @@ def test_api_settings_are_checked_like_flags():
     with pytest.raises(ConfigError, match="islands: expected a whole number >= 1"):
         SearchConfig(islands=0)
 
+
+def test_the_documentation_names_every_key_of_every_table():
+    text = (ROOT / "docs/config.md").read_text()
+    for name, table in config_file.TABLES.items():
+        assert f"`[{name}]`" in text
+        missing = [key for key in table.hints if f"`{key}`" not in text]
+        assert not missing, f"docs/config.md lacks [{name}] {missing}"
