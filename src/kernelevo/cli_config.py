@@ -56,7 +56,8 @@ def config_command(
                                         base_url, api_key_env, tokens, usd, time_limit,
                                         candidates)}
         effective = resolve(config_file, overrides, FLAGS)
-        eval_config(effective), search_config(effective)  # settings that clash fail here
+        eval_config(effective)  # what the dataclasses check beyond single keys fails here
+        search_config(effective)
     except KernelEvoError as exc:
         fail(exc)
     if as_json:
