@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Union
 
 from kernelevo.candidate import Candidate, detect_backend, load_candidate
-from kernelevo.config import EvalConfig, TimingConfig, load_eval_config
+from kernelevo.config import EvalConfig, TimingConfig
+from kernelevo.config_file import TABLES, eval_config, resolve
 from kernelevo.errors import CandidateError, ConfigError
 from kernelevo.task import Task, load_task, task_from_source
 
@@ -68,19 +69,21 @@ def compare(task: TaskLike, first: CandidateLike, second: CandidateLike, *,
 
 
 def evolve(task: TaskLike | None = None, *, seeds: list[str | os.PathLike[str]] | None = None,
-           backend: str = "triton", models: list[str] | dict[str, float] | None = None,
-           base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
+           backend: str | None = None, models: list[str] | dict[str, float] | None = None,
+           base_url: str | None = None, api_key_env: str | None = None,
            tokens: str | int | None = None, usd: str | float | None = None,
            time: str | float | None = None, candidates: int | None = None,
            gpus: str = "all", resume: str | None = None,
-           runs_dir: str | os.PathLike[str] | None = None, llm_in_flight: int = 8,
-           islands: int = 3, kernelbench_dir: str | None = None,
+           runs_dir: str | os.PathLike[str] | None = None, llm_in_flight: int | None = None,
+           islands: int | None = None, kernelbench_dir: str | None = None,
            config_file: str | None = None, quiet: bool = False,
            **settings: Any) -> EvolveResult:
     """Search for faster kernels within budgets, as `kernelevo evolve`; the run is stored.
 
     Without `models` the zero-token tuner runs alone and needs a Triton or
     CUDA kernel among `seeds`. `time` is a duration ("2h") or seconds.
+    Arguments left as None take the config file's value, else the default
+    (backend triton, 3 islands, 8 LLM calls in flight, key in OPENAI_API_KEY).
     """
     from rich.console import Console
 
@@ -89,13 +92,13 @@ def evolve(task: TaskLike | None = None, *, seeds: list[str | os.PathLike[str]] 
 
     if task is None and resume is None:
         raise ConfigError("give a task, or resume=RUN to continue a run")
-    file_config = setup.read_toml(config_file)
-    options = setup.evolve_options(
-        file_config, _eval_config(config_file, settings), backend=backend, islands=islands,
-        llm_in_flight=llm_in_flight, models=models, base_url=base_url, api_key_env=api_key_env,
-        tokens=tokens, usd=usd, time_limit=time, candidates=candidates,
-        runs_dir=runs_dir or _runs_dir(), resume=resume, gpus=gpus,
-        seeds=[Path(seed) for seed in seeds or []])
+    overrides = {**_eval_overrides(settings), **setup.evolve_overrides(
+        backend, islands, llm_in_flight, models, base_url, api_key_env, tokens, usd, time,
+        candidates)}
+    options = setup.evolve_options(resolve(config_file, overrides),
+                                   runs_dir=runs_dir or _runs_dir(), resume=resume, gpus=gpus,
+                                   seeds=[Path(seed) for seed in seeds or []],
+                                   given=overrides)
     loaded = as_task(task, kernelbench_dir) if task is not None else None
     console = Console(stderr=True, quiet=quiet)
     return _outside_event_loop(lambda: run_evolve(console, loaded, options))
@@ -151,7 +154,12 @@ def as_candidate(candidate: CandidateLike, backend: str | None = None) -> Candid
 
 
 def _eval_config(config_file: str | None, settings: dict[str, Any]) -> EvalConfig:
-    """Settings as the CLI's flags give them: `timing="call"` names the measure."""
+    """The EvalConfig of defaults, then the config file, then `settings`."""
+    return eval_config(resolve(config_file, _eval_overrides(settings)))
+
+
+def _eval_overrides(settings: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Settings as the CLI's flags give them (`timing="call"` names the measure), by table."""
     settings = dict(settings)
     if isinstance(settings.get("timing"), str):
         settings["measure"] = settings.pop("timing")
@@ -159,7 +167,9 @@ def _eval_config(config_file: str | None, settings: dict[str, Any]) -> EvalConfi
     if unknown:
         raise ConfigError(f"unknown settings {unknown}: known ones are "
                           f"{sorted(_SETTINGS | {'timing'})}")
-    return load_eval_config(config_file, **settings)
+    timing_keys = TABLES["eval.timing"].hints
+    return {"eval": {k: v for k, v in settings.items() if k not in timing_keys},
+            "eval.timing": {k: v for k, v in settings.items() if k in timing_keys}}
 
 
 def _runs_dir() -> Path:

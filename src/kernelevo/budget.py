@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from kernelevo.errors import ConfigError, KernelEvoError
+from kernelevo.schema import NON_NEGATIVE, Annotated
 
 DEFAULT_TOKEN_BUDGET = 1_000_000
 
@@ -53,10 +54,10 @@ class BudgetExhausted(KernelEvoError):
 class BudgetLimits:
     """Limits of one run; None means unlimited."""
 
-    tokens: int | None = DEFAULT_TOKEN_BUDGET
-    usd: float | None = None
-    candidates: int | None = None
-    wall_s: float | None = None
+    tokens: Annotated[int | None, NON_NEGATIVE] = DEFAULT_TOKEN_BUDGET
+    usd: Annotated[float | None, NON_NEGATIVE] = None
+    candidates: Annotated[int | None, NON_NEGATIVE] = None
+    wall_s: Annotated[float | None, NON_NEGATIVE] = None
 
     def __post_init__(self) -> None:
         for name, flag in (("tokens", "--tokens"), ("usd", "--usd"),

@@ -1,4 +1,5 @@
-"""The command line: eval | compare | evolve | suite | runs | show | export | report | ui."""
+"""The command line: eval | compare | evolve | suite | runs | show | export | report | ui
+| config."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ import json
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from enum import Enum
 from pathlib import Path
 from typing import Any, Optional
 
@@ -15,6 +15,12 @@ from rich.console import Console
 from rich.markup import escape
 
 from kernelevo import __version__
+from kernelevo.cli_config import config_command
+from kernelevo.cli_options import (  # noqa: F401 (the choices, re-exported)
+    CONFIG_OPTION, DEVICE_OPTION, EXIT_BAD_INPUT, EXIT_FAILED, FLAGS, KERNELBENCH_OPTION,
+    POLICY_OPTION, PRECISION_OPTION, TIMING_OPTION, Backend, Device, Policy, Precision,
+    SearchBackend, Timing, choice_value, errors, eval_overrides)
+from kernelevo.cli_options import fail as _fail
 from kernelevo.errors import KernelEvoError
 from kernelevo.logs import configure, get_logger, level_for
 from kernelevo.run_signals import EXIT_TERMINATED, Terminated, sigterm_as_interrupt
@@ -22,57 +28,12 @@ from kernelevo.run_signals import EXIT_TERMINATED, Terminated, sigterm_as_interr
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Turn slow PyTorch code into fast, verified GPU kernels.")
 console = Console(stderr=True)  # progress and diagnostics; --quiet silences it
-errors = Console(stderr=True)  # errors, shown even with --quiet
 out = Console()
 log = get_logger("cli")
 
-# Exit codes: 0 the candidate passed, 1 it did not, 2 the input or setup is wrong.
-# `evolve`: 0 the run finished or spent its budget, 1 it failed (llm_failed, error).
+# Exit codes (cli_options): 0 the candidate passed, 1 it did not, 2 the input or setup is
+# wrong; `evolve`: 0 the run finished or spent its budget, 1 it failed (llm_failed, error).
 # 143 (128 + SIGTERM): stopped by SIGTERM, its children killed; a run is `interrupted`.
-EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
-
-
-# Choices as Enums, so typer lists them in --help and rejects others with exit 2.
-# Their values are the settings' own (config.PRECISIONS and the like; a test
-# keeps them equal), spelled out so `kernelevo --help` imports nothing more.
-class Precision(str, Enum):
-    fp32 = "fp32"
-    fp16 = "fp16"
-    bf16 = "bf16"
-
-
-class Policy(str, Enum):
-    strict = "strict"
-    default = "default"
-    permissive = "permissive"
-
-
-class Device(str, Enum):
-    auto = "auto"
-    cuda = "cuda"
-    cpu = "cpu"
-
-
-class Backend(str, Enum):
-    triton = "triton"
-    cuda = "cuda"
-    pytorch = "pytorch"
-
-
-class SearchBackend(str, Enum):
-    triton = "triton"
-    cuda = "cuda"
-
-
-class Timing(str, Enum):
-    gpu = "gpu"
-    call = "call"
-    kernelbench = "kernelbench"
-
-
-def _value(choice: Any) -> Any:
-    """The plain string of an Enum choice (None stays None)."""
-    return choice.value if isinstance(choice, Enum) else choice
 
 
 def _version(show: bool) -> None:
@@ -97,12 +58,6 @@ def main_options(
     console.quiet = quiet
 
 
-def _fail(exc: Exception) -> None:
-    # Escaped: messages name config tables like [llm.prices], which rich would eat as markup.
-    errors.print(f"[bold red]error:[/] {escape(str(exc))}")
-    raise typer.Exit(EXIT_BAD_INPUT)
-
-
 @contextmanager
 def _stopped_by_sigterm() -> Iterator[None]:
     """SIGTERM ends the command as Ctrl-C would (cleanup runs, children die), with exit 143."""
@@ -122,29 +77,13 @@ def _progress(status: Any) -> Any:
     return report
 
 
-def _config(config_file, precision, device, policy, atol, rtol, sets, timeout, vary_shapes,
-            cuda_graph, no_compile, no_static, measure=None):
-    from kernelevo.config import load_eval_config
+def _eval_config(config_file: str | None, overrides: dict[str, dict[str, Any]]) -> Any:
+    """The EvalConfig of defaults, then the config file, then the flags given."""
+    from kernelevo.config_file import eval_config, resolve
 
-    config = load_eval_config(
-        config_file, precision=_value(precision), device=_value(device), policy=_value(policy),
-        atol=atol, rtol=rtol, input_sets=sets, timeout_s=timeout,
-        vary_shapes=vary_shapes or None, cuda_graph=cuda_graph or None,
-        static_checks=False if no_static else None,
-        baselines=("eager",) if no_compile else None, measure=_value(measure))
+    config = eval_config(resolve(config_file, overrides, FLAGS))
     log.debug("settings: %s", config)
     return config
-
-
-_PRECISION = typer.Option(None, help="floating-point precision (default: fp32)")
-_DEVICE = typer.Option(None, help="where to judge (default: auto)")
-_POLICY = typer.Option(None, help="honesty policy (default: default)")
-_KB = typer.Option(None, "--kernelbench-dir", envvar="KERNELBENCH_DIR",
-                   help="KernelBench checkout for kernelbench:levelN/M tasks")
-_CONFIG = typer.Option(None, "--config", help="TOML file with an [eval] table")
-_TIMING = typer.Option(None, "--timing", help="the measure speedups use: gpu (device time per "
-                       "call, as do_bench; default), call (host time per call in a loop of "
-                       "calls) or kernelbench (KernelBench's harness protocol)")
 
 
 @app.command("eval")
@@ -153,19 +92,20 @@ def eval_command(
     candidate: Path = typer.Argument(..., help="candidate file defining ModelNew"),
     backend: Optional[Backend] = typer.Option(None, help="the candidate's backend (default: "
                                               "detected)"),
-    precision: Optional[Precision] = _PRECISION, device: Optional[Device] = _DEVICE,
-    policy: Optional[Policy] = _POLICY,
+    precision: Optional[Precision] = PRECISION_OPTION, device: Optional[Device] = DEVICE_OPTION,
+    policy: Optional[Policy] = POLICY_OPTION,
     atol: Optional[float] = typer.Option(None, help="absolute tolerance override"),
     rtol: Optional[float] = typer.Option(None, help="relative tolerance override"),
     sets: Optional[int] = typer.Option(None, help="input sets per evaluation (default 3)"),
     timeout: Optional[float] = typer.Option(None, help="wall-clock limit per process, seconds"),
     vary_shapes: bool = typer.Option(False, help="re-check at perturbed sizes"),
     cuda_graph: bool = typer.Option(False, help="time with CUDA graphs (launch-bound kernels)"),
-    timing: Optional[Timing] = _TIMING,
+    timing: Optional[Timing] = TIMING_OPTION,
     no_compile: bool = typer.Option(False, help="skip the torch.compile baseline"),
     no_static: bool = typer.Option(False, help="skip the static checks (runtime checks only)"),
     as_json: bool = typer.Option(False, "--json", help="print the full verdict as JSON"),
-    kernelbench_dir: Optional[str] = _KB, config_file: Optional[str] = _CONFIG,
+    kernelbench_dir: Optional[str] = KERNELBENCH_OPTION,
+    config_file: Optional[str] = CONFIG_OPTION,
 ) -> None:
     """Judge one candidate: correctness, honesty and speed against eager and torch.compile."""
     from kernelevo.candidate import load_candidate
@@ -174,10 +114,11 @@ def eval_command(
     from kernelevo.task import load_task
 
     try:
-        config = _config(config_file, precision, device, policy, atol, rtol, sets, timeout,
-                         vary_shapes, cuda_graph, no_compile, no_static, timing)
+        config = _eval_config(config_file, eval_overrides(
+            precision, device, policy, atol, rtol, sets, timeout, vary_shapes, cuda_graph,
+            no_compile, no_static, timing))
         loaded_task = load_task(task, kernelbench_dir)
-        loaded = load_candidate(candidate, _value(backend))
+        loaded = load_candidate(candidate, choice_value(backend))
         with _stopped_by_sigterm(), console.status("starting") as status:
             judge = Judge(loaded_task, config, progress=_progress(status))
             verdict = judge.evaluate(loaded)
@@ -196,13 +137,14 @@ def compare_command(
     task: str = typer.Argument(..., help="task file or kernelbench:levelN/M"),
     first: Path = typer.Argument(..., help="candidate A"),
     second: Path = typer.Argument(..., help="candidate B"),
-    precision: Optional[Precision] = _PRECISION, device: Optional[Device] = _DEVICE,
-    policy: Optional[Policy] = _POLICY,
+    precision: Optional[Precision] = PRECISION_OPTION, device: Optional[Device] = DEVICE_OPTION,
+    policy: Optional[Policy] = POLICY_OPTION,
     cuda_graph: bool = typer.Option(False, help="time with CUDA graphs"),
-    timing: Optional[Timing] = _TIMING,
+    timing: Optional[Timing] = TIMING_OPTION,
     no_compile: bool = typer.Option(False, help="skip the torch.compile baseline"),
     as_json: bool = typer.Option(False, "--json", help="print both verdicts and the result"),
-    kernelbench_dir: Optional[str] = _KB, config_file: Optional[str] = _CONFIG,
+    kernelbench_dir: Optional[str] = KERNELBENCH_OPTION,
+    config_file: Optional[str] = CONFIG_OPTION,
 ) -> None:
     """Judge two candidates under the same protocol, timed interleaved, and say which is faster."""
     from kernelevo.candidate import load_candidate
@@ -211,8 +153,9 @@ def compare_command(
     from kernelevo.task import load_task
 
     try:
-        config = _config(config_file, precision, device, policy, None, None, None, None, False,
-                         cuda_graph, no_compile, False, timing)
+        config = _eval_config(config_file, eval_overrides(
+            precision, device, policy, cuda_graph=cuda_graph, no_compile=no_compile,
+            measure=timing))
         loaded_task = load_task(task, kernelbench_dir)
         a, b = load_candidate(first), load_candidate(second)
         with _stopped_by_sigterm(), console.status("starting") as status:
@@ -230,11 +173,13 @@ def compare_command(
 def evolve_command(
     task: Optional[str] = typer.Argument(None, help="task file or kernelbench:levelN/M "
                                          "(omit with --resume)"),
-    backend: SearchBackend = typer.Option("triton", help="the backend kernels are written in"),
+    backend: Optional[SearchBackend] = typer.Option(None, help="the backend kernels are "
+                                                    "written in (default: triton)"),
     model: list[str] = typer.Option([], "--model", help="model name, or NAME=WEIGHT; repeat "
                                     "for several"),
     base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible endpoint"),
-    api_key_env: str = typer.Option("OPENAI_API_KEY", help="environment variable with the key"),
+    api_key_env: Optional[str] = typer.Option(None, help="environment variable with the key "
+                                              "(default: OPENAI_API_KEY)"),
     tokens: Optional[str] = typer.Option(None, help="token budget, e.g. 1M (default 1M)"),
     usd: Optional[str] = typer.Option(None, help="dollar budget, e.g. 2"),
     time_limit: Optional[str] = typer.Option(None, "--time", help="wall-time budget, e.g. 2h"),
@@ -244,14 +189,15 @@ def evolve_command(
     runs_dir: Path = typer.Option(Path("runs"), envvar="KERNELEVO_RUNS_DIR",
                                   help="where runs are stored"),
     seed: list[Path] = typer.Option([], "--seed", help="starting candidate file(s)"),
-    llm_in_flight: int = typer.Option(8, help="LLM requests in flight"),
-    islands: int = typer.Option(3, help="archive islands"),
-    precision: Optional[Precision] = _PRECISION, device: Optional[Device] = _DEVICE,
-    policy: Optional[Policy] = _POLICY,
+    llm_in_flight: Optional[int] = typer.Option(None, help="LLM requests in flight (default 8)"),
+    islands: Optional[int] = typer.Option(None, help="archive islands (default 3)"),
+    precision: Optional[Precision] = PRECISION_OPTION, device: Optional[Device] = DEVICE_OPTION,
+    policy: Optional[Policy] = POLICY_OPTION,
     no_compile: bool = typer.Option(False, help="skip the torch.compile baseline (faster)"),
-    timing: Optional[Timing] = _TIMING,
+    timing: Optional[Timing] = TIMING_OPTION,
     as_json: bool = typer.Option(False, "--json", help="print the final summary as JSON"),
-    kernelbench_dir: Optional[str] = _KB, config_file: Optional[str] = _CONFIG,
+    kernelbench_dir: Optional[str] = KERNELBENCH_OPTION,
+    config_file: Optional[str] = CONFIG_OPTION,
 ) -> None:
     """Search for faster kernels with an LLM and the zero-token tuner, within budgets."""
     from kernelevo import evolve_setup as setup
@@ -259,14 +205,16 @@ def evolve_command(
     from kernelevo.task import load_task
 
     try:
-        file_config = setup.read_toml(config_file)
-        eval_config = _config(config_file, precision, device, policy, None, None, None, None,
-                              False, False, no_compile, False, timing)
-        options = setup.evolve_options(
-            file_config, eval_config, backend=_value(backend), islands=islands,
-            llm_in_flight=llm_in_flight, models=model, base_url=base_url,
-            api_key_env=api_key_env, tokens=tokens, usd=usd, time_limit=time_limit,
-            candidates=candidates, runs_dir=runs_dir, resume=resume, gpus=gpus, seeds=seed)
+        from kernelevo.config_file import resolve
+
+        overrides = {**eval_overrides(precision, device, policy, no_compile=no_compile,
+                                      measure=timing),
+                     **setup.evolve_overrides(choice_value(backend), islands, llm_in_flight, model,
+                                              base_url, api_key_env, tokens, usd, time_limit,
+                                              candidates)}
+        options = setup.evolve_options(resolve(config_file, overrides, FLAGS),
+                                       runs_dir=runs_dir, resume=resume, gpus=gpus, seeds=seed,
+                                       given=overrides)
         if task is None and resume is None:
             raise typer.BadParameter("give a TASK, or --resume RUN")
         loaded = load_task(task, kernelbench_dir) if task else None
@@ -315,21 +263,22 @@ def suite_command(
         None, min=1, help="shrink tasks whose input set holds more values than this"),
     fresh_baselines: bool = typer.Option(False, help="time the baselines again instead of "
                                          "reusing those stored for this GPU model"),
-    precision: Optional[Precision] = _PRECISION, device: Optional[Device] = _DEVICE,
-    policy: Optional[Policy] = _POLICY,
+    precision: Optional[Precision] = PRECISION_OPTION, device: Optional[Device] = DEVICE_OPTION,
+    policy: Optional[Policy] = POLICY_OPTION,
     timeout: Optional[float] = typer.Option(None, help="wall-clock limit per process, seconds"),
-    timing: Optional[Timing] = _TIMING,
+    timing: Optional[Timing] = TIMING_OPTION,
     no_compile: bool = typer.Option(False, help="skip the torch.compile baseline"),
     as_json: bool = typer.Option(False, "--json", help="print suite.json to stdout"),
-    kernelbench_dir: Optional[str] = _KB, config_file: Optional[str] = _CONFIG,
+    kernelbench_dir: Optional[str] = KERNELBENCH_OPTION,
+    config_file: Optional[str] = CONFIG_OPTION,
 ) -> None:
     """Judge a folder of solutions over many tasks: correct fraction, fast_p, geomean speedup."""
     from kernelevo.cli_suite import run_suite_command
     from kernelevo.suite import SuitePlan
 
     try:
-        config = _config(config_file, precision, device, policy, None, None, None, timeout,
-                         False, False, no_compile, False, timing)
+        config = _eval_config(config_file, eval_overrides(
+            precision, device, policy, timeout=timeout, no_compile=no_compile, measure=timing))
         plan = SuitePlan(tuple(tasks), solutions, out_dir, config, kernelbench_dir,
                          max_input_elements, resume, not fresh_baselines)
         run_suite_command(plan, out, console, as_json)
@@ -401,7 +350,7 @@ def export_command(
                                              progress=_progress(status), force=force)
     except KernelEvoError as exc:
         _fail(exc)
-    out.print(f"wrote {path}")
+    out.print(f"wrote {escape(str(path))}")
     if verdict is not None:
         print_verdict(out, path.name, verdict)
         if not verdict.ok:
@@ -428,7 +377,7 @@ def report_command(
                    else write_comparison(paths, output))
     except KernelEvoError as exc:
         _fail(exc)
-    out.print(f"wrote {written}")
+    out.print(f"wrote {escape(str(written))}")
 
 
 @app.command("ui")
@@ -447,6 +396,9 @@ def ui_command(
         serve(runs_dir or default_runs_dir(), host, port, open_browser)
     except OSError as exc:
         _fail(KernelEvoError(f"cannot serve on {host}:{port}: {exc} (pick another --port)"))
+
+
+app.command("config")(config_command)
 
 
 def main() -> None:

@@ -151,7 +151,7 @@ def _drive(console: Console, store: RunStore, task: Any, plan: _Plan, changes: d
     mode = "LLM + tuner" if plan.pool else "tuner only (no LLM configured)"
     log.info("run %s: %d seed(s), budget %s, search %s", run_id, len(plan.seeds), plan.limits,
              plan.search)
-    console.print(f"run {run_id} in {run_dir} ({mode}); "
+    console.print(f"run {run_id} in {escape(str(run_dir))} ({mode}); "
                   f"{len(plan.judges)} evaluation worker(s)")
     evolution = Evolution(store, plan.judges, plan.search, plan.budget, proposer)
     if resumed:

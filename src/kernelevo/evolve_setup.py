@@ -10,74 +10,64 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from kernelevo.budget import Budget, parse_duration_s, parse_tokens, parse_usd
+from kernelevo import config_file
+from kernelevo.budget import Budget
 from kernelevo.candidate import Candidate, load_candidate
 from kernelevo.config import EvalConfig
+from kernelevo.config_file import Effective
 from kernelevo.errors import ConfigError
+from kernelevo.llm.openai_compat import ClientConfig
 from kernelevo.logs import get_logger
 from kernelevo.run_resume import resume_overrides
-from kernelevo.search.loop import SearchConfig
+from kernelevo.search.loop import SEARCH_BACKENDS, SearchConfig  # noqa: F401 (re-exported)
 from kernelevo.store import RunStore
 from kernelevo.task import Task, task_from_source
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10: the same parser, as a package
-    import tomli as tomllib  # type: ignore[no-redef]
 
 log = get_logger(__name__)
 
 DEFAULT_RUNS_DIR = "runs"
-# The [llm] keys that tune each model's client (ClientConfig's fields of the same names).
-CLIENT_SETTINGS = ("timeout_s", "max_attempts", "backoff_base_s", "backoff_max_s",
-                   "retry_after_max_s", "temperature", "max_tokens_field", "breaker_failures",
-                   "breaker_min_s")
-# The backends a search can write kernels in.
-SEARCH_BACKENDS = ("triton", "cuda")
+# The [llm] keys that tune each model's client: ClientConfig's fields but where and who.
+CLIENT_SETTINGS = tuple(f.name for f in dataclasses.fields(ClientConfig)
+                        if f.name not in ("base_url", "model", "api_key_env"))
 
 
-def read_toml(path: str | Path | None) -> dict[str, Any]:
-    """The whole config file as a dict ({} without one)."""
-    if not path:
-        return {}
-    try:
-        with open(path, "rb") as handle:
-            return tomllib.load(handle)
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"cannot read config {path}: {exc}") from exc
+def evolve_options(effective: Effective, *, runs_dir: str | Path = DEFAULT_RUNS_DIR,
+                   resume: str | None = None, gpus: str = "all",
+                   seeds: list[Path] | None = None,
+                   given: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """What run_evolve needs, from the effective settings (defaults, file, then flags).
 
-
-def evolve_options(file_config: dict[str, Any], eval_config: EvalConfig, *,
-                   backend: str = "triton", islands: int = 3, llm_in_flight: int = 8,
-                   models: list[str] | dict[str, float] | None = None,
-                   base_url: str | None = None, api_key_env: str | None = "OPENAI_API_KEY",
-                   tokens: str | int | None = None, usd: str | float | None = None,
-                   time_limit: str | float | None = None, candidates: int | None = None,
-                   runs_dir: str | Path = DEFAULT_RUNS_DIR, resume: str | None = None,
-                   gpus: str = "all", seeds: list[Path] | None = None) -> dict[str, Any]:
-    """What run_evolve needs, from flags (or API arguments) over the config file's tables."""
-    if backend not in SEARCH_BACKENDS:
-        raise ConfigError(f"backend {backend!r}: a search writes {' or '.join(SEARCH_BACKENDS)}")
-    search = SearchConfig(**{**file_config.get("search", {}), "backend": backend,
-                             "islands": islands, "llm_in_flight": llm_in_flight})
-    llm = dict(file_config.get("llm", {}))
-    llm.update({k: v for k, v in (("base_url", base_url), ("api_key_env", api_key_env),
-                                  ("in_flight", llm_in_flight)) if v is not None})
-    given_models = (dict(models) if isinstance(models, dict) else parse_models(models)
-                    if models else None)
-    if given_models:
-        llm["models"] = given_models
-    budget_file = file_config.get("budget", {})
-    limits = parse_budget(tokens or budget_file.get("tokens"), usd or budget_file.get("usd"),
-                          time_limit or budget_file.get("time"),
-                          candidates or budget_file.get("candidates"))
-    # Only flags given here (never the file) change a resumed run's settings.
-    overrides = resume_overrides(tokens=tokens, usd=usd, time_limit=time_limit,
-                                 candidates=candidates, base_url=base_url,
-                                 models=given_models) if resume else {}
-    return {"runs_dir": Path(runs_dir), "eval": eval_config, "search": search, "llm": llm,
-            "budget": limits, "resume": resume, "gpus": gpus, "overrides": overrides,
+    `given` holds the flags (or API arguments) by table, as evolve_overrides
+    makes them: only those, never the file, change a resumed run's settings.
+    """
+    budget, llm = (given or {}).get("budget", {}), (given or {}).get("llm", {})
+    overrides = resume_overrides(
+        tokens=budget.get("tokens"), usd=budget.get("usd"), time_limit=budget.get("time"),
+        candidates=budget.get("candidates"), base_url=llm.get("base_url"),
+        models=llm.get("models")) if resume else {}
+    return {"runs_dir": Path(runs_dir), "eval": config_file.eval_config(effective),
+            "search": config_file.search_config(effective),
+            "llm": config_file.llm_settings(effective),
+            "budget": config_file.budget_limits(effective), "resume": resume, "gpus": gpus,
+            "overrides": overrides,
             "seeds": [Path(seed) for seed in seeds or []]}
+
+
+def evolve_overrides(backend: str | None = None, islands: int | None = None,
+                     llm_in_flight: int | None = None,
+                     models: list[str] | dict[str, float] | None = None,
+                     base_url: str | None = None, api_key_env: str | None = None,
+                     tokens: str | int | None = None, usd: str | float | None = None,
+                     time_limit: str | float | None = None,
+                     candidates: int | None = None) -> dict[str, dict[str, Any]]:
+    """evolve's flags (or API arguments) as overrides by table; None leaves the file's value."""
+    if models:
+        models = dict(models) if isinstance(models, dict) else parse_models(models)
+    return {"search": {"backend": backend, "islands": islands, "llm_in_flight": llm_in_flight},
+            "llm": {"models": models or None, "base_url": base_url, "api_key_env": api_key_env,
+                    "in_flight": llm_in_flight},
+            "budget": {"tokens": tokens, "usd": usd, "time": time_limit,
+                       "candidates": candidates}}
 
 
 def reference_seed(task: Task) -> Candidate:
@@ -108,15 +98,6 @@ def configs_from_run(config: dict[str, Any]) -> tuple[EvalConfig, SearchConfig]:
     from kernelevo.runs_view import eval_config_from_run
 
     return eval_config_from_run(config), SearchConfig(**config.get("search", {}))
-
-
-def parse_budget(tokens: str | int | None, usd: str | float | None,
-                 time_limit: str | float | None, candidates: int | None) -> dict[str, Any]:
-    """Budget limits; numbers (from TOML or the API) read as tokens, dollars and seconds."""
-    return {"tokens": parse_tokens(str(tokens)) if tokens else 1_000_000,
-            "usd": parse_usd(str(usd)) if usd else None,
-            "wall_s": parse_duration_s(str(time_limit)) if time_limit else None,
-            "candidates": candidates}
 
 
 def make_budget(limits: dict[str, Any], store: RunStore | None) -> Budget:
@@ -174,7 +155,7 @@ def make_pool(llm: dict[str, Any], budget: Budget) -> Any:
     """The model pool, or None when no model is configured (the tuner runs alone)."""
     if not llm.get("models"):
         return None
-    from kernelevo.llm.openai_compat import BASE_URL_ENV, ClientConfig
+    from kernelevo.llm.openai_compat import BASE_URL_ENV
     from kernelevo.llm.pool import ModelPool
     from kernelevo.llm.pricing import PriceTable
 

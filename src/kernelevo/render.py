@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from kernelevo.evaluate.verdict import TimingStats, Verdict, speedup
@@ -25,7 +26,7 @@ def print_verdict(console: Console, name: str, verdict: Verdict) -> None:
     style = _STATUS_STYLE.get(verdict.status, "bold red")
     if verdict.ok and not verdict.passed_kernel:
         style = "bold yellow"
-    console.print(f"[{style}]{verdict.status.upper()}[/]  {name}: {verdict.reason}")
+    console.print(f"[{style}]{verdict.status.upper()}[/]  {escape(name)}: {verdict.reason}")
     if verdict.message and not verdict.passed_kernel:
         console.print(verdict.message, markup=False)
     if verdict.errors is not None:
@@ -45,12 +46,13 @@ def print_verdict(console: Console, name: str, verdict: Verdict) -> None:
         own = stats.get("candidate")
         for contestant, values in stats.items():
             gain = speedup(values, own) if own is not None and contestant != "candidate" else None
-            table.add_row(contestant, _timing_text(values), f"{gain:.2f}x" if gain else "")
+            table.add_row(escape(contestant), _timing_text(values),
+                          f"{gain:.2f}x" if gain else "")
         console.print(table)
     for flag in verdict.flags:
-        console.print(f"[yellow]flag:[/] {flag}")
+        console.print(f"[yellow]flag:[/] {escape(flag)}")
     for note in verdict.notes:
-        console.print(f"[dim]note:[/] {note}")
+        console.print(f"[dim]note:[/] {escape(note)}")
     if verdict.phases_s:
         console.print("[dim]phases (s): " + ", ".join(f"{k} {v:.2f}"
                                                      for k, v in verdict.phases_s.items()) + "[/]")
@@ -69,5 +71,5 @@ def print_comparison(console: Console, name_a: str, name_b: str, result: Any) ->
         return
     winner = name_a if result.faster == "a" else name_b
     verdict = "exceeds" if result.significant else "is within"
-    console.print(f"[bold]{winner}[/] is faster by {result.ratio:.3f}x; the difference "
+    console.print(f"[bold]{escape(winner)}[/] is faster by {result.ratio:.3f}x; the difference "
                   f"({result.ratio - 1:.1%}) {verdict} the measured noise ({result.noise:.1%})")

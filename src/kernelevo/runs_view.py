@@ -67,8 +67,9 @@ def list_runs_table(console: Console, runs_dir: Path, plain: bool | None = None)
     """
     summaries = list_runs(runs_dir)
     if not summaries:
-        console.print(f"no runs in {runs_dir}: start one with `kernelevo evolve TASK`, "
-                      "or point KERNELEVO_RUNS_DIR at the folder that holds them")
+        console.print(f"no runs in {escape(str(runs_dir))}: start one with "
+                      "`kernelevo evolve TASK`, or point KERNELEVO_RUNS_DIR at the folder "
+                      "that holds them")
         return 0
     rows = [_run_row(summary.run_id, summary.path, summary.problem) for summary in summaries]
     if not console.is_terminal if plain is None else plain:

@@ -22,6 +22,7 @@ import httpx
 
 from kernelevo.errors import ConfigError
 from kernelevo.llm.breaker import CircuitBreaker
+from kernelevo.schema import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, Annotated, OneOf, check_fields
 from kernelevo.llm.pricing import Price, PriceTable
 from kernelevo.llm import replies
 from kernelevo.llm.replies import TOKEN_FIELDS
@@ -54,30 +55,23 @@ class ClientConfig:
     base_url: str
     model: str
     api_key_env: str = "OPENAI_API_KEY"
-    temperature: float = 0.7
-    timeout_s: float = 300.0
-    max_attempts: int = 6
-    backoff_base_s: float = 1.0
-    backoff_max_s: float = 60.0
-    retry_after_max_s: float = 120.0
-    max_tokens_field: str = "auto"
-    breaker_failures: int = 8
-    breaker_min_s: float = 30.0
+    temperature: Annotated[float, NON_NEGATIVE] = 0.7
+    timeout_s: Annotated[float, POSITIVE] = 300.0
+    max_attempts: Annotated[int, AT_LEAST_ONE] = 6
+    backoff_base_s: Annotated[float, NON_NEGATIVE] = 1.0
+    backoff_max_s: Annotated[float, NON_NEGATIVE] = 60.0
+    retry_after_max_s: Annotated[float, NON_NEGATIVE] = 120.0
+    max_tokens_field: Annotated[str, OneOf(MAX_TOKENS_FIELD_CHOICES)] = "auto"
+    breaker_failures: Annotated[int, AT_LEAST_ONE] = 8
+    breaker_min_s: Annotated[float, NON_NEGATIVE] = 30.0
 
     def __post_init__(self) -> None:
+        check_fields(self)
         if self.base_url and not self.base_url.startswith(("http://", "https://")):
             raise ConfigError(
                 f"base_url {self.base_url!r} is not an http(s) URL: "
                 "give e.g. https://api.openai.com/v1 or http://localhost:8000/v1"
             )
-        if self.max_attempts < 1:
-            raise ConfigError(f"max_attempts is {self.max_attempts}: give 1 or more")
-        if self.timeout_s <= 0:
-            raise ConfigError(f"timeout_s is {self.timeout_s}: give a number of seconds > 0")
-        if self.max_tokens_field not in MAX_TOKENS_FIELD_CHOICES:
-            raise ConfigError(f"max_tokens_field is {self.max_tokens_field!r}: give one of "
-                              f"{', '.join(MAX_TOKENS_FIELD_CHOICES)}")
-        CircuitBreaker(self.breaker_failures, self.breaker_min_s)  # validates both
 
 
 class _AttemptFailed(Exception):

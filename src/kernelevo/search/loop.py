@@ -30,6 +30,7 @@ from kernelevo.evaluate.verdict import Verdict, verdict_for
 from kernelevo.llm.protocol import LLMError
 from kernelevo.propose import tuner
 from kernelevo.search.archive import Archive, ArchiveEntry
+from kernelevo.schema import AT_LEAST_ONE, NON_NEGATIVE, Annotated, Bound, OneOf, check_fields
 from kernelevo.search.descriptors import cell_of
 from kernelevo.store import RunStore
 
@@ -59,22 +60,30 @@ class RunOutcome:
         return self.status in ("llm_failed", "error")
 
 
+# The backends a search can write kernels in.
+SEARCH_BACKENDS = ("triton", "cuda")
+
+
 @dataclass(frozen=True)
 class SearchConfig:
     """Settings of the search itself (the judge has its own EvalConfig)."""
 
-    backend: str = "triton"
-    islands: int = 3
-    migration_interval: int = 10
-    inspirations: int = 2
-    llm_in_flight: int = 8
-    max_output_tokens: int = 8192
-    repair_tries: int = 2
-    tuner_variants: int = 3
-    diff_probability: float = 0.5
+    backend: Annotated[str, OneOf(SEARCH_BACKENDS)] = "triton"
+    islands: Annotated[int, AT_LEAST_ONE] = 3
+    migration_interval: Annotated[int, NON_NEGATIVE] = 10  # 0: islands never exchange
+    inspirations: Annotated[int, NON_NEGATIVE] = 2
+    llm_in_flight: Annotated[int, AT_LEAST_ONE] = 8
+    max_output_tokens: Annotated[int, AT_LEAST_ONE] = 8192
+    repair_tries: Annotated[int, NON_NEGATIVE] = 2
+    tuner_variants: Annotated[int, NON_NEGATIVE] = 3
+    diff_probability: Annotated[float, Bound(0, 1)] = 0.5
     seed: int = 0
-    queued_per_worker: int = 2  # proposals wait while this many per worker await judging
-    build_workers: int = 2  # CPU processes compiling CUDA candidates ahead of the GPUs
+    # proposals wait while this many per worker await judging
+    queued_per_worker: Annotated[int, AT_LEAST_ONE] = 2
+    build_workers: Annotated[int, AT_LEAST_ONE] = 2  # CPU processes compiling CUDA candidates
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 @dataclass

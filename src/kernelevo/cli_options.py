@@ -1,0 +1,114 @@
+"""What the commands share: choices, options, the flags behind each setting, and failing."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+errors = Console(stderr=True)  # errors, shown even with --quiet
+
+# Exit codes: 0 the candidate passed, 1 it did not, 2 the input or setup is wrong.
+# `evolve`: 0 the run finished or spent its budget, 1 it failed (llm_failed, error).
+EXIT_FAILED, EXIT_BAD_INPUT = 1, 2
+
+# The flag behind each setting it overrides, by (table, key) of the config file.
+FLAGS = {
+    ("eval", "precision"): "--precision", ("eval", "device"): "--device",
+    ("eval", "policy"): "--policy", ("eval", "atol"): "--atol", ("eval", "rtol"): "--rtol",
+    ("eval", "input_sets"): "--sets", ("eval", "timeout_s"): "--timeout",
+    ("eval", "vary_shapes"): "--vary-shapes", ("eval", "static_checks"): "--no-static",
+    ("eval.timing", "cuda_graph"): "--cuda-graph", ("eval.timing", "baselines"): "--no-compile",
+    ("eval.timing", "measure"): "--timing",
+    ("search", "backend"): "--backend", ("search", "islands"): "--islands",
+    ("search", "llm_in_flight"): "--llm-in-flight", ("llm", "in_flight"): "--llm-in-flight",
+    ("llm", "models"): "--model", ("llm", "base_url"): "--base-url",
+    ("llm", "api_key_env"): "--api-key-env", ("budget", "tokens"): "--tokens",
+    ("budget", "usd"): "--usd", ("budget", "time"): "--time",
+    ("budget", "candidates"): "--candidates",
+}
+
+
+# Choices as Enums, so typer lists them in --help and rejects others with exit 2.
+# Their values are the settings' own (config.PRECISIONS and the like; a test
+# keeps them equal), spelled out so `kernelevo --help` imports nothing more.
+class Precision(str, Enum):
+    fp32 = "fp32"
+    fp16 = "fp16"
+    bf16 = "bf16"
+
+
+class Policy(str, Enum):
+    strict = "strict"
+    default = "default"
+    permissive = "permissive"
+
+
+class Device(str, Enum):
+    auto = "auto"
+    cuda = "cuda"
+    cpu = "cpu"
+
+
+class Backend(str, Enum):
+    triton = "triton"
+    cuda = "cuda"
+    pytorch = "pytorch"
+
+
+class SearchBackend(str, Enum):
+    triton = "triton"
+    cuda = "cuda"
+
+
+class Timing(str, Enum):
+    gpu = "gpu"
+    call = "call"
+    kernelbench = "kernelbench"
+
+
+def choice_value(choice: Any) -> Any:
+    """The plain string of an Enum choice (None stays None)."""
+    return choice.value if isinstance(choice, Enum) else choice
+
+
+def choice_value(choice: Any) -> Any:
+    """The plain string of an Enum choice (None stays None)."""
+    return choice.value if isinstance(choice, Enum) else choice
+
+
+def fail(exc: Exception) -> NoReturn:
+    # Escaped: messages name config tables like [eval] or [llm.prices], which rich
+    # would otherwise take for markup and drop.
+    errors.print(f"[bold red]error:[/] {escape(str(exc))}")
+    raise typer.Exit(EXIT_BAD_INPUT)
+
+
+def eval_overrides(precision: Any = None, device: Any = None, policy: Any = None,
+                   atol: float | None = None, rtol: float | None = None,
+                   sets: int | None = None, timeout: float | None = None,
+                   vary_shapes: bool = False, cuda_graph: bool = False,
+                   no_compile: bool = False, no_static: bool = False,
+                   measure: Any = None) -> dict[str, dict[str, Any]]:
+    """The evaluation flags as overrides by table; flags left out are None (the file decides)."""
+    return {"eval": {"precision": choice_value(precision), "device": choice_value(device),
+                     "policy": choice_value(policy), "atol": atol, "rtol": rtol, "input_sets": sets,
+                     "timeout_s": timeout, "vary_shapes": vary_shapes or None,
+                     "static_checks": False if no_static else None},
+            "eval.timing": {"cuda_graph": cuda_graph or None, "measure": choice_value(measure),
+                            "baselines": ("eager",) if no_compile else None}}
+
+
+PRECISION_OPTION = typer.Option(None, help="floating-point precision (default: fp32)")
+DEVICE_OPTION = typer.Option(None, help="where to judge (default: auto)")
+POLICY_OPTION = typer.Option(None, help="honesty policy (default: default)")
+KERNELBENCH_OPTION = typer.Option(None, "--kernelbench-dir", envvar="KERNELBENCH_DIR",
+                                  help="KernelBench checkout for kernelbench:levelN/M tasks")
+CONFIG_OPTION = typer.Option(None, "--config", help="TOML file of settings: [eval], "
+                             "[eval.timing], [search], [llm], [budget]; given flags override it")
+TIMING_OPTION = typer.Option(None, "--timing", help="the measure speedups use: gpu (device "
+                             "time per call, as do_bench; default), call (host time per call "
+                             "in a loop of calls) or kernelbench (KernelBench's harness protocol)")

@@ -1,0 +1,195 @@
+"""The config file's schema, and the effective settings: defaults, then the file, then flags.
+
+Every table's keys, types and ranges come from the settings dataclasses
+(EvalConfig, TimingConfig, SearchConfig, ClientConfig, BudgetLimits) through
+`schema.field_hints`, so the file cannot accept a key the code does not know.
+Only values actually given override the file: a flag left out is None here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kernelevo.budget import BudgetLimits, parse_duration_s, parse_tokens, parse_usd
+from kernelevo.config import EvalConfig, TimingConfig
+from kernelevo.errors import ConfigError
+from kernelevo.llm.openai_compat import ClientConfig
+from kernelevo.schema import AT_LEAST_ONE, POSITIVE, Annotated, check_value, field_hints
+from kernelevo.search.loop import SearchConfig
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the same parser, as a package
+    import tomli as tomllib  # type: ignore[no-redef]
+
+DEFAULT = "default"
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """The [llm] keys beside each model's ClientConfig: models, their prices, calls in flight."""
+
+    models: dict[str, Annotated[float, POSITIVE]] = field(default_factory=dict)  # name -> weight
+    # model -> [input, output] or {input, output}, USD per million tokens
+    prices: dict[str, Any] = field(default_factory=dict)
+    in_flight: Annotated[int, AT_LEAST_ONE] = 8
+
+
+@dataclass(frozen=True)
+class Table:
+    """One table of the file: each key's type hint and default, and text parsers for amounts."""
+
+    name: str
+    hints: dict[str, Any]
+    defaults: dict[str, Any]
+    parsers: dict[str, Callable[[str], Any]] = field(default_factory=dict)
+
+
+def _table(name: str, classes: tuple[type, ...], exclude: tuple[str, ...] = (),
+           rename: Mapping[str, str] | None = None,
+           parsers: Mapping[str, Callable[[str], Any]] | None = None) -> Table:
+    rename = rename or {}
+    hints: dict[str, Any] = {}
+    defaults: dict[str, Any] = {}
+    for cls in classes:
+        for spec in dataclasses.fields(cls):
+            if spec.name in exclude:
+                continue
+            key = rename.get(spec.name, spec.name)
+            hints[key] = field_hints(cls)[spec.name]
+            defaults[key] = _default(spec)
+    return Table(name, hints, defaults, dict(parsers or {}))
+
+
+def _default(spec: dataclasses.Field) -> Any:
+    if spec.default is not dataclasses.MISSING:
+        return spec.default
+    if spec.default_factory is not dataclasses.MISSING:
+        return spec.default_factory()
+    return ""  # ClientConfig.base_url: empty means OPENAI_BASE_URL
+
+
+# The budget file key `time` is BudgetLimits.wall_s, as the --time flag.
+BUDGET_KEYS = {"wall_s": "time"}
+TABLES: dict[str, Table] = {table.name: table for table in (
+    _table("eval", (EvalConfig,), exclude=("timing",)),
+    _table("eval.timing", (TimingConfig,)),
+    _table("search", (SearchConfig,)),
+    _table("llm", (ClientConfig, ModelSettings), exclude=("model",)),
+    _table("budget", (BudgetLimits,), rename=BUDGET_KEYS,
+           parsers={"tokens": parse_tokens, "usd": parse_usd, "time": parse_duration_s}),
+)}
+
+
+def read_toml(path: str | Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+
+
+def read_config_file(path: str | Path | None) -> dict[str, dict[str, Any]]:
+    """The file's values by table ("eval", "eval.timing", ...), each checked ({} without one)."""
+    if not path:
+        return {}
+    data = read_toml(path)
+    where = f"config file {path}"
+    eval_table = data.get("eval")
+    if isinstance(eval_table, Mapping) and "timing" in eval_table:
+        data = {**data, "eval": {k: v for k, v in eval_table.items() if k != "timing"},
+                "eval.timing": eval_table["timing"]}
+    tables: dict[str, dict[str, Any]] = {}
+    for name, values in data.items():
+        if name not in TABLES and not isinstance(values, Mapping):
+            raise ConfigError(f"{where}: {name} = {values!r} is outside any table: put it "
+                              f"under one of {', '.join(f'[{t}]' for t in TABLES)}")
+        if name not in TABLES:
+            raise ConfigError(f"{where}: unknown table [{name}]{_did_you_mean(name, TABLES)}; "
+                              f"the tables are {', '.join(f'[{t}]' for t in TABLES)}")
+        if not isinstance(values, Mapping):
+            raise ConfigError(f"{where}: {name} must be a table, written [{name}], "
+                              f"got {values!r}")
+        tables[name] = {key: _checked(name, key, value, f"{where}: [{name}] {key}")
+                        for key, value in values.items()}
+    return tables
+
+
+def _checked(table: str, key: str, value: Any, where: str) -> Any:
+    """`value` for `key` of `table`, converted; ConfigError names `where` and the fix."""
+    spec = TABLES[table]
+    if key not in spec.hints:
+        raise ConfigError(f"{where}: unknown key{_did_you_mean(key, spec.hints)}; the keys "
+                          f"of [{table}] are {', '.join(spec.hints)}")
+    try:
+        if isinstance(value, str) and key in spec.parsers:
+            value = spec.parsers[key](value)
+        return check_value(spec.hints[key], value)
+    except ConfigError as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def _did_you_mean(name: str, known: Mapping[str, Any]) -> str:
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+@dataclass(frozen=True)
+class Effective:
+    """Every setting's value and where it came from: "default", the file, or a flag."""
+
+    values: dict[str, dict[str, Any]]
+    sources: dict[str, dict[str, str]]
+
+    def given(self, table: str) -> dict[str, Any]:
+        """The settings of `table` that the file or a flag gave (not defaults)."""
+        return {key: value for key, value in self.values[table].items()
+                if self.sources[table][key] != DEFAULT}
+
+
+def resolve(path: str | Path | None, overrides: Mapping[str, Mapping[str, Any]] | None = None,
+            given_by: Mapping[tuple[str, str], str] | None = None) -> Effective:
+    """Defaults, then the file's values, then `overrides` ({table: {key: value}}; None is unset).
+
+    `given_by` names the flag behind each override, for messages and sources.
+    """
+    values = {name: dict(table.defaults) for name, table in TABLES.items()}
+    sources = {name: dict.fromkeys(table.defaults, DEFAULT) for name, table in TABLES.items()}
+    for name, table_values in read_config_file(path).items():
+        values[name].update(table_values)
+        sources[name].update(dict.fromkeys(table_values, f"config file {path}"))
+    for name, table_values in (overrides or {}).items():
+        for key, value in table_values.items():
+            if value is None:
+                continue
+            source = (given_by or {}).get((name, key), "argument")
+            values[name][key] = _checked(name, key, value, f"{source} ([{name}] {key})")
+            sources[name][key] = source
+    return Effective(values, sources)
+
+
+def eval_config(effective: Effective) -> EvalConfig:
+    timing = TimingConfig(**effective.values["eval.timing"])
+    return EvalConfig(timing=timing, **effective.values["eval"])
+
+
+def search_config(effective: Effective) -> SearchConfig:
+    return SearchConfig(**effective.values["search"])
+
+
+def llm_settings(effective: Effective) -> dict[str, Any]:
+    """The run's [llm] settings as stored: those given, the key's variable, calls in flight."""
+    values = effective.values["llm"]
+    return {**effective.given("llm"), "api_key_env": values["api_key_env"],
+            "in_flight": values["in_flight"]}
+
+
+def budget_limits(effective: Effective) -> dict[str, Any]:
+    """The run's budget limits: tokens, usd, wall_s (seconds) and candidates."""
+    names = {file_key: name for name, file_key in BUDGET_KEYS.items()}
+    return {names.get(key, key): value for key, value in effective.values["budget"].items()}
