@@ -14,6 +14,7 @@ from kernelevo import evolve_setup as setup
 from kernelevo.cli import app
 from kernelevo.cli_evolve import run_evolve
 from kernelevo.config import EvalConfig
+from kernelevo.config_file import budget_limits, resolve
 from kernelevo.errors import ConfigError
 from kernelevo.run_lock import RunBusyError, acquire_run_lock
 from kernelevo.run_resume import CHANGE_EVENT, apply_overrides, resume_overrides
@@ -37,7 +38,7 @@ def kernelevo(*args: str) -> subprocess.CompletedProcess:
 def stored_run(runs: Path, run_id: str = "run-r") -> Path:
     """A tuner-only run with no candidates, stopped: resuming it ends at once."""
     config = setup.run_config(EvalConfig(device="cpu"), SearchConfig(), {},
-                              setup.parse_budget(None, None, None, None))
+                              budget_limits(resolve(None)))
     with RunStore.create(runs, "add", TASK.read_text(), config, run_id=run_id) as store:
         store.set_status("interrupted")
     return runs / run_id
@@ -60,7 +61,7 @@ def test_a_run_that_fails_after_it_is_stored_is_marked_interrupted_with_why(tmp_
         raise RuntimeError("disk on fire")
 
     monkeypatch.setattr(Evolution, "seed", broken_seed)
-    options = setup.evolve_options({}, EvalConfig(device="cpu"), seeds=[SEED],
+    options = setup.evolve_options(resolve(None, {"eval": {"device": "cpu"}}), seeds=[SEED],
                                    runs_dir=tmp_path / "runs")
     with pytest.raises(RuntimeError, match="disk on fire"):
         run_evolve(Console(quiet=True), load_task(str(TASK)), options)
