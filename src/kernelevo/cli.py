@@ -16,10 +16,11 @@ from rich.markup import escape
 
 from kernelevo import __version__
 from kernelevo.cli_config import config_command
+from kernelevo.cli_suite import suite_command
 from kernelevo.cli_options import (  # noqa: F401 (the choices, re-exported)
     CONFIG_OPTION, DEVICE_OPTION, EXIT_BAD_INPUT, EXIT_FAILED, FLAGS, KERNELBENCH_OPTION,
     POLICY_OPTION, PRECISION_OPTION, TIMING_OPTION, Backend, Device, Policy, Precision,
-    SearchBackend, Timing, choice_value, errors, eval_overrides)
+    SearchBackend, Timing, choice_value, console, errors, eval_overrides, eval_settings, out)
 from kernelevo.cli_options import fail as _fail
 from kernelevo.errors import KernelEvoError
 from kernelevo.logs import configure, get_logger, level_for
@@ -27,8 +28,6 @@ from kernelevo.run_signals import EXIT_TERMINATED, Terminated, sigterm_as_interr
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Turn slow PyTorch code into fast, verified GPU kernels.")
-console = Console(stderr=True)  # progress and diagnostics; --quiet silences it
-out = Console()
 log = get_logger("cli")
 
 # Exit codes (cli_options): 0 the candidate passed, 1 it did not, 2 the input or setup is
@@ -77,15 +76,6 @@ def _progress(status: Any) -> Any:
     return report
 
 
-def _eval_config(config_file: str | None, overrides: dict[str, dict[str, Any]]) -> Any:
-    """The EvalConfig of defaults, then the config file, then the flags given."""
-    from kernelevo.config_file import eval_config, resolve
-
-    config = eval_config(resolve(config_file, overrides, FLAGS))
-    log.debug("settings: %s", config)
-    return config
-
-
 @app.command("eval")
 def eval_command(
     task: str = typer.Argument(..., help="task file or kernelbench:levelN/M"),
@@ -114,7 +104,7 @@ def eval_command(
     from kernelevo.task import load_task
 
     try:
-        config = _eval_config(config_file, eval_overrides(
+        config = eval_settings(config_file, eval_overrides(
             precision, device, policy, atol, rtol, sets, timeout, vary_shapes, cuda_graph,
             no_compile, no_static, timing))
         loaded_task = load_task(task, kernelbench_dir)
@@ -153,7 +143,7 @@ def compare_command(
     from kernelevo.task import load_task
 
     try:
-        config = _eval_config(config_file, eval_overrides(
+        config = eval_settings(config_file, eval_overrides(
             precision, device, policy, cuda_graph=cuda_graph, no_compile=no_compile,
             measure=timing))
         loaded_task = load_task(task, kernelbench_dir)
@@ -246,44 +236,6 @@ def _print_summary(result: Any) -> None:
 
 _RUNS_DIR = typer.Option(None, "--runs-dir", envvar="KERNELEVO_RUNS_DIR",
                          help="where runs are stored (default ./runs)")
-
-
-@app.command("suite")
-def suite_command(
-    tasks: list[str] = typer.Argument(..., help="kernelbench:level1, kernelbench:level1/1-100, "
-                                      "kernelbench:level1/3,5,7-9, a folder of task files "
-                                      "or a task file; several may be given"),
-    solutions: Path = typer.Option(..., "--solutions", help="folder of candidates: "
-                                   "level_L_problem_P_sample_S_kernel.py (KernelBench's "
-                                   "layout) or <task stem>.py / <task stem>__*.py"),
-    out_dir: Path = typer.Option(..., "--out", help="folder for results.jsonl, suite.json, "
-                                 "suite.md and suite.html"),
-    resume: bool = typer.Option(False, help="continue the suite in --out"),
-    max_input_elements: Optional[int] = typer.Option(
-        None, min=1, help="shrink tasks whose input set holds more values than this"),
-    fresh_baselines: bool = typer.Option(False, help="time the baselines again instead of "
-                                         "reusing those stored for this GPU model"),
-    precision: Optional[Precision] = PRECISION_OPTION, device: Optional[Device] = DEVICE_OPTION,
-    policy: Optional[Policy] = POLICY_OPTION,
-    timeout: Optional[float] = typer.Option(None, help="wall-clock limit per process, seconds"),
-    timing: Optional[Timing] = TIMING_OPTION,
-    no_compile: bool = typer.Option(False, help="skip the torch.compile baseline"),
-    as_json: bool = typer.Option(False, "--json", help="print suite.json to stdout"),
-    kernelbench_dir: Optional[str] = KERNELBENCH_OPTION,
-    config_file: Optional[str] = CONFIG_OPTION,
-) -> None:
-    """Judge a folder of solutions over many tasks: correct fraction, fast_p, geomean speedup."""
-    from kernelevo.cli_suite import run_suite_command
-    from kernelevo.suite import SuitePlan
-
-    try:
-        config = _eval_config(config_file, eval_overrides(
-            precision, device, policy, timeout=timeout, no_compile=no_compile, measure=timing))
-        plan = SuitePlan(tuple(tasks), solutions, out_dir, config, kernelbench_dir,
-                         max_input_elements, resume, not fresh_baselines)
-        run_suite_command(plan, out, console, as_json)
-    except KernelEvoError as exc:
-        _fail(exc)
 
 
 @app.command("runs")
@@ -399,6 +351,7 @@ def ui_command(
 
 
 app.command("config")(config_command)
+app.command("suite")(suite_command)
 
 
 def main() -> None:

@@ -10,6 +10,8 @@ from rich.console import Console
 from rich.markup import escape
 
 errors = Console(stderr=True)  # errors, shown even with --quiet
+console = Console(stderr=True)  # progress and diagnostics; --quiet silences it
+out = Console()  # results
 
 # Exit codes: 0 the candidate passed, 1 it did not, 2 the input or setup is wrong.
 # `evolve`: 0 the run finished or spent its budget, 1 it failed (llm_failed, error).
@@ -112,3 +114,13 @@ CONFIG_OPTION = typer.Option(None, "--config", help="TOML file of settings: [eva
 TIMING_OPTION = typer.Option(None, "--timing", help="the measure speedups use: gpu (device "
                              "time per call, as do_bench; default), call (host time per call "
                              "in a loop of calls) or kernelbench (KernelBench's harness protocol)")
+
+
+def eval_settings(config_file: str | None, overrides: dict[str, dict[str, Any]]) -> Any:
+    """The EvalConfig of defaults, then the config file, then the flags given."""
+    from kernelevo.config_file import eval_config, resolve
+    from kernelevo.logs import get_logger
+
+    config = eval_config(resolve(config_file, overrides, FLAGS))
+    get_logger("cli").debug("settings: %s", config)
+    return config

@@ -1,26 +1,62 @@
-"""What `kernelevo suite` prints: progress lines, then the task and summary tables or JSON."""
+"""`kernelevo suite`: judge the solutions of many tasks; correct fraction, fast_p, geomean."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import Optional
 
-from rich.console import Console
+import typer
 
-from kernelevo.suite import SuitePlan, SuiteResult, run_suite
-from kernelevo.suite.render import as_json, summary_table, task_table
+from kernelevo.cli_options import (CONFIG_OPTION, DEVICE_OPTION, KERNELBENCH_OPTION,
+                                   POLICY_OPTION, PRECISION_OPTION, TIMING_OPTION, Device,
+                                   Policy, Precision, Timing, console, eval_overrides,
+                                   eval_settings, fail, out)
+from kernelevo.errors import KernelEvoError
 
 
-def run_suite_command(plan: SuitePlan, out: Console, console: Console,
-                      json_output: bool) -> SuiteResult:
-    """Run the suite, showing one line per judged solution on `console`."""
-    result = run_suite(plan, progress=lambda line: console.print(line, markup=False,
-                                                                 highlight=False))
-    if json_output:
-        out.print_json(json.dumps(as_json(result)))
-    else:
-        out.print(task_table(result), markup=False, highlight=False, soft_wrap=True)
-        out.print("")
-        out.print(summary_table(result), markup=False, highlight=False, soft_wrap=True)
-        console.print(f"written: {plan.out}/suite.json, suite.md and suite.html",
-                      markup=False, highlight=False)
-    return result
+def suite_command(
+    tasks: list[str] = typer.Argument(..., help="kernelbench:level1, kernelbench:level1/1-100, "
+                                      "kernelbench:level1/3,5,7-9, a folder of task files "
+                                      "or a task file; several may be given"),
+    solutions: Path = typer.Option(..., "--solutions", help="folder of candidates: "
+                                   "level_L_problem_P_sample_S_kernel.py (KernelBench's "
+                                   "layout) or <task stem>.py / <task stem>__*.py"),
+    out_dir: Path = typer.Option(..., "--out", help="folder for results.jsonl, suite.json, "
+                                 "suite.md and suite.html"),
+    resume: bool = typer.Option(False, help="continue the suite in --out"),
+    max_input_elements: Optional[int] = typer.Option(
+        None, min=1, help="shrink tasks whose input set holds more values than this"),
+    fresh_baselines: bool = typer.Option(False, help="time the baselines again instead of "
+                                         "reusing those stored for this GPU model"),
+    precision: Optional[Precision] = PRECISION_OPTION, device: Optional[Device] = DEVICE_OPTION,
+    policy: Optional[Policy] = POLICY_OPTION,
+    timeout: Optional[float] = typer.Option(None, help="wall-clock limit per process, seconds"),
+    timing: Optional[Timing] = TIMING_OPTION,
+    no_compile: bool = typer.Option(False, help="skip the torch.compile baseline"),
+    as_json: bool = typer.Option(False, "--json", help="print suite.json to stdout"),
+    kernelbench_dir: Optional[str] = KERNELBENCH_OPTION,
+    config_file: Optional[str] = CONFIG_OPTION,
+) -> None:
+    """Judge a folder of solutions over many tasks: correct fraction, fast_p, geomean speedup."""
+    from kernelevo.suite import SuitePlan, run_suite
+    from kernelevo.suite.render import as_json as suite_json
+    from kernelevo.suite.render import summary_table, task_table
+
+    try:
+        config = eval_settings(config_file, eval_overrides(
+            precision, device, policy, timeout=timeout, no_compile=no_compile, measure=timing))
+        plan = SuitePlan(tuple(tasks), solutions, out_dir, config, kernelbench_dir,
+                         max_input_elements, resume, not fresh_baselines)
+        result = run_suite(plan, progress=lambda line: console.print(
+            line, markup=False, highlight=False))
+    except KernelEvoError as exc:
+        fail(exc)
+    if as_json:
+        out.print_json(json.dumps(suite_json(result)))
+        return
+    out.print(task_table(result), markup=False, highlight=False, soft_wrap=True)
+    out.print("")
+    out.print(summary_table(result), markup=False, highlight=False, soft_wrap=True)
+    console.print(f"written: {plan.out}/suite.json, suite.md and suite.html", markup=False,
+                  highlight=False)
