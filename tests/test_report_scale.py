@@ -83,3 +83,8 @@ def test_a_large_run_shows_the_fastest_then_the_newest_others() -> None:
     assert newest.rows[0].id == "c4999"
     assert not {r.id for r in fastest.rows} & {r.id for r in newest.rows}
     assert "40 of 5,000" in table.note
+
+
+def test_each_model_is_listed_once_however_many_calls(large_run: Path) -> None:
+    models = load_run(large_run).models
+    assert [(m.model, m.calls) for m in models] == [("gpt-x", 3000)]
