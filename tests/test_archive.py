@@ -398,3 +398,12 @@ def test_restore_refuses_unknown_formats() -> None:
     data["format"] = 99
     with pytest.raises(ValueError, match="format 99"):
         Archive.restore(data)
+
+
+def test_last_migration_holds_only_the_latest_additions_moves() -> None:
+    archive = Archive(num_islands=2, rng=random.Random(0), migration_interval=2)
+    archive.add("a", CELL_A, 1.0, 0)
+    archive.add("b", CELL_B, 2.0, 1)  # the second addition migrates
+    assert archive.last_migration
+    archive.add("c", CELL_A, 3.0, 0)  # no migration this time
+    assert archive.last_migration == []

@@ -176,3 +176,15 @@ def test_a_task_that_dies_ends_the_run_as_error_instead_of_hanging(tmp_path):
 def test_run_outcome_statuses_are_checked():
     with pytest.raises(ValueError, match="outcome status 'done'"):
         RunOutcome("done", "why")
+
+
+def test_each_migration_is_logged_once(tmp_path):
+    store = RunStore.create(tmp_path, "add", "source", {})
+    judge = FakeJudge("cpu", [])
+    config = SearchConfig(backend="cuda", tuner_variants=3, islands=2, migration_interval=3)
+    evolution = Evolution(store, [judge], config, Budget(candidates=12), proposer=None)
+    evolution.seed([Candidate(CUDA_SEED, "cuda", origin="seed")])
+    asyncio.run(evolution.run())
+    judged = sum(1 for c in store.candidates() if c.verdict is not None)
+    assert judged >= 6
+    assert len(store.events("migration")) == judged // 3

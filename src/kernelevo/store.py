@@ -49,6 +49,7 @@ from kernelevo.store_records import (
     stored_candidate_from_row,
 )
 from kernelevo.store_schema import RUN_STATUSES, Database, StoreError
+from kernelevo.store_tally import read_totals
 
 __all__ = [
     "DB_NAME",
@@ -211,8 +212,10 @@ class RunStore:
                 "UPDATE candidate SET state = 'evaluated' WHERE id = ?", (candidate_id,)
             )
             _require_row(cursor, "candidate", candidate_id)
+            # DELETE then INSERT, not REPLACE, so the tally triggers see both (store_tally).
+            db.execute("DELETE FROM verdict WHERE candidate_id = ?", (candidate_id,))
             db.execute(
-                "INSERT OR REPLACE INTO verdict (candidate_id, verdict_json, status, reason,"
+                "INSERT INTO verdict (candidate_id, verdict_json, status, reason,"
                 " speedup_vs_eager, speedup_vs_compile, runtime_ms, evaluated_at)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (candidate_id, _dumps(verdict.to_dict()), verdict.status, verdict.reason,
@@ -372,27 +375,9 @@ class RunStore:
     # -- totals and events -------------------------------------------------
 
     def totals(self) -> Totals:
+        """Spend and outcome counts, O(1): triggers keep them (see store_tally)."""
         with self._database.transaction("DEFERRED") as db:
-            calls = db.execute(
-                "SELECT COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0),"
-                " COALESCE(SUM(cost_usd), 0), COUNT(*),"
-                " COALESCE(SUM(state = 'started'), 0),"
-                " COALESCE(SUM(CASE WHEN state = 'started' THEN cost_bound_usd END), 0)"
-                " FROM llm_call"
-            ).fetchone()
-            statuses = db.execute(
-                "SELECT COALESCE(v.status, 'unevaluated'), COUNT(*) FROM candidate c"
-                " LEFT JOIN verdict v ON v.candidate_id = c.id GROUP BY 1"
-            ).fetchall()
-        return Totals(
-            tokens_in=calls[0],
-            tokens_out=calls[1],
-            cost_usd=float(calls[2]),
-            candidates_by_status={status: count for status, count in statuses},
-            llm_calls=calls[3],
-            llm_calls_in_flight=calls[4],
-            in_flight_cost_bound_usd=float(calls[5]),
-        )
+            return read_totals(db)
 
     def log_event(self, kind: str, payload: Mapping[str, Any] | None = None) -> int:
         with self._database.transaction() as db:

@@ -25,8 +25,11 @@ from typing import Any
 
 from kernelevo.candidate import ORIGINS
 from kernelevo.errors import KernelEvoError
+from kernelevo.store_tally import TALLY_TABLES, seed_tallies, statements
 
-SCHEMA_VERSION = 1
+# 2: running totals kept by triggers (store_tally); a version 1 database
+# gains them, filled from a scan, the first time this KernelEvo opens it.
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_MS = 10_000
 
 RUN_STATUSES = ("running", "finished", "interrupted")
@@ -186,11 +189,11 @@ def ensure_schema(connection: sqlite3.Connection, path: Path) -> None:
                 f"{path} has schema version {found}, this KernelEvo reads up to "
                 f"{SCHEMA_VERSION}: upgrade KernelEvo to open it"
             )
-        for statement in TABLES.split(";"):
-            if statement.strip():
-                connection.execute(statement)
+        for statement in statements(TABLES + TALLY_TABLES):
+            connection.execute(statement)
+        seed_tallies(connection)
         connection.execute(
-            "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",
+            "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",
             (str(SCHEMA_VERSION),),
         )
         connection.execute("COMMIT")

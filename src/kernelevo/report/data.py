@@ -274,14 +274,15 @@ def _spreads(stored: StoredCandidate) -> dict[str, tuple[float, float]]:
 
 
 def _models(config: Mapping[str, Any], calls: list[LlmCall]) -> tuple[ModelUsage, ...]:
-    names = list((config.get("llm") or {}).get("models") or {})
-    names += [call.model for call in calls if call.model not in names]
-    usage = []
-    for name in names:
-        own = [call for call in calls if call.model == name]
-        usage.append(ModelUsage(name, len(own), sum(c.input_tokens + c.output_tokens for c in own),
-                                sum(c.cost_usd for c in own)))
-    return tuple(usage)
+    # One pass over the calls: a name per call appended to the list made this
+    # quadratic, and listed a model once per call (50,000 rows at 50k calls).
+    names = dict.fromkeys([*((config.get("llm") or {}).get("models") or {}),
+                           *(call.model for call in calls)])
+    by_name: dict[str, list[LlmCall]] = {name: [] for name in names}
+    for call in calls:
+        by_name[call.model].append(call)
+    return tuple(ModelUsage(name, len(own), sum(c.input_tokens + c.output_tokens for c in own),
+                            sum(c.cost_usd for c in own)) for name, own in by_name.items())
 
 
 def _environment(stored: list[StoredCandidate], best: BestKernel | None) -> dict[str, str]:

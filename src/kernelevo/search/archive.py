@@ -168,6 +168,8 @@ class Archive:
         self.islands = [Island() for _ in range(num_islands)]
         self.additions = 0
         self.next_seed_island = 0
+        # Moves made by the latest `add` only, so a caller that logs them
+        # after each addition logs each migration once.
         self.last_migration: list[Migration] = []
 
     def add(
@@ -177,6 +179,7 @@ class Archive:
         self._check_island(island)
         cell = tuple(cell)
         self.additions += 1
+        self.last_migration = []
         if fitness is None or math.isnan(fitness):
             self.islands[island].failures[cell] += 1
             accepted = False
