@@ -41,8 +41,8 @@ def bench(tmp_path):
     return tmp_path
 
 
-def kernelevo(*args, **kw):
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "200"}
+def kernelevo(*args, extra_env=None, **kw):
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "200", **(extra_env or {})}
     return subprocess.Popen([sys.executable, "-m", "kernelevo.cli", *args], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
@@ -215,3 +215,49 @@ def test_stored_baselines_are_reused_for_later_samples_and_suites(bench, monkeyp
                                 plan.kernelbench_dir, reuse_baselines=False))
     assert timed_baselines[-1] == ("eager", "compile")
     assert [r["baseline_source"] for r in fresh.rows] == ["measured", "measured"]
+
+
+def test_evolve_suites_search_each_task_with_the_llm_and_count_its_tokens(tmp_path):
+    """--evolve: one run per task against a fake OpenAI server; a resumed suite asks no more."""
+    from tests.fakes.openai_server import FakeOpenAIServer
+
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    for name in ("add", "rowsum"):
+        shutil.copy(FIXTURES / "tasks" / f"{name}.py", tasks / f"{name}.py")
+    kernels = {name: (FIXTURES / "candidates" / f"honest_{name}.py").read_text()
+               for name in ("add", "rowsum")}
+
+    def answer(request):  # the kernel for the task the prompt states
+        text = json.dumps(request["messages"])
+        name = "rowsum" if "x.sum(dim=1)" in text else "add"
+        return f"A kernel.\n\n```python\n{kernels[name]}\n```\n"
+
+    args = ["suite", str(tasks), "--evolve", "--model", "fake-model", "--candidates", "3",
+            "--out", str(tmp_path / "out"), "--device", "cpu", "--json"]
+    env = {"OPENAI_API_KEY": "sk-test"}
+    with FakeOpenAIServer(default=answer) as server:
+        first = kernelevo(*args, "--base-url", server.base_url, extra_env=env)
+        stdout, stderr = first.communicate(timeout=900)
+        assert first.returncode == 0, stderr[-3000:]
+        asked = len(server.requests)
+        again = kernelevo(*args, "--base-url", server.base_url, "--resume",
+                          extra_env=env)
+        again_out, again_err = again.communicate(timeout=600)
+        assert again.returncode == 0, again_err[-3000:]
+        assert len(server.requests) == asked  # both tasks were done: nothing searched again
+    suite = json.loads(stdout)
+    rows = {r["task"]: r for r in suite["rows"]}
+    assert set(rows) == {"add", "rowsum"} and asked >= 2
+    for row in rows.values():
+        assert row["reason"] == "passed" and row["passed_kernel"] and row["tokens"] > 0
+        assert (tmp_path / "out" / "runs" / row["task"] / row["run"] / "run.db").exists()
+    assert suite["summary"]["correct"] == 2
+    assert suite["summary"]["tokens"] == sum(r["tokens"] for r in rows.values())
+    assert json.loads(again_out)["summary"] == suite["summary"]
+
+
+def test_a_suite_needs_solutions_or_evolve(bench):
+    done = kernelevo("suite", "kernelbench:level1/1", "--out", str(bench / "out"),
+                     "--kernelbench-dir", str(bench / "kb"), "--device", "cpu")
+    assert done.wait(120) == 2 and "--solutions DIR" in done.stderr.read()

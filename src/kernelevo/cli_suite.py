@@ -19,9 +19,10 @@ def suite_command(
     tasks: list[str] = typer.Argument(..., help="kernelbench:level1, kernelbench:level1/1-100, "
                                       "kernelbench:level1/3,5,7-9, a folder of task files "
                                       "or a task file; several may be given"),
-    solutions: Path = typer.Option(..., "--solutions", help="folder of candidates: "
-                                   "level_L_problem_P_sample_S_kernel.py (KernelBench's "
-                                   "layout) or <task stem>.py / <task stem>__*.py"),
+    solutions: Optional[Path] = typer.Option(
+        None, "--solutions", help="folder of candidates to judge (with --evolve: seeds): "
+        "level_L_problem_P_sample_S_kernel.py (KernelBench's layout) or <task stem>.py / "
+        "<task stem>__*.py"),
     out_dir: Path = typer.Option(..., "--out", help="folder for results.jsonl, suite.json, "
                                  "suite.md and suite.html"),
     resume: bool = typer.Option(False, help="continue the suite in --out"),
@@ -35,19 +36,34 @@ def suite_command(
     timing: Optional[Timing] = TIMING_OPTION,
     no_compile: bool = typer.Option(False, help="skip the torch.compile baseline"),
     as_json: bool = typer.Option(False, "--json", help="print suite.json to stdout"),
+    evolve: bool = typer.Option(False, "--evolve", help="search each task with evolve instead "
+                                "of judging given solutions; its best kernel is the task's"),
+    model: Optional[list[str]] = typer.Option(None, "--model", help="with --evolve: model "
+                                              "(repeatable, M=WEIGHT); none: the tuner alone"),
+    base_url: Optional[str] = typer.Option(None, help="with --evolve: OpenAI-compatible "
+                                           "endpoint"),
+    tokens: Optional[str] = typer.Option(None, help="with --evolve: token budget per task"),
+    usd: Optional[str] = typer.Option(None, help="with --evolve: dollar budget per task"),
+    time_limit: Optional[str] = typer.Option(None, "--time", help="with --evolve: wall-clock "
+                                             "budget per task (e.g. 20m)"),
+    candidates: Optional[int] = typer.Option(None, min=1, help="with --evolve: candidates "
+                                             "per task"),
     kernelbench_dir: Optional[str] = KERNELBENCH_OPTION,
     config_file: Optional[str] = CONFIG_OPTION,
 ) -> None:
-    """Judge a folder of solutions over many tasks: correct fraction, fast_p, geomean speedup."""
+    """Judge solutions of many tasks (or --evolve each): correct fraction, fast_p, geomean."""
     from kernelevo.suite import SuitePlan, run_suite
+    from kernelevo.suite.evolve import SearchBudget
     from kernelevo.suite.render import as_json as suite_json
     from kernelevo.suite.render import summary_table, task_table
 
     try:
         config = eval_settings(config_file, eval_overrides(
             precision, device, policy, timeout=timeout, no_compile=no_compile, measure=timing))
+        search = SearchBudget(tuple(model or ()), base_url, tokens, usd, time_limit,
+                              candidates) if evolve else None
         plan = SuitePlan(tuple(tasks), solutions, out_dir, config, kernelbench_dir,
-                         max_input_elements, resume, not fresh_baselines)
+                         max_input_elements, resume, not fresh_baselines, search)
         result = run_suite(plan, progress=lambda line: console.print(
             line, markup=False, highlight=False))
     except KernelEvoError as exc:

@@ -19,6 +19,7 @@ from kernelevo.candidate import load_candidate
 from kernelevo.config import EvalConfig
 from kernelevo.errors import KernelEvoError, TaskError
 from kernelevo.suite.baselines import BaselineStore, gpu_model
+from kernelevo.suite.evolve import SearchBudget, evolve_task
 from kernelevo.suite.metrics import BASELINES, SuiteSummary, TaskResult, best_of, summarize
 from kernelevo.suite.tasks import Solution, SuiteTask, expand_specs, find_solutions
 
@@ -31,19 +32,22 @@ class SuitePlan:
     """What a suite judges and how; `out` holds its results."""
 
     specs: tuple[str, ...]
-    solutions: Path
+    solutions: Path | None
     out: Path
     config: EvalConfig = field(default_factory=EvalConfig)
     kernelbench_dir: str | None = None
     max_input_elements: int | None = None  # shrink tasks whose inputs hold more values
     resume: bool = False
     reuse_baselines: bool = True  # baseline times stored per GPU model
+    search: SearchBudget | None = None  # evolve each task (solutions seed it) instead of judging
 
     def fingerprint(self) -> dict[str, Any]:
         """What must match for a resumed suite to continue the same work."""
-        return {"specs": list(self.specs), "solutions": str(self.solutions.resolve()),
+        return {"specs": list(self.specs),
+                "solutions": str(self.solutions.resolve()) if self.solutions else None,
                 "max_input_elements": self.max_input_elements,
-                "config": asdict(self.config)}
+                "config": asdict(self.config),
+                "search": asdict(self.search) if self.search else None}
 
 
 @dataclass(frozen=True)
@@ -56,12 +60,15 @@ class SuiteResult:
 
 
 def run_suite(plan: SuitePlan, progress: Progress | None = None) -> SuiteResult:
-    from kernelevo.suite.render import write_outputs
-
     say = progress or (lambda line: None)
     tasks = expand_specs(list(plan.specs), plan.kernelbench_dir)
-    solutions = find_solutions(plan.solutions, tasks)
+    if plan.solutions is None and plan.search is None:
+        raise TaskError("give the solutions to judge (--solutions DIR), or --evolve to search")
+    solutions = find_solutions(plan.solutions, tasks) if plan.solutions else {}
     done = _open_out(plan)
+    if plan.search is not None:
+        _search_tasks(plan, tasks, solutions, done, say)
+        return _finish(plan, tasks, None)
     gpu = gpu_model() if plan.config.device != "cpu" else None
     store = BaselineStore(_cache_dir(), gpu) if gpu and plan.reuse_baselines else None
     total = sum(max(1, len(solutions.get(t.key, []))) for t in tasks)
@@ -77,14 +84,44 @@ def run_suite(plan: SuitePlan, progress: Progress | None = None) -> SuiteResult:
                 _append(plan.out, row)
                 count += 1
                 say(f"[{len(done) + count}/{total}] {_line(row)}")
+    return _finish(plan, tasks, gpu)
+
+
+def _finish(plan: SuitePlan, tasks: list[SuiteTask], gpu: str | None) -> SuiteResult:
+    from kernelevo.suite.render import write_outputs
+
     rows = read_rows(plan.out)
     results = [best_of(t.key, [r for r in rows if r["task"] == t.key
                                and r["reason"] != "no_solution"]) for t in tasks]
     tokens = sum(r.get("tokens", 0) for r in rows)
     usd = sum(r.get("usd", 0.0) for r in rows)
-    result = SuiteResult(rows, results, summarize(results, tokens, usd), plan.out, gpu)
+    result = SuiteResult(rows, results, summarize(results, tokens, usd), plan.out,
+                         gpu or next((r["gpu"] for r in rows if r.get("gpu")), None))
     write_outputs(result)
     return result
+
+
+def _search_tasks(plan: SuitePlan, tasks: list[SuiteTask], solutions: dict[str, list[Solution]],
+                  done: set[tuple[str, int | None]], say: Progress) -> None:
+    """One evolve run per task not yet in the results; a killed task's run is resumed."""
+    assert plan.search is not None
+    pending = [t for t in tasks if (t.key, None) not in done]
+    for number, task in enumerate(pending, len(tasks) - len(pending) + 1):
+        seeds = [s.path for s in solutions.get(task.key, [])]
+        try:
+            loaded = task.load()
+            if plan.max_input_elements:
+                from kernelevo.suite.shrink import shrink_to
+
+                loaded, _ = shrink_to(loaded, plan.max_input_elements)
+            fields = evolve_task(plan.out, task.key, loaded, seeds, plan.config, plan.search)
+            row = _row(task, None, fields.pop("reason"), **fields)
+        except KernelEvoError as exc:
+            row = _row(task, None, "search_error", message=str(exc))
+        _append(plan.out, row)
+        gains = ", ".join(f"{b} {g:.2f}x" for b, g in row.get("speedup", {}).items() if g)
+        say(f"[{number}/{len(tasks)}] {task.key}: {row['reason']}"
+            + (f" ({gains})" if gains else "") + f", {row.get('tokens', 0)} tokens")
 
 
 def _judge_task(plan: SuitePlan, task: SuiteTask, pending: list[Solution],
