@@ -187,7 +187,7 @@ def test_stored_baselines_are_reused_for_later_samples_and_suites(bench, monkeyp
     timed_baselines = []
 
     class TimingJudge:
-        def __init__(self, task, config):
+        def __init__(self, task, config, gpu_index=None):
             self.baselines = config.timing.baselines
             timed_baselines.append(self.baselines)
 
@@ -261,3 +261,44 @@ def test_a_suite_needs_solutions_or_evolve(bench):
     done = kernelevo("suite", "kernelbench:level1/1", "--out", str(bench / "out"),
                      "--kernelbench-dir", str(bench / "kb"), "--device", "cpu")
     assert done.wait(120) == 2 and "--solutions DIR" in done.stderr.read()
+
+
+def test_tasks_are_judged_side_by_side_one_per_gpu(bench, monkeypatch):
+    """--gpus 0,1: two judges at once, never two on one GPU (a stand-in judge records it)."""
+    import threading
+
+    import kernelevo.evaluate.judge as judge_module
+    from kernelevo.config import EvalConfig
+    from kernelevo.suite import SuitePlan, run_suite
+
+    lock, busy, seen, overlap = threading.Lock(), set(), [], []
+
+    class RecordingJudge:
+        def __init__(self, task, config, gpu_index=None):
+            self.gpu = gpu_index
+
+        def evaluate(self, candidate):
+            with lock:
+                assert self.gpu not in busy  # one judge per GPU at a time
+                busy.add(self.gpu)
+                seen.append(self.gpu)
+                overlap.append(len(busy))
+            time.sleep(0.3)
+            with lock:
+                busy.discard(self.gpu)
+            return Verdict("ok", "passed")
+
+    monkeypatch.setattr(judge_module, "Judge", RecordingJudge)
+    result = run_suite(SuitePlan(("kernelbench:level1",), bench / "solutions", bench / "out",
+                                 EvalConfig(device="cpu"), str(bench / "kb"), gpus=(0, 1)))
+    assert sorted(seen) == [0, 0, 1] or sorted(seen) == [0, 1, 1]
+    assert max(overlap) == 2  # the two tasks ran at the same time
+    assert {r["gpu_index"] for r in result.rows if r["reason"] == "passed"} == {0, 1}
+    assert len(result.rows) == 4 and result.summary.correct == 2
+
+
+def test_gpus_that_are_not_visible_are_refused(bench):
+    done = kernelevo("suite", "kernelbench:level1/1", "--solutions", str(bench / "solutions"),
+                     "--out", str(bench / "out"), "--kernelbench-dir", str(bench / "kb"),
+                     "--gpus", "0,1", extra_env={"CUDA_VISIBLE_DEVICES": ""})
+    assert done.wait(120) == 2 and "no visible GPU has index 0, 1" in done.stderr.read()

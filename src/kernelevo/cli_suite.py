@@ -28,6 +28,9 @@ def suite_command(
     resume: bool = typer.Option(False, help="continue the suite in --out"),
     max_input_elements: Optional[int] = typer.Option(
         None, min=1, help="shrink tasks whose input set holds more values than this"),
+    gpus: Optional[str] = typer.Option(None, help="GPUs to use, 'all' or indexes like 0,1: "
+                                       "tasks are judged side by side, one per GPU (with "
+                                       "--evolve: each search's judges); default: one GPU"),
     fresh_baselines: bool = typer.Option(False, help="time the baselines again instead of "
                                          "reusing those stored for this GPU model"),
     precision: Optional[Precision] = PRECISION_OPTION, device: Optional[Device] = DEVICE_OPTION,
@@ -63,7 +66,8 @@ def suite_command(
         search = SearchBudget(tuple(model or ()), base_url, tokens, usd, time_limit,
                               candidates) if evolve else None
         plan = SuitePlan(tuple(tasks), solutions, out_dir, config, kernelbench_dir,
-                         max_input_elements, resume, not fresh_baselines, search)
+                         max_input_elements, resume, not fresh_baselines, search,
+                         _gpu_indexes(gpus))
         result = run_suite(plan, progress=lambda line: console.print(
             line, markup=False, highlight=False))
     except KernelEvoError as exc:
@@ -76,3 +80,14 @@ def suite_command(
     out.print(summary_table(result), markup=False, highlight=False, soft_wrap=True)
     console.print(f"written: {plan.out}/suite.json, suite.md and suite.html", markup=False,
                   highlight=False)
+
+
+def _gpu_indexes(gpus: str | None) -> tuple[int, ...]:
+    """--gpus as indexes of visible GPUs (checked); () when not given."""
+    if gpus is None:
+        return ()
+    import torch
+
+    from kernelevo.evolve_setup import select_gpus
+
+    return tuple(select_gpus(gpus, torch.cuda.device_count()))

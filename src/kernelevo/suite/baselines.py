@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import re
+import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -32,6 +33,7 @@ class BaselineStore:
         slug = re.sub(r"[^A-Za-z0-9]+", "-", gpu).strip("-").lower() or "gpu"
         self.path = cache_dir / "baselines" / f"{slug}.json"
         self.gpu = gpu
+        self._lock = threading.Lock()  # suites judge on several GPUs at once
         try:
             self._entries: dict[str, Any] = json.loads(self.path.read_text())["tasks"]
         except (OSError, ValueError, KeyError, TypeError):
@@ -42,7 +44,8 @@ class BaselineStore:
         return hashlib.sha256(f"{precision}\0{measure}\0{source}".encode()).hexdigest()[:24]
 
     def get(self, key: str, wanted: tuple[str, ...]) -> dict[str, TimingStats] | None:
-        entry = self._entries.get(key)
+        with self._lock:
+            entry = self._entries.get(key)
         if not entry or not set(wanted) <= set(entry["stats"]):
             return None
         return {name: TimingStats(**entry["stats"][name]) for name in wanted}
@@ -52,8 +55,10 @@ class BaselineStore:
                  if name != "candidate"}
         if not stats:
             return
-        self._entries[key] = {"stats": stats, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        scratch = self.path.with_suffix(f".{os.getpid()}.tmp")
-        scratch.write_text(json.dumps({"gpu": self.gpu, "tasks": self._entries}, indent=1))
-        os.replace(scratch, self.path)
+        with self._lock:
+            self._entries[key] = {"stats": stats,
+                                  "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S")}
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            scratch = self.path.with_suffix(f".{os.getpid()}.tmp")
+            scratch.write_text(json.dumps({"gpu": self.gpu, "tasks": self._entries}, indent=1))
+            os.replace(scratch, self.path)

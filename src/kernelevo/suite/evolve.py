@@ -33,7 +33,7 @@ def runs_folder(out: Path, key: str) -> Path:
 
 
 def evolve_task(out: Path, key: str, task: Any, seeds: list[Path], config: EvalConfig,
-                search: SearchBudget) -> dict[str, Any]:
+                search: SearchBudget, gpus: tuple[int, ...] = ()) -> dict[str, Any]:
     """Search one task (or resume its stored run) and describe its best kernel as a row."""
     import kernelevo
     from kernelevo.store_listing import list_runs
@@ -45,6 +45,7 @@ def evolve_task(out: Path, key: str, task: Any, seeds: list[Path], config: EvalC
         task, seeds=[str(s) for s in seeds] or None, models=list(search.models) or None,
         base_url=search.base_url, tokens=search.tokens, usd=search.usd, time=search.time,
         candidates=search.candidates, runs_dir=folder, quiet=True,
+        gpus=",".join(map(str, gpus)) if gpus else "all",
         resume=earlier[0].run_id if earlier else None, **_settings(config))
     progress = result.progress
     found = progress.best_id is not None

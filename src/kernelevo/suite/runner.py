@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from kernelevo.candidate import load_candidate
 from kernelevo.config import EvalConfig
@@ -40,6 +42,7 @@ class SuitePlan:
     resume: bool = False
     reuse_baselines: bool = True  # baseline times stored per GPU model
     search: SearchBudget | None = None  # evolve each task (solutions seed it) instead of judging
+    gpus: tuple[int, ...] = ()  # judge tasks side by side, one per GPU (evolve: its judges)
 
     def fingerprint(self) -> dict[str, Any]:
         """What must match for a resumed suite to continue the same work."""
@@ -47,7 +50,8 @@ class SuitePlan:
                 "solutions": str(self.solutions.resolve()) if self.solutions else None,
                 "max_input_elements": self.max_input_elements,
                 "config": asdict(self.config),
-                "search": asdict(self.search) if self.search else None}
+                "search": asdict(self.search) if self.search else None,
+                "gpus": list(self.gpus)}
 
 
 @dataclass(frozen=True)
@@ -72,7 +76,8 @@ def run_suite(plan: SuitePlan, progress: Progress | None = None) -> SuiteResult:
     gpu = gpu_model() if plan.config.device != "cpu" else None
     store = BaselineStore(_cache_dir(), gpu) if gpu and plan.reuse_baselines else None
     total = sum(max(1, len(solutions.get(t.key, []))) for t in tasks)
-    count = 0
+    count = len(done)
+    jobs = []
     for task in tasks:
         files = solutions.get(task.key, [])
         pending = [s for s in files if (task.key, s.sample) not in done]
@@ -80,11 +85,38 @@ def run_suite(plan: SuitePlan, progress: Progress | None = None) -> SuiteResult:
             _append(plan.out, _row(task, None, "no_solution", gpu=gpu,
                                    message="no solution file for this task"))
         if pending:
-            for row in _judge_task(plan, task, pending, store, gpu):
-                _append(plan.out, row)
-                count += 1
-                say(f"[{len(done) + count}/{total}] {_line(row)}")
+            jobs.append((task, pending))
+    for rows in _spread(plan, jobs, store, gpu):
+        for row in rows:
+            _append(plan.out, row)
+            count += 1
+            say(f"[{count}/{total}] {_line(row)}")
     return _finish(plan, tasks, gpu)
+
+
+def _spread(plan: SuitePlan, jobs: list[tuple[SuiteTask, list[Solution]]],
+            store: BaselineStore | None, gpu: str | None) -> Iterator[list[dict[str, Any]]]:
+    """Each task's rows as it finishes: in turn, or one task per GPU at a time with --gpus."""
+    if len(plan.gpus) < 2:
+        index = plan.gpus[0] if plan.gpus else None
+        for task, pending in jobs:
+            yield _judge_task(plan, task, pending, store, gpu, index)
+        return
+    free: queue.Queue[int] = queue.Queue()
+    for index in plan.gpus:
+        free.put(index)
+
+    def on_a_free_gpu(task: SuiteTask, pending: list[Solution]) -> list[dict[str, Any]]:
+        index = free.get()
+        try:
+            return _judge_task(plan, task, pending, store, gpu, index)
+        finally:
+            free.put(index)
+
+    with ThreadPoolExecutor(max_workers=len(plan.gpus), thread_name_prefix="suite") as pool:
+        futures = [pool.submit(on_a_free_gpu, task, pending) for task, pending in jobs]
+        for future in as_completed(futures):
+            yield future.result()
 
 
 def _finish(plan: SuitePlan, tasks: list[SuiteTask], gpu: str | None) -> SuiteResult:
@@ -114,7 +146,8 @@ def _search_tasks(plan: SuitePlan, tasks: list[SuiteTask], solutions: dict[str, 
                 from kernelevo.suite.shrink import shrink_to
 
                 loaded, _ = shrink_to(loaded, plan.max_input_elements)
-            fields = evolve_task(plan.out, task.key, loaded, seeds, plan.config, plan.search)
+            fields = evolve_task(plan.out, task.key, loaded, seeds, plan.config, plan.search,
+                                 plan.gpus)
             row = _row(task, None, fields.pop("reason"), **fields)
         except KernelEvoError as exc:
             row = _row(task, None, "search_error", message=str(exc))
@@ -125,7 +158,8 @@ def _search_tasks(plan: SuitePlan, tasks: list[SuiteTask], solutions: dict[str, 
 
 
 def _judge_task(plan: SuitePlan, task: SuiteTask, pending: list[Solution],
-                store: BaselineStore | None, gpu: str | None) -> list[dict[str, Any]]:
+                store: BaselineStore | None, gpu: str | None,
+                gpu_index: int | None = None) -> list[dict[str, Any]]:
     from kernelevo.evaluate.judge import Judge
     from kernelevo.evaluate.verdict import speedup
 
@@ -148,7 +182,7 @@ def _judge_task(plan: SuitePlan, task: SuiteTask, pending: list[Solution],
         config = replace(config, timing=replace(config.timing, baselines=()))
     rows = []
     try:
-        judge = Judge(loaded, config)
+        judge = Judge(loaded, config, gpu_index=gpu_index)
     except KernelEvoError as exc:
         return [_row(task, s, "task_error", gpu=gpu, message=str(exc)) for s in pending]
     for solution in pending:
@@ -171,7 +205,7 @@ def _judge_task(plan: SuitePlan, task: SuiteTask, pending: list[Solution],
             candidate_ms=own.median_ms if own else None,
             baseline_ms={n: s.median_ms for n, s in baselines.items()},
             baseline_source="stored" if stored and baselines is stored else "measured",
-            sizes=sizes,
+            sizes=sizes, gpu_index=gpu_index,
             wall_s=round(time.perf_counter() - started, 2)))
         started = time.perf_counter()
     return rows
