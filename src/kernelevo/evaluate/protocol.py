@@ -1,0 +1,133 @@
+"""The judge seam: what the search, `eval` and suites ask of a judge, and jobs as data.
+
+A judge may be in this process (`Judge`), behind a local evaluation service
+(`kernelevo serve`) or on a cluster's GPU worker. Whatever is above this seam
+sees only `JudgeLike` and the types here. A job that leaves this process is a
+`JudgeJob`: source text, the task and settings as plain JSON values, never
+pickled code, so a service or a cluster worker runs only KernelEvo's own
+functions on it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from kernelevo.candidate import Candidate
+from kernelevo.config import EvalConfig, TimingConfig
+from kernelevo.errors import ConfigError
+from kernelevo.evaluate.verdict import Verdict
+from kernelevo.task import Task
+
+JOB_VERSION = 1
+
+
+@runtime_checkable
+class JudgeLike(Protocol):
+    """Evaluates candidates of one task under one configuration."""
+
+    device: str  # "cuda" or "cpu": where the candidates run
+
+    def evaluate(self, candidate: Candidate) -> Verdict:
+        """The verdict of one candidate, timed when it passes."""
+        ...
+
+    def evaluate_many(self, candidates: list[Candidate], timed: bool = True) -> list[Verdict]:
+        """Verdicts of several candidates, in their order."""
+        ...
+
+    def prebuild(self, candidate: Candidate) -> float | None:
+        """Build a CUDA candidate ahead (seconds spent), or None where nothing is built."""
+        ...
+
+
+@dataclass(frozen=True)
+class JudgeJob:
+    """One request to judge candidates of a task; every field is plain data."""
+
+    task_name: str
+    task_source: str
+    candidates: tuple[tuple[str, str], ...]  # (source, backend) each
+    eval: dict[str, Any] = field(default_factory=dict)  # EvalConfig as asdict() gives it
+    timed: bool = True
+    gpu: int | None = None  # a GPU index on the judging host; None lets it choose
+    task_path: str = ""  # where the task's file is, for modules beside it (same host only)
+    version: int = JOB_VERSION
+
+    @classmethod
+    def of(cls, task: Task, candidates: list[Candidate], config: EvalConfig,
+           timed: bool = True, gpu: int | None = None) -> "JudgeJob":
+        return cls(task.name, task.source, tuple((c.source, c.backend) for c in candidates),
+                   asdict(config), timed, gpu, task.path)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["candidates"] = [list(pair) for pair in self.candidates]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "JudgeJob":
+        """A job from decoded JSON; anything malformed is a ConfigError naming the field."""
+        if not isinstance(data, dict):
+            raise ConfigError("a judge job must be a JSON object")
+        if data.get("version") != JOB_VERSION:
+            raise ConfigError(f"judge job version {data.get('version')!r} is not "
+                              f"{JOB_VERSION}: client and server differ")
+        unknown = set(data) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ConfigError(f"unknown judge job fields: {', '.join(sorted(unknown))}")
+        for name in ("task_name", "task_source"):
+            if not isinstance(data.get(name), str):
+                raise ConfigError(f"judge job field {name} must be a string")
+        pairs = data.get("candidates")
+        if (not isinstance(pairs, list) or not pairs
+                or not all(isinstance(p, list) and len(p) == 2
+                           and all(isinstance(x, str) for x in p) for p in pairs)):
+            raise ConfigError("judge job field candidates must be a non-empty list of "
+                              "[source, backend] string pairs")
+        settings = data.get("eval", {})
+        if not isinstance(settings, dict):
+            raise ConfigError("judge job field eval must be an object")
+        gpu = data.get("gpu")
+        if gpu is not None and (not isinstance(gpu, int) or isinstance(gpu, bool) or gpu < 0):
+            raise ConfigError("judge job field gpu must be a GPU index or null")
+        path = data.get("task_path", "")
+        if not isinstance(path, str):
+            raise ConfigError("judge job field task_path must be a string")
+        return cls(data["task_name"], data["task_source"],
+                   tuple((source, backend) for source, backend in pairs), settings,
+                   bool(data.get("timed", True)), gpu, path)
+
+    def task(self) -> Task:
+        from kernelevo.task import task_from_source
+
+        return task_from_source(self.task_source, name=self.task_name, path=self.task_path)
+
+    def candidate_list(self) -> list[Candidate]:
+        return [Candidate(source=source, backend=backend) for source, backend in self.candidates]
+
+    def config(self) -> EvalConfig:
+        """The job's EvalConfig; unknown or ill-typed settings are a ConfigError."""
+        values = dict(self.eval)
+        timing = dict(values.pop("timing", None) or {})
+        if "baselines" in timing and isinstance(timing["baselines"], list):
+            timing["baselines"] = tuple(timing["baselines"])
+        try:
+            return EvalConfig(timing=TimingConfig(**timing), **values)
+        except TypeError as exc:
+            raise ConfigError(f"judge job settings: {exc}") from exc
+
+
+def verdicts_to_data(verdicts: list[Verdict]) -> list[dict[str, Any]]:
+    return [v.to_dict() for v in verdicts]
+
+
+def verdicts_from_data(data: Any, expected: int) -> list[Verdict]:
+    """Verdicts decoded from JSON; the wrong count or shape is a ConfigError."""
+    if not isinstance(data, list) or len(data) != expected:
+        raise ConfigError(f"the judge answered {len(data) if isinstance(data, list) else 'no'} "
+                          f"verdicts for {expected} candidates")
+    try:
+        return [Verdict.from_dict(item) for item in data]
+    except (TypeError, ValueError, KeyError) as exc:
+        raise ConfigError(f"the judge answered a malformed verdict: {exc}") from exc
