@@ -15,5 +15,7 @@ timeout 200 python -m pytest -m gpu -q -rA --durations=0 tests/test_fixtures.py 
     -k "race_reduction or side_stream and not cuda or graph_replay" 2>&1 \
     | tail -40 | tee "$OUT/pytest_fixtures.txt"
 bash bench/kernelbench/setup_device.sh
-timeout 230 python bench/kernelbench_batch.py --kb .kb --out "$OUT/kb" --timers-timeout 100 \
+timeout 230 python bench/kernelbench_batch.py --kb .kb --out /tmp/kb --timers-timeout 100 \
     --kernelbench-timeout 190 --only "$@" 2>&1 | tail -60 | tee "$OUT/kb_batch.txt"
+# Eight files at most come back: the batch's summary only (its problem files stay).
+cp /tmp/kb/kernelbench_batch.json /tmp/kb/kernelbench_batch.md "$OUT/" 2>/dev/null
