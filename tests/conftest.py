@@ -5,8 +5,19 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# Tests judge on the CPU under the Triton interpreter unless run with -m gpu.
-os.environ.setdefault("TRITON_INTERPRET", "1")
+
+def pytest_configure(config):
+    """CPU runs use the Triton interpreter; a `-m gpu` run must not (its kernels run on the GPU).
+
+    Set before any test module imports Triton, which reads it at import. A GPU
+    run that inherited TRITON_INTERPRET=1 ran every Triton candidate on the host.
+    """
+    marks = config.getoption("markexpr", "") or ""
+    if "gpu" in marks and "not gpu" not in marks:
+        if os.environ.get("TRITON_INTERPRET") == "1":
+            raise pytest.UsageError("TRITON_INTERPRET=1 is set: -m gpu tests need real kernels")
+    else:
+        os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,6 +18,7 @@ from rich.markup import escape
 
 from kernelevo import __version__
 from kernelevo.cli_config import config_command
+from kernelevo.cli_serve import serve_command
 from kernelevo.cli_suite import suite_command
 from kernelevo.cli_options import (  # noqa: F401 (the choices, re-exported)
     CONFIG_OPTION, DEVICE_OPTION, EXIT_BAD_INPUT, EXIT_FAILED, FLAGS, KERNELBENCH_OPTION,
@@ -76,6 +79,31 @@ def _progress(status: Any) -> Any:
     return report
 
 
+LOCAL_OPTION = typer.Option(False, "--local", help="judge in this process even when an "
+                            "evaluation service (kernelevo serve) is running")
+
+
+def _judge(task: Any, config: Any, progress: Any, local: bool) -> Any:
+    """The running evaluation service's judge, or (none, or --local) one in this process."""
+    if not local:
+        from kernelevo.evaluate.service_client import ServiceJudge, find_service
+
+        service = find_service()
+        if service is not None:
+            log.info("judging on the evaluation service at %s", service.url)
+            return ServiceJudge(service, task, config, progress)
+    from kernelevo.evaluate.judge import Judge
+    from kernelevo.evaluate.sandbox import start_forkserver
+
+    # The forkserver's imports (torch, inductor) run while this process does its own;
+    # its Triton mode is guessed from the driver's device file (replaced if wrong).
+    interpret = config.device == "cpu" or (config.device == "auto"
+                                           and not os.path.exists("/dev/nvidiactl"))
+    threading.Thread(target=start_forkserver, args=(interpret,), name="kernelevo-forkserver",
+                     daemon=True).start()
+    return Judge(task, config, progress=progress)
+
+
 @app.command("eval")
 def eval_command(
     task: str = typer.Argument(..., help="task file or kernelbench:levelN/M"),
@@ -94,12 +122,12 @@ def eval_command(
     no_compile: bool = typer.Option(False, help="skip the torch.compile baseline"),
     no_static: bool = typer.Option(False, help="skip the static checks (runtime checks only)"),
     as_json: bool = typer.Option(False, "--json", help="print the full verdict as JSON"),
+    local: bool = LOCAL_OPTION,
     kernelbench_dir: Optional[str] = KERNELBENCH_OPTION,
     config_file: Optional[str] = CONFIG_OPTION,
 ) -> None:
     """Judge one candidate: correctness, honesty and speed against eager and torch.compile."""
     from kernelevo.candidate import load_candidate
-    from kernelevo.evaluate.judge import Judge
     from kernelevo.render import print_verdict
     from kernelevo.task import load_task
 
@@ -110,7 +138,7 @@ def eval_command(
         loaded_task = load_task(task, kernelbench_dir)
         loaded = load_candidate(candidate, choice_value(backend))
         with _stopped_by_sigterm(), console.status("starting") as status:
-            judge = Judge(loaded_task, config, progress=_progress(status))
+            judge = _judge(loaded_task, config, _progress(status), local)
             verdict = judge.evaluate(loaded)
     except KernelEvoError as exc:
         _fail(exc)
@@ -133,6 +161,7 @@ def compare_command(
     timing: Optional[Timing] = TIMING_OPTION,
     no_compile: bool = typer.Option(False, help="skip the torch.compile baseline"),
     as_json: bool = typer.Option(False, "--json", help="print both verdicts and the result"),
+    local: bool = LOCAL_OPTION,
     kernelbench_dir: Optional[str] = KERNELBENCH_OPTION,
     config_file: Optional[str] = CONFIG_OPTION,
 ) -> None:
@@ -149,7 +178,9 @@ def compare_command(
         loaded_task = load_task(task, kernelbench_dir)
         a, b = load_candidate(first), load_candidate(second)
         with _stopped_by_sigterm(), console.status("starting") as status:
-            result = compare_candidates(loaded_task, a, b, config, progress=_progress(status))
+            progress = _progress(status)
+            result = compare_candidates(loaded_task, a, b, config, progress=progress,
+                                        judge=_judge(loaded_task, config, progress, local))
     except KernelEvoError as exc:
         _fail(exc)
     if as_json:
@@ -352,6 +383,7 @@ def ui_command(
 
 app.command("config")(config_command)
 app.command("suite")(suite_command)
+app.command("serve")(serve_command)
 
 
 def main() -> None:

@@ -162,7 +162,11 @@ def _drive(console: Console, store: RunStore, task: Any, plan: _Plan, changes: d
     with Live(progress_table(Progress(), run_id, mode), console=console,
               refresh_per_second=2) as live:
         evolution.on_progress = lambda p: live.update(progress_table(p, run_id, mode))
-        result = _search_until_stopped(evolution, plan.pool, run_id)
+        try:
+            result = _search_until_stopped(evolution, plan.pool, run_id)
+        finally:
+            for judge in plan.judges:  # their standby workers end with the search
+                getattr(judge, "close", lambda: None)()
     store.set_status("finished")
     outcome = result.outcome
     log.info("run %s stopped (%s): %s", run_id, outcome.status if outcome else "-",

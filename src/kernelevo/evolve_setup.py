@@ -125,9 +125,9 @@ def make_judges(task: Task, eval_config: EvalConfig, gpus: str) -> list[Any]:
     indexes = select_gpus(gpus, count)
     if eval_config.device == "cpu" or not count:
         log.info("one judge on the CPU (device %s, GPUs visible: %d)", eval_config.device, count)
-        return [Judge(task, eval_config)]
+        return [Judge(task, eval_config, standby=True)]
     log.info("one judge per GPU: %s of %d", indexes, count)
-    return [Judge(task, eval_config, gpu_index=i) for i in indexes]
+    return [Judge(task, eval_config, gpu_index=i, standby=True) for i in indexes]
 
 
 def select_gpus(gpus: str, visible: int) -> list[int]:

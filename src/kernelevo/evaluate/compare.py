@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 from kernelevo.candidate import Candidate
 from kernelevo.config import EvalConfig
-from kernelevo.evaluate.judge import Judge
+from kernelevo.evaluate.protocol import JudgeLike
 from kernelevo.evaluate.verdict import Verdict
 from kernelevo.task import Task
 
@@ -28,9 +28,16 @@ class ComparisonResult:
 
 
 def compare_candidates(task: Task, a: Candidate, b: Candidate, config: EvalConfig,
-                       progress: Callable[[str], None] | None = None) -> ComparisonResult:
-    """Judge a and b alone (so one's crash cannot sink the other), then time both together."""
-    judge = Judge(task, config, progress)
+                       progress: Callable[[str], None] | None = None,
+                       judge: JudgeLike | None = None) -> ComparisonResult:
+    """Judge a and b alone (so one's crash cannot sink the other), then time both together.
+
+    `judge` judges `task` under `config` (a service's, say); default: one in this process.
+    """
+    if judge is None:
+        from kernelevo.evaluate.judge import Judge
+
+        judge = Judge(task, config, progress)
     first = judge.evaluate_many([a], timed=False)[0]
     second = judge.evaluate_many([b], timed=False)[0]
     if not (first.ok and second.ok):

@@ -34,6 +34,9 @@ _start_lock = threading.Lock()
 _live_jobs: dict[int, str] = {}
 _live_lock = threading.Lock()
 _stopping = threading.Event()
+_forkserver_lock = threading.Lock()
+_forkserver_interpret: str | None = None  # TRITON_INTERPRET the forkserver started with
+_USER_INTERPRET = os.environ.get("TRITON_INTERPRET", "")  # as the user set it, if at all
 
 
 class JobsStopped(RuntimeError):
@@ -51,6 +54,46 @@ def stop_all_jobs() -> None:
         running = list(_live_jobs.items())
     for pid, marker in running:
         _kill_group(pid, marker)
+
+
+def stopping() -> bool:
+    """Whether the process is stopping (no new job may start)."""
+    return _stopping.is_set()
+
+
+def start_forkserver(interpret: bool | None = None) -> None:
+    """Start the warm forkserver now (it imports torch and inductor: seconds).
+
+    Call it from a thread as early as possible: the forkserver's imports then
+    run while this process does its own, instead of after them. `interpret`
+    sets TRITON_INTERPRET for it (unless set already): Triton decides at import
+    whether its own library functions are interpreted, so a forkserver started
+    with the wrong value is replaced by the first job that needs the other.
+    """
+    if interpret is not None:
+        set_triton_mode(interpret)
+    _ensure_forkserver()
+
+
+def set_triton_mode(interpret: bool) -> None:
+    """TRITON_INTERPRET for children to come: the user's own value, else the judge's need."""
+    with _forkserver_lock:
+        os.environ["TRITON_INTERPRET"] = _USER_INTERPRET or ("1" if interpret else "0")
+
+
+def _ensure_forkserver() -> None:
+    """A running forkserver whose TRITON_INTERPRET is this process's."""
+    global _forkserver_interpret
+    from multiprocessing import forkserver
+
+    _forkserver_context()
+    with _forkserver_lock:
+        wanted = os.environ.get("TRITON_INTERPRET", "0")
+        if _forkserver_interpret not in (None, wanted):
+            forkserver._forkserver._stop()  # started for the other mode: a new one starts
+        _forkserver_interpret = wanted
+        with _main_module_hidden():
+            forkserver.ensure_running()
 
 
 def allow_jobs() -> None:
@@ -121,6 +164,16 @@ class JobResult:
             except ValueError:
                 return f"signal {-self.exit_code}"
         return None
+
+
+class Deadline:
+    """When a job's wall-clock limit runs out; a job waiting for work restarts it."""
+
+    def __init__(self) -> None:
+        self.at = float("inf")
+
+    def restart(self, seconds: float) -> None:
+        self.at = time.monotonic() + seconds
 
 
 class Channel:
@@ -209,15 +262,17 @@ def run_job(target: Callable[..., None], payload: dict[str, Any], scratch: Path,
             timeout_s: float, output_limit_bytes: int,
             on_message: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None,
             environment: dict[str, str] | None = None,
-            isolate_network: bool = True) -> JobResult:
+            isolate_network: bool = True, deadline: Deadline | None = None) -> JobResult:
     """Run `target(payload, channel)` in a sandboxed child and collect its messages.
 
     `on_message` sees each message; a dict it returns is sent back as the reply
-    (for messages sent with Channel.ask).
+    (for messages sent with Channel.ask). `deadline`, when given, is the job's
+    limit (set to `timeout_s` from now), which `on_message` may restart.
     """
     if _stopping.is_set():
         raise JobsStopped("the judge is stopping: no new evaluation starts")
     context = _forkserver_context()
+    _ensure_forkserver()
     scratch.mkdir(parents=True, exist_ok=True)
     log_path = scratch / "output.log"
     marker = uuid.uuid4().hex
@@ -231,6 +286,8 @@ def run_job(target: Callable[..., None], payload: dict[str, Any], scratch: Path,
     )
     result = JobResult()
     start = time.monotonic()
+    deadline = deadline or Deadline()
+    deadline.restart(timeout_s)
     with _main_module_hidden():
         process.start()
     with _live_lock:
@@ -240,7 +297,7 @@ def run_job(target: Callable[..., None], payload: dict[str, Any], scratch: Path,
     child_end.close()
     lifeline_read.close()
     try:
-        _pump(process, parent_end, result, start + timeout_s, log_path,
+        _pump(process, parent_end, result, deadline, log_path,
               output_limit_bytes, on_message)
     finally:
         _kill_group(process.pid, marker)
@@ -260,7 +317,7 @@ def run_job(target: Callable[..., None], payload: dict[str, Any], scratch: Path,
     return result
 
 
-def _pump(process: Any, connection: Any, result: JobResult, deadline: float,
+def _pump(process: Any, connection: Any, result: JobResult, deadline: Deadline,
           log_path: Path, output_limit_bytes: int,
           on_message: Callable[[dict[str, Any]], dict[str, Any] | None] | None) -> None:
     """Relay messages until the child ends, runs out of time or prints too much."""
@@ -269,7 +326,7 @@ def _pump(process: Any, connection: Any, result: JobResult, deadline: float,
             try:
                 raw = connection.recv_bytes()
             except (EOFError, OSError):
-                process.join(max(0.0, min(1.0, deadline - time.monotonic())))
+                process.join(max(0.0, min(1.0, deadline.at - time.monotonic())))
                 return
             message = _decode(raw)
             result.messages.append(message)
@@ -279,7 +336,7 @@ def _pump(process: Any, connection: Any, result: JobResult, deadline: float,
             continue
         if not process.is_alive():
             return
-        if time.monotonic() > deadline:
+        if time.monotonic() > deadline.at:
             result.timed_out = True
             return
         if log_path.exists() and log_path.stat().st_size > output_limit_bytes:

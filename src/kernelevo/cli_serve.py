@@ -1,0 +1,66 @@
+"""`kernelevo serve`: keep judges warm per GPU and take jobs over HTTP on this machine."""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Optional
+
+import typer
+from rich.markup import escape
+
+from kernelevo.cli_options import console, fail
+from kernelevo.errors import KernelEvoError
+
+
+def serve_command(
+    host: str = typer.Option("127.0.0.1", help="address to listen on; beyond loopback the "
+                             "token must be set in KERNELEVO_SERVICE_TOKEN"),
+    port: int = typer.Option(0, min=0, max=65535, help="port (0: any free one)"),
+    gpus: Optional[str] = typer.Option(None, help="GPUs to serve, 'all' or indexes like 0,1 "
+                                       "(default: all; none visible: the CPU)"),
+    lanes: int = typer.Option(1, min=1, help="jobs judged at once per GPU; their timing "
+                              "phases take turns"),
+    max_judges: int = typer.Option(8, min=1, help="warm judges kept (task, settings, GPU)"),
+) -> None:
+    """Judge jobs from `eval`, `compare` and the API with judges kept warm (a local service).
+
+    Writes its address and token to service.json in the cache folder (mode 0600);
+    `kernelevo eval` and `compare` then judge there unless given --local.
+    """
+    from kernelevo.evaluate.sandbox import start_forkserver
+    from kernelevo.evaluate.service import Service, ServiceSettings
+    from kernelevo.evaluate.service_client import TOKEN_ENV, cache_dir
+    from kernelevo.run_signals import Terminated, sigterm_as_interrupt
+
+    # The forkserver's imports (torch, inductor) run while this process does its own;
+    # its Triton mode is guessed from the driver's device file (replaced if wrong).
+    threading.Thread(target=start_forkserver, args=(not os.path.exists("/dev/nvidiactl"),),
+                     name="kernelevo-forkserver", daemon=True).start()
+    try:
+        settings = ServiceSettings(host=host, port=port, gpus=_served_gpus(gpus), lanes=lanes,
+                                   max_judges=max_judges, token=os.environ.get(TOKEN_ENV, ""))
+        service = Service(settings, cache_dir())
+    except (KernelEvoError, OSError) as exc:
+        fail(exc)
+    where = ", ".join(f"GPU {g}" for g in settings.gpus) or "the CPU"
+    console.print(f"serving on {escape(service.url)} ({where}, {lanes} lane(s) each); "
+                  f"address and token in {escape(str(service.record))}")
+    try:
+        with sigterm_as_interrupt():
+            service.serve_forever()
+    except (KeyboardInterrupt, Terminated):
+        console.print("stopping: closing the warm judges")
+    finally:
+        service.stop()
+
+
+def _served_gpus(gpus: str | None) -> list[int]:
+    import torch
+
+    from kernelevo.evolve_setup import select_gpus
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if not count and gpus is None:
+        return []
+    return select_gpus(gpus or "all", count)
