@@ -10,6 +10,7 @@ functions on it.
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -57,8 +58,9 @@ class JudgeJob:
     @classmethod
     def of(cls, task: Task, candidates: list[Candidate], config: EvalConfig,
            timed: bool = True, gpu: int | None = None) -> "JudgeJob":
+        settings = json.loads(json.dumps(asdict(config)))  # as it arrives: tuples are lists
         return cls(task.name, task.source, tuple((c.source, c.backend) for c in candidates),
-                   asdict(config), timed, gpu, task.path)
+                   settings, timed, gpu, task.path)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

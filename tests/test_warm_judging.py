@@ -1,0 +1,171 @@
+"""Warm judging on the CPU: the GPU gate, standby sessions, and the evaluation service."""
+
+import json
+import os
+import threading
+import time
+
+import pytest
+
+from kernelevo.candidate import load_candidate
+from kernelevo.config import EvalConfig
+from kernelevo.errors import ConfigError, EnvironmentProblem
+from kernelevo.evaluate import sandbox
+from kernelevo.evaluate.gate import GpuGate, Hold, gate_for
+from kernelevo.evaluate.judge import Judge
+from kernelevo.evaluate.protocol import JudgeJob, JudgeLike
+from kernelevo.evaluate.service import Service, ServiceSettings
+from kernelevo.evaluate.service_client import ServiceJudge, find_service, request
+from kernelevo.task import load_task
+from tests.conftest import ROOT
+
+SOFTMAX = ROOT / "examples" / "softmax"
+
+
+def _in_thread(target):
+    done = threading.Event()
+
+    def run():
+        target()
+        done.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    return done
+
+
+def test_timing_waits_for_shared_holders_and_excludes_new_ones():
+    gate = GpuGate()
+    gate.acquire_shared()
+    timed = _in_thread(lambda: (gate.acquire_exclusive(), gate.release_exclusive()))
+    assert not timed.wait(0.3)  # a check still runs: timing waits
+    # A waiting timing phase goes first: a new check does not slip in before it.
+    late = _in_thread(lambda: (gate.acquire_shared(), gate.release_shared()))
+    assert not late.wait(0.3)
+    gate.release_shared()
+    assert timed.wait(2) and late.wait(2)
+    assert gate.holders() == (0, False)
+
+
+def test_checks_share_the_gate_and_a_hold_moves_between_modes():
+    gate = GpuGate()
+    first, second = Hold(gate), Hold(gate)
+    first.shared()
+    second.shared()
+    assert gate.holders() == (2, False)
+    first.release()
+    second.exclusive()  # drops its shared hold first, so it cannot wait on itself
+    assert gate.holders() == (0, True)
+    second.release()
+    second.release()  # releasing twice is harmless
+    assert gate.holders() == (0, False)
+    with pytest.raises(RuntimeError):
+        gate.release_exclusive()
+
+
+def test_each_gpu_has_its_own_gate():
+    assert gate_for("cuda", 0) is gate_for("cuda", None)
+    assert gate_for("cuda", 1) is not gate_for("cuda", 0)
+
+
+def _softmax():
+    return load_task(str(SOFTMAX / "task.py")), load_candidate(SOFTMAX / "triton_candidate.py")
+
+
+def test_a_standby_session_judges_the_next_candidate_alike_and_holds_no_gate_while_idle():
+    task, candidate = _softmax()
+    judge = Judge(task, EvalConfig(), standby=True)
+    assert isinstance(judge, JudgeLike)
+    try:
+        first = judge.evaluate(candidate)
+        gate = gate_for(judge.device, judge.gpu_index)
+        # The standby worker warms up, then waits for candidates without
+        # holding the gate: a timing phase elsewhere could take it.
+        deadline = time.monotonic() + 120
+        while gate.holders() != (0, False) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert gate.holders() == (0, False)
+        waiting = judge._standby
+        assert waiting is not None and waiting.alive()
+        second = judge.evaluate(candidate)
+        assert judge._standby is not waiting  # used, and a new one started
+    finally:
+        judge.close()
+    assert first.reason == second.reason == "passed"
+    # The second worker was up before its candidate came, its reference drawn.
+    assert second.phases_s["worker_start"] < 0.5
+    assert second.phases_s["reference_wait"] < 0.5
+    assert first.errors is not None and second.errors is not None
+
+
+def test_closing_a_judge_ends_its_standby_processes():
+    task, candidate = _softmax()
+    judge = Judge(task, EvalConfig(), standby=True)
+    judge.evaluate(candidate)
+    assert judge._standby is not None
+    judge.close()
+    assert judge._standby is None
+    with sandbox._live_lock:
+        assert not sandbox._live_jobs
+
+
+def test_a_job_crosses_as_plain_json_and_bad_jobs_are_named():
+    task, candidate = _softmax()
+    job = JudgeJob.of(task, [candidate], EvalConfig(input_sets=4), timed=False)
+    again = JudgeJob.from_dict(json.loads(json.dumps(job.to_dict())))
+    assert again == job and again.config().input_sets == 4
+    assert again.candidate_list()[0].source == candidate.source
+    data = job.to_dict()
+    for change, named in (({"version": 99}, "version"), ({"candidates": []}, "candidates"),
+                          ({"extra": 1}, "extra"), ({"gpu": -1}, "gpu"),
+                          ({"task_source": 3}, "task_source")):
+        with pytest.raises(ConfigError, match=named):
+            JudgeJob.from_dict({**data, **change})
+    with pytest.raises(ConfigError, match="no_such_setting"):
+        JudgeJob.from_dict({**data, "eval": {"no_such_setting": 1}}).config()
+
+
+@pytest.fixture
+def service(tmp_path, monkeypatch):
+    monkeypatch.delenv("KERNELEVO_SERVICE_URL", raising=False)
+    monkeypatch.delenv("KERNELEVO_SERVICE_TOKEN", raising=False)
+    running = Service(ServiceSettings(), tmp_path)
+    thread = threading.Thread(target=running.serve_forever, daemon=True)
+    thread.start()
+    yield running
+    running.stop()
+    thread.join(10)
+
+
+def test_the_service_judges_jobs_with_warm_judges_and_checks_the_token(service, tmp_path):
+    record = json.loads((tmp_path / "service.json").read_text())
+    assert os.stat(tmp_path / "service.json").st_mode & 0o777 == 0o600
+    found = find_service(tmp_path)
+    assert found is not None and found.url == record["url"] and found.device == "cpu"
+    task, candidate = _softmax()
+    judge = ServiceJudge(found, task, EvalConfig())
+    first, second = judge.evaluate(candidate), judge.evaluate(candidate)
+    assert first.reason == second.reason == "passed"
+    assert second.phases_s["worker_start"] < 0.5  # the service's judge stayed warm
+    health = request(found.url, found.token, "GET", "/v1/health")
+    assert health["jobs_done"] == 2 and health["warm_judges"] == 1
+    with pytest.raises(EnvironmentProblem, match="401"):
+        request(found.url, "wrong-token", "GET", "/v1/health")
+    bad = {**JudgeJob.of(task, [candidate], EvalConfig()).to_dict(), "version": 0}
+    with pytest.raises(EnvironmentProblem, match="400.*version"):
+        request(found.url, found.token, "POST", "/v1/judge", bad)
+
+
+def test_a_stale_record_is_no_service_and_a_stopped_service_removes_its_record(tmp_path):
+    (tmp_path / "service.json").write_text(json.dumps({"url": "http://127.0.0.1:9",
+                                                        "token": "x"}))
+    assert find_service(tmp_path) is None
+    running = Service(ServiceSettings(), tmp_path / "own")
+    running.stop()
+    assert not (tmp_path / "own" / "service.json").exists()
+
+
+def test_serving_beyond_loopback_needs_a_long_token():
+    with pytest.raises(ConfigError, match="token"):
+        ServiceSettings(host="0.0.0.0", token="short")
+    assert ServiceSettings(host="0.0.0.0", token="x" * 16).token == "x" * 16
+    assert len(ServiceSettings().token) >= 32  # loopback: a random one
