@@ -203,8 +203,7 @@ def evolve_command(
                                               base_url, api_key_env, tokens, usd, time_limit,
                                               candidates)}
         options = setup.evolve_options(resolve(config_file, overrides, FLAGS),
-                                       runs_dir=runs_dir, resume=resume, gpus=gpus, seeds=seed,
-                                       given=overrides)
+                                       runs_dir=runs_dir, resume=resume, gpus=gpus, seeds=seed)
         if task is None and resume is None:
             raise typer.BadParameter("give a TASK, or --resume RUN")
         loaded = load_task(task, kernelbench_dir) if task else None
