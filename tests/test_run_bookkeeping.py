@@ -1,9 +1,11 @@
 """Run bookkeeping: a failed start leaves no run `running`, one driver per run, resume flags."""
 
 import dataclasses
+import fcntl
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,8 @@ from kernelevo.cli_options import FLAGS
 from kernelevo.config import EvalConfig
 from kernelevo.config_file import budget_limits, resolve
 from kernelevo.errors import ConfigError
-from kernelevo.run_lock import RunBusyError, acquire_run_lock
+from kernelevo.run_lock import (LOCK_NAME, RunBusyError, acquire_run_lock, is_driven,
+                                status_now)
 from kernelevo.run_resume import CHANGE_EVENT, ResumeConflict, apply_overrides, split_given
 from kernelevo.search.loop import Evolution, SearchConfig
 from kernelevo.store import RunStore
@@ -129,6 +132,32 @@ def test_resuming_a_run_another_process_drives_exits_2_and_changes_nothing(tmp_p
     assert f"pid {os.getpid()}" in message and "--resume run-r" in message
     with RunStore.open(run_dir) as store:
         assert store.events() == [] and store.run_info().status == "interrupted"
+
+
+def test_a_run_recorded_running_shows_interrupted_once_nobody_drives_it(tmp_path):
+    run_dir = stored_run(tmp_path / "runs")
+    with RunStore.open(run_dir) as store:
+        store.set_status("running")
+    assert is_driven(run_dir) is None  # no driver ever locked it: nothing to tell
+    assert status_now("running", run_dir) == "running"
+    with acquire_run_lock(run_dir, "run-r"):
+        assert is_driven(run_dir) is True and status_now("running", run_dir) == "running"
+        assert [r.status for r in list_runs(run_dir.parent)] == ["running"]
+    assert is_driven(run_dir) is False and status_now("running", run_dir) == "interrupted"
+    assert status_now("finished", run_dir) == "finished"
+    assert [r.status for r in list_runs(run_dir.parent)] == ["interrupted"]
+    with RunStore.open(run_dir) as store:  # shown, never written
+        assert store.run_info().status == "running"
+
+
+def test_a_driver_starting_during_a_readers_probe_waits_for_it(tmp_path):
+    run_dir = stored_run(tmp_path / "runs")
+    acquire_run_lock(run_dir, "run-r").release()
+    probe = os.open(run_dir / LOCK_NAME, os.O_RDONLY)
+    fcntl.flock(probe, fcntl.LOCK_SH)  # a reader caught in the middle of is_driven
+    threading.Timer(0.2, os.close, (probe,)).start()
+    with acquire_run_lock(run_dir, "run-r") as lock:
+        assert lock.held
 
 
 # -- resume flags -----------------------------------------------------------------------
