@@ -125,9 +125,8 @@ def show_run(console: Console, runs_dir: Path, run: str) -> None:
     status = status_now(info.status, Path(store.path).parent)
     console.print(f"[bold]run {info.id}[/]  task {escape(info.task_name)}  status {status}")
     if status != info.status:
-        console.print(f"no process drives it, though run.db says {info.status}: its driver was "
-                      f"killed (SIGKILL, out of memory) or its machine stopped; continue it "
-                      f"with --resume {info.id}")
+        console.print(f"no process drives it (run.db says {info.status}: its driver was killed "
+                      f"or its machine stopped); continue it with --resume {info.id}")
     finished = f", finished {_when(info.finished_at)}" if info.finished_at else ""
     console.print(f"created {_when(info.created_at)}{finished}")
     for section, text in _config_essentials(info.config).items():

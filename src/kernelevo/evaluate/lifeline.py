@@ -25,7 +25,8 @@ from typing import Any, NoReturn
 # Set in each child's environment, so processes it starts can be found and killed.
 MARKER_ENV = "KERNELEVO_SANDBOX_ID"
 _PR_SET_PDEATHSIG = 1  # prctl option: the signal to get when the parent exits (linux/prctl.h)
-_MAX_FD = os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 1 << 16
+# Descriptors the guard closes: all below this (sysconf says -1 where unlimited).
+_MAX_FD = max(os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 0, 0) or 1 << 16
 
 
 def release_forkserver() -> None:
