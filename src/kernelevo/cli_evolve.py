@@ -88,6 +88,8 @@ def run_evolve(console: Console, task: Any, options: dict[str, Any]) -> EvolveRe
     Flags are checked (judges, models, seeds built) before a new run is
     stored, so a bad start leaves no run behind; a run that fails or is
     stopped (Ctrl-C, SIGTERM) after that is marked `interrupted` with the reason.
+    A resume given a task, seeds or settings the run may not change is refused
+    before the run is locked or written (run_resume.py).
     """
     runs_dir = Path(options["runs_dir"])
     store: RunStore | None = None
