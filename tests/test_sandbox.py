@@ -1,9 +1,12 @@
 """The sandbox's children: what they start with, and how they end when killed."""
 
+import os
+import signal
 import sys
 import tempfile
 import time
 
+import pytest
 import torch
 
 from kernelevo.evaluate.sandbox import run_job
@@ -19,6 +22,38 @@ def sleep_forever(payload, channel):
     channel.send("sleeping")
     while True:
         time.sleep(1)
+
+
+def report_death_wishes(payload, channel):
+    import ctypes
+    from multiprocessing import forkserver
+
+    wanted = ctypes.c_int()
+    ctypes.CDLL(None).prctl(2, ctypes.byref(wanted), 0, 0, 0)  # PR_GET_PDEATHSIG
+    session = os.getsid(0)
+    members = [int(p) for p in os.listdir("/proc") if p.isdigit() and _session_of(int(p)) == session]
+    channel.send("death", parent_death_signal=wanted.value, session_members=len(members),
+                 alive_fd=forkserver._forkserver._forkserver_alive_fd)
+
+
+def _session_of(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return int(stat.read().rsplit(")", 1)[1].split()[3])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl is Linux's")
+def test_children_die_with_their_parent_and_a_guard_watches_their_session(tmp_path):
+    result = run_job(report_death_wishes, {}, tmp_path / "job", timeout_s=60,
+                     output_limit_bytes=1 << 20)
+    (message,) = [m for m in result.messages if m["kind"] == "death"]
+    assert message["parent_death_signal"] == signal.SIGKILL
+    # The forkserver's "alive" pipe let go of, so it exits once the judge is gone.
+    assert message["alive_fd"] is None
+    assert message["session_members"] == 2  # the child and its guard
+    assert result.exit_code == 0, result.log_tail
 
 
 def test_children_start_with_imports_done_and_their_own_temporary_folder(tmp_path):

@@ -97,8 +97,7 @@ def evolve(task: TaskLike | None = None, *, seeds: list[str | os.PathLike[str]] 
         candidates)}
     options = setup.evolve_options(resolve(config_file, overrides),
                                    runs_dir=runs_dir or _runs_dir(), resume=resume, gpus=gpus,
-                                   seeds=[Path(seed) for seed in seeds or []],
-                                   given=overrides)
+                                   seeds=[Path(seed) for seed in seeds or []])
     loaded = as_task(task, kernelbench_dir) if task is not None else None
     console = Console(stderr=True, quiet=quiet)
     return _outside_event_loop(lambda: run_evolve(console, loaded, options))

@@ -234,8 +234,7 @@ def evolve_command(
                                               base_url, api_key_env, tokens, usd, time_limit,
                                               candidates)}
         options = setup.evolve_options(resolve(config_file, overrides, FLAGS),
-                                       runs_dir=runs_dir, resume=resume, gpus=gpus, seeds=seed,
-                                       given=overrides)
+                                       runs_dir=runs_dir, resume=resume, gpus=gpus, seeds=seed)
         if task is None and resume is None:
             raise typer.BadParameter("give a TASK, or --resume RUN")
         loaded = load_task(task, kernelbench_dir) if task else None
@@ -273,7 +272,12 @@ _RUNS_DIR = typer.Option(None, "--runs-dir", envvar="KERNELEVO_RUNS_DIR",
 def runs_command(runs_dir: Optional[Path] = _RUNS_DIR,
                  as_json: bool = typer.Option(False, "--json", help="print the runs as a "
                                               "JSON list")) -> None:
-    """List the runs with their best speedups, tokens and cost."""
+    """List the runs with their best speedups, tokens and cost.
+
+    A run is `running` only while a process drives it: one whose driver was
+    killed outright (SIGKILL, out of memory) shows `interrupted`, as a stopped
+    run does, and continues with --resume.
+    """
     from kernelevo.runs_view import default_runs_dir, list_runs_table
 
     try:

@@ -25,6 +25,8 @@ from kernelevo.search.loop import Evolution, Progress, RunOutcome, SearchConfig
 from kernelevo.store import RunStore
 
 log = get_logger(__name__)
+UNRECORDED_STOP = ("not recorded: its driver was killed outright (SIGKILL, out of memory) or "
+                   "its machine stopped")
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,8 @@ def run_evolve(console: Console, task: Any, options: dict[str, Any]) -> EvolveRe
     Flags are checked (judges, models, seeds built) before a new run is
     stored, so a bad start leaves no run behind; a run that fails or is
     stopped (Ctrl-C, SIGTERM) after that is marked `interrupted` with the reason.
+    A resume given a task, seeds or settings the run may not change is refused
+    before the run is locked or written (run_resume.py).
     """
     runs_dir = Path(options["runs_dir"])
     store: RunStore | None = None
@@ -94,8 +98,11 @@ def run_evolve(console: Console, task: Any, options: dict[str, Any]) -> EvolveRe
         try:
             changes: dict[str, Any] = {}
             if options.get("resume"):
-                store, task, config = setup.open_to_resume(runs_dir, options["resume"])
+                store, stored_task, config = setup.open_to_resume(runs_dir, options["resume"])
+                setup.refuse_changes(store, task, options)
+                task = stored_task
                 lock = acquire_run_lock(Path(store.path).parent, store.run_id)
+                _note_unrecorded_stop(store)
                 config, changes = apply_overrides(config, options.get("overrides") or {})
             else:
                 config = setup.run_config(options["eval"], options["search"], options["llm"],
@@ -172,6 +179,12 @@ def _drive(console: Console, store: RunStore, task: Any, plan: _Plan, changes: d
     log.info("run %s stopped (%s): %s", run_id, outcome.status if outcome else "-",
              result.message)
     return EvolveResult(run_id, run_dir, result)
+
+
+def _note_unrecorded_stop(store: RunStore) -> None:
+    """Record that the run's last driver ended without saying so (found `running`, unlocked)."""
+    if store.run_info().status == "running":
+        store.log_event("interrupted", {"signal": None, "cause": UNRECORDED_STOP})
 
 
 def _record_stop(store: RunStore, error: BaseException) -> None:

@@ -18,7 +18,7 @@ from kernelevo.config_file import Effective
 from kernelevo.errors import ConfigError
 from kernelevo.llm.openai_compat import ClientConfig
 from kernelevo.logs import get_logger
-from kernelevo.run_resume import resume_overrides
+from kernelevo.run_resume import changed_settings, refuse, split_given
 from kernelevo.search.loop import SEARCH_BACKENDS, SearchConfig  # noqa: F401 (re-exported)
 from kernelevo.store import RunStore
 from kernelevo.task import Task, task_from_source
@@ -33,23 +33,18 @@ CLIENT_SETTINGS = tuple(f.name for f in dataclasses.fields(ClientConfig)
 
 def evolve_options(effective: Effective, *, runs_dir: str | Path = DEFAULT_RUNS_DIR,
                    resume: str | None = None, gpus: str = "all",
-                   seeds: list[Path] | None = None,
-                   given: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+                   seeds: list[Path] | None = None) -> dict[str, Any]:
     """What run_evolve needs, from the effective settings (defaults, file, then flags).
 
-    `given` holds the flags (or API arguments) by table, as evolve_overrides
-    makes them: only those, never the file, change a resumed run's settings.
+    On resume, the settings the file or the flags give are split as
+    run_resume.py says: `overrides` to apply, `fixed` that must match the run's.
     """
-    budget, llm = (given or {}).get("budget", {}), (given or {}).get("llm", {})
-    overrides = resume_overrides(
-        tokens=budget.get("tokens"), usd=budget.get("usd"), time_limit=budget.get("time"),
-        candidates=budget.get("candidates"), base_url=llm.get("base_url"),
-        models=llm.get("models")) if resume else {}
+    overrides, fixed = split_given(effective) if resume else ({}, [])
     return {"runs_dir": Path(runs_dir), "eval": config_file.eval_config(effective),
             "search": config_file.search_config(effective),
             "llm": config_file.llm_settings(effective),
             "budget": config_file.budget_limits(effective), "resume": resume, "gpus": gpus,
-            "overrides": overrides,
+            "overrides": overrides, "fixed": fixed,
             "seeds": [Path(seed) for seed in seeds or []]}
 
 
@@ -192,3 +187,17 @@ def open_to_resume(runs_dir: Path, resume: str) -> tuple[RunStore, Task, dict[st
     store = RunStore.open(path if path.exists() else runs_dir / resume)
     info = store.run_info()
     return store, task_from_source(info.task_source, name=info.task_name), info.config
+
+
+def refuse_changes(store: RunStore, task: Task | None, options: dict[str, Any]) -> None:
+    """ResumeConflict if the task, seeds or settings given differ from the resumed run's."""
+    info = store.run_info()
+    eval_config, search = configs_from_run(info.config)
+    problems = changed_settings(options.get("fixed", []), {
+        "eval": eval_config, "eval.timing": eval_config.timing, "search": search})
+    if task is not None and task.source != info.task_source:
+        problems.append(f"TASK {task.name} (not the run's task, {info.task_name})")
+    planted = {c.candidate.source for c in store.candidates() if c.candidate.origin == "seed"}
+    problems += [f"--seed {path} (not one of the run's starting candidates)"
+                 for path in options.get("seeds", []) if load_candidate(path).source not in planted]
+    refuse(info.id, problems)

@@ -12,6 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from kernelevo.run_lock import status_now
 from kernelevo.store import RankEntry, RunStore, StoreError, Totals
 from kernelevo.store_listing import list_runs
 
@@ -72,7 +73,11 @@ def public_config(config: Mapping[str, Any]) -> dict[str, Any]:
 
 def _run_facts(store: RunStore) -> dict[str, Any]:
     info, totals, best = store.run_info(), store.totals(), store.ranking().best
-    return {"run_id": info.id, "task": info.task_name, "status": info.status,
+    # `status` as `runs` shows it; `recorded_status` as run.db holds it (a driver
+    # killed outright leaves `running` there).
+    return {"run_id": info.id, "task": info.task_name,
+            "status": status_now(info.status, Path(store.path).parent),
+            "recorded_status": info.status,
             "created_at": info.created_at, "finished_at": info.finished_at,
             **_spend(totals), "best": _entry(best)}
 

@@ -21,6 +21,7 @@ from kernelevo.config import EvalConfig, TimingConfig
 from kernelevo.errors import ConfigError
 from kernelevo.evaluate.verdict import Verdict
 from kernelevo.render import print_verdict
+from kernelevo.run_lock import status_now
 from kernelevo.store import (DB_NAME, Ranking, RunInfo, RunStore, StoreError, StoredCandidate,
                              rank_candidates)
 from kernelevo.store_listing import list_runs
@@ -109,7 +110,8 @@ def _run_row(run_id: str, path: Path, problem: str) -> list[str]:
         return unreadable
     total = sum(totals.candidates_by_status.values())
     evaluated = total - totals.candidates_by_status.get("unevaluated", 0)
-    return [info.id, escape(info.task_name), info.status, _when(info.created_at), f"{evaluated}/{total}",
+    return [info.id, escape(info.task_name), status_now(info.status, path), _when(info.created_at),
+            f"{evaluated}/{total}",
             # Both columns are the one best kernel's, never two different candidates.
             _speedup(best.speedup_vs_eager if best else None),
             _speedup(best.speedup_vs_compile if best else None),
@@ -120,7 +122,11 @@ def show_run(console: Console, runs_dir: Path, run: str) -> None:
     """Print a run's summary, spend, its best candidates and the best one's verdict."""
     with open_run(runs_dir, run) as store:
         info, totals, candidates = store.run_info(), store.totals(), store.candidates()
-    console.print(f"[bold]run {info.id}[/]  task {escape(info.task_name)}  status {info.status}")
+    status = status_now(info.status, Path(store.path).parent)
+    console.print(f"[bold]run {info.id}[/]  task {escape(info.task_name)}  status {status}")
+    if status != info.status:
+        console.print(f"no process drives it (run.db says {info.status}: its driver was killed "
+                      f"or its machine stopped); continue it with --resume {info.id}")
     finished = f", finished {_when(info.finished_at)}" if info.finished_at else ""
     console.print(f"created {_when(info.created_at)}{finished}")
     for section, text in _config_essentials(info.config).items():

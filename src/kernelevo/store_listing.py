@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+from kernelevo.run_lock import status_now
 from kernelevo.store import DB_NAME, RunStore, StoreError
 from kernelevo.store_records import RunSummary
 
@@ -29,7 +30,7 @@ def _summarise(path: Path) -> RunSummary:
         run_id=info.id,
         path=path.parent,
         task_name=info.task_name,
-        status=info.status,
+        status=status_now(info.status, path.parent),
         created_at=info.created_at,
         finished_at=info.finished_at,
         candidates=sum(totals.candidates_by_status.values()),

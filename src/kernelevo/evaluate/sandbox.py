@@ -5,7 +5,8 @@ triton) but never touched CUDA, so a child pays neither the import nor a
 shared CUDA context. Each child starts its own session, so killing its
 process group also ends compilers and anything it spawned. Messages from a
 child are JSON only: unpickling what an untrusted process wrote would hand
-it the judge.
+it the judge. A judge that dies without cleaning up leaves no child running
+(lifeline.py says how).
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-_MARKER_ENV = "KERNELEVO_SANDBOX_ID"
+from kernelevo.evaluate.lifeline import (
+    MARKER_ENV, die_with_parent, kill_marked, release_forkserver, start_guard, stop_guard)
+
 _EXIT_WAIT_S = 60.0  # how long a killed child may take to be gone
 _context: Any = None
 _start_lock = threading.Lock()
@@ -205,36 +208,21 @@ def _unshare_network() -> str:
         return f"shared ({exc})"
 
 
-def _follow_the_judge(lifeline: Any) -> None:
-    """Kill this child's process group as soon as the judge's process is gone.
-
-    The judge holds the other end of `lifeline` and never writes to it: the
-    read ends only when the judge exits, by SIGKILL or an outer timeout too,
-    so no candidate keeps running on the GPU without a judge to stop it.
-    (The forkserver cannot do this: every child holds its "alive" pipe open.)
-    """
-    def watch() -> None:
-        try:
-            lifeline.recv_bytes()
-        except (EOFError, OSError):
-            pass
-        os.killpg(os.getpgid(0), signal.SIGKILL)
-
-    threading.Thread(target=watch, name="kernelevo-lifeline", daemon=True).start()
-
-
 def _child_main(target: Callable[..., None], payload: dict[str, Any], connection: Any,
                 lifeline: Any, scratch: str, log_path: str, marker: str,
                 environment: dict[str, str], isolate_network: bool) -> None:
     """Entry point in the forked child: detach, confine, redirect output, run."""
     os.setsid()
-    _follow_the_judge(lifeline)
+    release_forkserver()
+    guard = start_guard(lifeline, marker)
+    lifeline.close()
+    die_with_parent()
     network = _unshare_network() if isolate_network else "shared (not asked)"
     # The judge's environment as of this job (the forkserver's is as of its
     # start), before anything opens CUDA: CUDA_VISIBLE_DEVICES among it.
     os.environ.clear()
     os.environ.update(environment)
-    os.environ[_MARKER_ENV] = marker
+    os.environ[MARKER_ENV] = marker
     # The candidate's working folder is apart from the harness's files, so
     # anything that appears in it was written by the candidate.
     workdir = os.path.join(scratch, "work")
@@ -252,9 +240,12 @@ def _child_main(target: Callable[..., None], payload: dict[str, Any], connection
     os.chdir(workdir)
     channel = Channel(connection)
     channel.send("isolation", network=network)
-    target(payload, channel)
-    sys.stdout.flush()
-    sys.stderr.flush()
+    try:
+        target(payload, channel)
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        stop_guard(guard)  # reaped here, not left a zombie for init
     os._exit(0)
 
 
@@ -359,18 +350,7 @@ def _kill_group(pid: int | None, marker: str) -> None:
             os.killpg(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
             pass
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            environ = (proc / "environ").read_bytes()
-        except OSError:
-            continue
-        if f"{_MARKER_ENV}={marker}".encode() in environ:
-            try:
-                os.kill(int(proc.name), signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+    kill_marked(marker)
 
 
 def read_tail(path: Path, limit_bytes: int = 8000) -> str:

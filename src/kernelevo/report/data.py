@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelevo.report.lineage import IslandCells, LineageStep, archive_cells, lineage
+from kernelevo.run_lock import status_now
 from kernelevo.store import DB_NAME, LlmCall, Ranking, RunStore, StoredCandidate, rank_candidates
 
 METRICS = ("speedup_vs_eager", "speedup_vs_compile")
@@ -140,7 +141,8 @@ def load_run(run_path: Path) -> RunData:
     span = max([start] + [e.at for e in events] + [c.created_at for c in stored]
                + [c.evaluated_at or 0.0 for c in stored] + [info.finished_at or 0.0]) - start
     return RunData(
-        run_id=info.id, task_name=info.task_name, status=info.status,
+        run_id=info.id, task_name=info.task_name,
+        status=status_now(info.status, run_database(Path(run_path)).parent),
         backend=str(info.config.get("search", {}).get("backend", "")),
         created_at=start, finished_at=info.finished_at,
         elapsed_s=max(elapsed_events, default=span), span_s=span,

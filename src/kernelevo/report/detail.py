@@ -7,6 +7,7 @@ from pathlib import Path
 
 from kernelevo.report.data import call_mode, reference_source, run_database
 from kernelevo.report.lineage import LineageStep, lineage
+from kernelevo.run_lock import status_now
 from kernelevo.store import LlmCall, RunStore, StoredCandidate
 
 
@@ -44,7 +45,8 @@ def load_candidate_detail(run_path: Path, candidate_id: str) -> CandidateDetail:
     own_calls = tuple(call for call in calls if call.candidate_id == candidate_id)
     modes = {call.candidate_id: call_mode(call) for call in calls if call.candidate_id}
     return CandidateDetail(
-        run_id=info.id, task_name=info.task_name, run_status=info.status, stored=stored,
+        run_id=info.id, task_name=info.task_name,
+        run_status=status_now(info.status, run_database(Path(run_path)).parent), stored=stored,
         parent=by_id.get(parents[0]) if parents else None,
         reference_source=reference_source(everything, info.task_source),
         calls=own_calls, lineage=lineage(by_id, candidate_id, modes))

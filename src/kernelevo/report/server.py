@@ -29,6 +29,7 @@ from kernelevo.errors import KernelEvoError
 from kernelevo.report import html, units
 from kernelevo.report.data import load_run, run_database
 from kernelevo.report.detail import CandidateDetail, load_candidate_detail
+from kernelevo.run_lock import status_now
 from kernelevo.store import DB_NAME, RunStore
 from kernelevo.store_listing import list_runs
 
@@ -100,11 +101,12 @@ def live_summary(run_path: Path) -> dict[str, Any]:
     """A cheap status for the UI's polling; `version` changes when the views would."""
     with RunStore.open(run_database(run_path)) as store:
         info, totals, ranking = store.run_info(), store.totals(), store.ranking()
+        status = status_now(info.status, Path(store.path).parent)
     by_status = dict(sorted(totals.candidates_by_status.items()))
     answered_calls = totals.llm_calls - totals.llm_calls_in_flight
     best, baseline = ranking.best, ranking.baseline
     return {
-        "run_id": info.id, "task": info.task_name, "status": info.status,
+        "run_id": info.id, "task": info.task_name, "status": status,
         "candidates": sum(by_status.values()), "by_status": by_status,
         # One best kernel (see store_records.rank), as `show` and the report name it.
         "best_id": best.id if best else None,
@@ -116,14 +118,14 @@ def live_summary(run_path: Path) -> dict[str, Any]:
         "tokens": totals.tokens_in + totals.tokens_out, "cost_usd": totals.cost_usd,
         "llm_calls_in_flight": totals.llm_calls_in_flight,
         "text": {
-            "status": info.status, "candidates": str(sum(by_status.values())),
+            "status": status, "candidates": str(sum(by_status.values())),
             "tokens": units.tokens(totals.tokens_in + totals.tokens_out),
             "cost": units.usd(totals.cost_usd),
             "best": units.speedup(best.speedup_vs_eager if best else None),
         },
         # Elapsed-time events are left out: they tick every few seconds and
         # would redraw an unchanged page.
-        "version": json.dumps([info.status, by_status, answered_calls], sort_keys=True),
+        "version": json.dumps([status, by_status, answered_calls], sort_keys=True),
     }
 
 
