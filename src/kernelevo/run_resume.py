@@ -1,4 +1,4 @@
-"""Settings a `--resume` changes: budgets, endpoint and models given again on the command line.
+"""Settings a `--resume` changes: budgets, endpoint, models and cluster given again.
 
 A resumed run otherwise keeps the settings it was started with; flags given
 with `--resume` replace the stored ones, and the change is written back to
@@ -19,8 +19,8 @@ CHANGE_EVENT = "settings_changed"
 
 def resume_overrides(*, tokens: str | int | None = None, usd: str | float | None = None,
                      time_limit: str | float | None = None, candidates: int | None = None,
-                     base_url: str | None = None,
-                     models: dict[str, float] | None = None) -> Overrides:
+                     base_url: str | None = None, models: dict[str, float] | None = None,
+                     cluster: str | None = None) -> Overrides:
     """The settings given explicitly, parsed, in the run config's sections and keys."""
     budget = {key: value for key, value in (
         ("tokens", parse_tokens(str(tokens)) if tokens is not None else None),
@@ -29,8 +29,9 @@ def resume_overrides(*, tokens: str | int | None = None, usd: str | float | None
         ("candidates", candidates)) if value is not None}
     llm = {key: value for key, value in (("base_url", base_url), ("models", models or None))
            if value is not None}
-    return {section: values for section, values in (("budget", budget), ("llm", llm))
-            if values}
+    search = {"cluster": cluster} if cluster is not None else {}
+    return {section: values for section, values in (("budget", budget), ("llm", llm),
+                                                     ("search", search)) if values}
 
 
 def apply_overrides(config: dict[str, Any],

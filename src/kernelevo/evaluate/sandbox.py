@@ -53,6 +53,11 @@ def stop_all_jobs() -> None:
         _kill_group(pid, marker)
 
 
+def jobs_stopping() -> bool:
+    """Whether `stop_all_jobs` was called: judges waiting on work elsewhere give up too."""
+    return _stopping.is_set()
+
+
 def allow_jobs() -> None:
     """Accept jobs again after `stop_all_jobs` (the next run in this process)."""
     _stopping.clear()
