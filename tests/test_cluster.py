@@ -136,9 +136,22 @@ def test_evolve_on_the_cluster_records_who_judged_each_candidate(two_workers, tm
     assert "judged by cluster worker w" in shown.output
 
 
+@pytest.mark.slow
+def test_a_worker_without_kernelevo_is_refused_naming_it(tmp_path):
+    shadow = tmp_path / "shadow" / "kernelevo"  # a package of that name, without the judge
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("")
+    with LocalDaskCluster(tmp_path / "cluster", workers=1,
+                          environment={"PYTHONPATH": str(shadow.parent)}) as local:
+        with pytest.raises(ConfigError, match="cannot run KernelEvo's judge.*install kernelevo"):
+            cluster.connect(local.address, timeout_s=30)
+
+
 # -- what the judge does with each answer (a fake connection) -------------------------
 
 class FakeFuture:
+    key = "kernelevo-judge-0"
+
     def __init__(self, outcome):
         self.outcome, self.cancelled = outcome, False
 
@@ -179,6 +192,7 @@ def test_the_job_is_data_and_the_answer_names_the_worker():
     verdicts = judge.evaluate_many([Candidate(source=GOOD, backend="triton")] * 2)
     assert [v.environment["judge_worker"] for v in verdicts] == ["gpu3", "gpu3"]
     assert verdicts[0].environment["judge_host"] == "gpu-host-7"
+    assert verdicts[0].environment["cluster_job"] == "kernelevo-judge-0"
     job = JudgeJob.from_dict(judge.connection.jobs[0])
     assert job.candidates == ((GOOD, "triton"), (GOOD, "triton"))
     assert job.config() == EvalConfig(device="cpu")
@@ -258,6 +272,20 @@ def test_evolve_with_an_unreachable_cluster_exits_2_with_the_address(tmp_path):
     assert done.exit_code == 2, done.output
     assert address in done.output and "dask scheduler" in done.output
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_the_cluster_is_a_search_setting_of_the_file_and_of_a_resume(tmp_path):
+    from kernelevo import config_file
+    from kernelevo.run_resume import resume_overrides
+
+    path = tmp_path / "k.toml"
+    path.write_text('[search]\ncluster = "tcp://10.0.0.1:8786"\ncluster_slots = 4\n')
+    search = config_file.search_config(config_file.resolve(path))
+    assert (search.cluster, search.cluster_slots) == ("tcp://10.0.0.1:8786", 4)
+    path.write_text("[search]\ncluster_slots = -1\n")
+    with pytest.raises(ConfigError, match="cluster_slots: expected a whole number >= 0"):
+        config_file.resolve(path)
+    assert resume_overrides(cluster="tcp://h:1") == {"search": {"cluster": "tcp://h:1"}}
 
 
 def test_cluster_and_gpus_together_exit_2(tmp_path):

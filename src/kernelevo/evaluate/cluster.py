@@ -193,8 +193,10 @@ class ClusterJudge:
                     for _ in candidates]
         if "error" in answer:
             raise error_from_answer(answer)
+        # Who judged, and the job's key, by which the scheduler's logs know it.
         judged_by = {"judge_host": str(answer.get("host", "")),
-                     "judge_worker": str(answer.get("worker", ""))}
+                     "judge_worker": str(answer.get("worker", "")),
+                     "cluster_job": str(future.key)}
         return [replace(verdict, environment={**verdict.environment, **judged_by})
                 for verdict in verdicts_from_data(answer.get("verdicts"), len(candidates))]
 
