@@ -102,12 +102,21 @@ class LocalDaskCluster:
         return path.read_text(errors="replace") if path.exists() else ""
 
     def stop(self) -> None:
-        """SIGTERM each process, then SIGKILL what is left after a grace period."""
-        for process in self.processes.values():
+        """The workers, then the scheduler: SIGTERM, and SIGKILL what is left after a while.
+
+        A worker whose scheduler is gone first hangs in its shutdown.
+        """
+        workers = [p for name, p in self.processes.items() if name != "scheduler"]
+        self._terminate(workers)
+        self._terminate([p for name, p in self.processes.items() if name == "scheduler"])
+
+    @staticmethod
+    def _terminate(processes: list[subprocess.Popen]) -> None:
+        for process in processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + 15.0
-        for process in self.processes.values():
+        for process in processes:
             try:
                 process.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
