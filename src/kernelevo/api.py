@@ -73,7 +73,8 @@ def evolve(task: TaskLike | None = None, *, seeds: list[str | os.PathLike[str]] 
            base_url: str | None = None, api_key_env: str | None = None,
            tokens: str | int | None = None, usd: str | float | None = None,
            time: str | float | None = None, candidates: int | None = None,
-           gpus: str = "all", resume: str | None = None,
+           gpus: str | None = None, cluster: str | None = None,
+           cluster_slots: int | None = None, resume: str | None = None,
            runs_dir: str | os.PathLike[str] | None = None, llm_in_flight: int | None = None,
            islands: int | None = None, kernelbench_dir: str | None = None,
            config_file: str | None = None, quiet: bool = False,
@@ -94,7 +95,7 @@ def evolve(task: TaskLike | None = None, *, seeds: list[str | os.PathLike[str]] 
         raise ConfigError("give a task, or resume=RUN to continue a run")
     overrides = {**_eval_overrides(settings), **setup.evolve_overrides(
         backend, islands, llm_in_flight, models, base_url, api_key_env, tokens, usd, time,
-        candidates)}
+        candidates, cluster, cluster_slots)}
     options = setup.evolve_options(resolve(config_file, overrides),
                                    runs_dir=runs_dir or _runs_dir(), resume=resume, gpus=gpus,
                                    seeds=[Path(seed) for seed in seeds or []])

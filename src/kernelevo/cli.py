@@ -205,7 +205,12 @@ def evolve_command(
     usd: Optional[str] = typer.Option(None, help="dollar budget, e.g. 2"),
     time_limit: Optional[str] = typer.Option(None, "--time", help="wall-time budget, e.g. 2h"),
     candidates: Optional[int] = typer.Option(None, help="most candidates to propose"),
-    gpus: str = typer.Option("all", help="'all' or a list like 0,1"),
+    gpus: Optional[str] = typer.Option(None, help="'all' (default) or a list like 0,1"),
+    cluster: Optional[str] = typer.Option(None, metavar="ADDRESS", help="judge on the workers "
+                                          "of this Dask scheduler, e.g. tcp://HOST:8786 "
+                                          "(docs/cluster.md)"),
+    cluster_slots: Optional[int] = typer.Option(None, help="cluster jobs in flight (default: "
+                                                "one per worker GPU)"),
     resume: Optional[str] = typer.Option(None, help="run id or folder to continue"),
     runs_dir: Path = typer.Option(Path("runs"), envvar="KERNELEVO_RUNS_DIR",
                                   help="where runs are stored"),
@@ -232,7 +237,7 @@ def evolve_command(
                                       measure=timing),
                      **setup.evolve_overrides(choice_value(backend), islands, llm_in_flight, model,
                                               base_url, api_key_env, tokens, usd, time_limit,
-                                              candidates)}
+                                              candidates, cluster, cluster_slots)}
         options = setup.evolve_options(resolve(config_file, overrides, FLAGS),
                                        runs_dir=runs_dir, resume=resume, gpus=gpus, seeds=seed)
         if task is None and resume is None:

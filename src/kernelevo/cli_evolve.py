@@ -94,6 +94,7 @@ def run_evolve(console: Console, task: Any, options: dict[str, Any]) -> EvolveRe
     runs_dir = Path(options["runs_dir"])
     store: RunStore | None = None
     lock: RunLock | None = None
+    plan: _Plan | None = None
     with sigterm_as_interrupt():
         try:
             changes: dict[str, Any] = {}
@@ -117,6 +118,8 @@ def run_evolve(console: Console, task: Any, options: dict[str, Any]) -> EvolveRe
                 _record_stop(store, exc)
             raise
         finally:
+            if plan is not None:
+                setup.close_judges(plan.judges)
             if lock is not None:
                 lock.release()
             if store is not None:
@@ -134,7 +137,6 @@ def _plan(task: Any, config: dict[str, Any], options: dict[str, Any],
                                             options["budget"])
     budget = setup.make_budget(limits, store)
     pool = setup.make_pool(llm, budget)
-    judges = setup.make_judges(task, eval_config, options.get("gpus", "all"))
     seeds = [setup.reference_seed(task)] + setup.user_seeds(options.get("seeds", []),
                                                              search.backend)
     if pool is None and store is None and not any(s.backend in ("triton", "cuda")
@@ -142,6 +144,8 @@ def _plan(task: Any, config: dict[str, Any], options: dict[str, Any],
         raise ConfigError("no LLM is configured and no Triton or CUDA starting candidate was "
                           "given: the tuner needs a working kernel to tune (--seed FILE), or "
                           "give --model and --base-url")
+    # Last: a cluster's judges hold a connection, closed by run_evolve once there is a plan.
+    judges = setup.make_judges(task, eval_config, options.get("gpus"), search)
     return _Plan(config, eval_config, search, limits, budget, pool, judges, seeds)
 
 
@@ -158,8 +162,9 @@ def _drive(console: Console, store: RunStore, task: Any, plan: _Plan, changes: d
     mode = "LLM + tuner" if plan.pool else "tuner only (no LLM configured)"
     log.info("run %s: %d seed(s), budget %s, search %s", run_id, len(plan.seeds), plan.limits,
              plan.search)
+    where = f" on the cluster at {plan.search.cluster}" if plan.search.cluster else ""
     console.print(f"run {run_id} in {escape(str(run_dir))} ({mode}); "
-                  f"{len(plan.judges)} evaluation worker(s)")
+                  f"{len(plan.judges)} evaluation worker(s){escape(where)}")
     evolution = Evolution(store, plan.judges, plan.search, plan.budget, proposer)
     if resumed:
         evolution.resume()

@@ -27,6 +27,7 @@ FLAGS = {
     ("eval.timing", "measure"): "--timing",
     ("search", "backend"): "--backend", ("search", "islands"): "--islands",
     ("search", "llm_in_flight"): "--llm-in-flight", ("llm", "in_flight"): "--llm-in-flight",
+    ("search", "cluster"): "--cluster", ("search", "cluster_slots"): "--cluster-slots",
     ("llm", "models"): "--model", ("llm", "base_url"): "--base-url",
     ("llm", "api_key_env"): "--api-key-env", ("budget", "tokens"): "--tokens",
     ("budget", "usd"): "--usd", ("budget", "time"): "--time",

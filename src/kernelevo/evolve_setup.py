@@ -32,7 +32,7 @@ CLIENT_SETTINGS = tuple(f.name for f in dataclasses.fields(ClientConfig)
 
 
 def evolve_options(effective: Effective, *, runs_dir: str | Path = DEFAULT_RUNS_DIR,
-                   resume: str | None = None, gpus: str = "all",
+                   resume: str | None = None, gpus: str | None = None,
                    seeds: list[Path] | None = None) -> dict[str, Any]:
     """What run_evolve needs, from the effective settings (defaults, file, then flags).
 
@@ -54,11 +54,13 @@ def evolve_overrides(backend: str | None = None, islands: int | None = None,
                      base_url: str | None = None, api_key_env: str | None = None,
                      tokens: str | int | None = None, usd: str | float | None = None,
                      time_limit: str | float | None = None,
-                     candidates: int | None = None) -> dict[str, dict[str, Any]]:
+                     candidates: int | None = None, cluster: str | None = None,
+                     cluster_slots: int | None = None) -> dict[str, dict[str, Any]]:
     """evolve's flags (or API arguments) as overrides by table; None leaves the file's value."""
     if models:
         models = dict(models) if isinstance(models, dict) else parse_models(models)
-    return {"search": {"backend": backend, "islands": islands, "llm_in_flight": llm_in_flight},
+    return {"search": {"backend": backend, "islands": islands, "llm_in_flight": llm_in_flight,
+                       "cluster": cluster, "cluster_slots": cluster_slots},
             "llm": {"models": models or None, "base_url": base_url, "api_key_env": api_key_env,
                     "in_flight": llm_in_flight},
             "budget": {"tokens": tokens, "usd": usd, "time": time_limit,
@@ -110,19 +112,47 @@ def make_budget(limits: dict[str, Any], store: RunStore | None) -> Budget:
     return budget
 
 
-def make_judges(task: Task, eval_config: EvalConfig, gpus: str) -> list[Any]:
-    """One judge per GPU (or one on the CPU), each confining its children to its GPU."""
+def make_judges(task: Task, eval_config: EvalConfig, gpus: str | None,
+                search: SearchConfig | None = None) -> list[Any]:
+    """One judge per GPU (or one on the CPU), each confining its children to its GPU;
+    with a cluster, one per job the cluster's workers can run at once."""
+    if search is not None and search.cluster:
+        return cluster_judges(task, eval_config, search, gpus)
     import torch
 
     from kernelevo.evaluate.judge import Judge
 
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    indexes = select_gpus(gpus, count)
+    indexes = select_gpus(gpus or "all", count)
     if eval_config.device == "cpu" or not count:
         log.info("one judge on the CPU (device %s, GPUs visible: %d)", eval_config.device, count)
         return [Judge(task, eval_config, standby=True)]
     log.info("one judge per GPU: %s of %d", indexes, count)
     return [Judge(task, eval_config, gpu_index=i, standby=True) for i in indexes]
+
+
+def cluster_judges(task: Task, eval_config: EvalConfig, search: SearchConfig,
+                   gpus: str | None) -> list[Any]:
+    """Judges sending jobs to the Dask scheduler at `search.cluster`, one per worker slot."""
+    if gpus is not None:
+        raise ConfigError(f"--cluster {search.cluster} and --gpus {gpus}: a cluster judges on "
+                          "its workers' GPUs, one worker per GPU (docs/cluster.md); leave out "
+                          "--gpus")
+    from kernelevo.evaluate.cluster import ClusterJudge, connect
+
+    connection = connect(search.cluster, search.cluster_timeout_s, eval_config.device,
+                         search.cluster_slots)
+    log.info("judging on the cluster at %s: %d job(s) at once", search.cluster,
+             connection.slots)
+    return [ClusterJudge(connection, task, eval_config) for _ in range(connection.slots)]
+
+
+def close_judges(judges: list[Any]) -> None:
+    """Let judges that hold a connection (a cluster's client) close it."""
+    for judge in judges:
+        close = getattr(judge, "close", None)
+        if close is not None:
+            close()
 
 
 def select_gpus(gpus: str, visible: int) -> list[int]:

@@ -53,6 +53,11 @@ def print_verdict(console: Console, name: str, verdict: Verdict) -> None:
         console.print(f"[yellow]flag:[/] {escape(flag)}")
     for note in verdict.notes:
         console.print(f"[dim]note:[/] {escape(note)}")
+    worker = verdict.environment.get("judge_worker")
+    if worker:  # judged on a cluster
+        host = verdict.environment.get("judge_host", "")
+        console.print(f"[dim]judged by cluster worker {escape(worker)}"
+                      + (f" on {escape(host)}" if host else "") + "[/]")
     if verdict.phases_s:
         console.print("[dim]phases (s): " + ", ".join(f"{k} {v:.2f}"
                                                      for k, v in verdict.phases_s.items()) + "[/]")

@@ -32,7 +32,9 @@ Overrides = dict[str, dict[str, Any]]
 CHANGE_EVENT = "settings_changed"
 APPLIED_TABLES = ("budget", "llm")
 # [search] keys that set only the pace: how many LLM calls and builds run at once.
-APPLIED_SEARCH_KEYS = ("llm_in_flight", "queued_per_worker", "build_workers")
+# and where the judging runs (a run may move to another cluster).
+APPLIED_SEARCH_KEYS = ("llm_in_flight", "queued_per_worker", "build_workers", "cluster",
+                       "cluster_slots", "cluster_timeout_s")
 
 
 class ResumeConflict(ConfigError):

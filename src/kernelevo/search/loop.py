@@ -30,7 +30,8 @@ from kernelevo.evaluate.verdict import Verdict, verdict_for
 from kernelevo.llm.protocol import LLMError
 from kernelevo.propose import tuner
 from kernelevo.search.archive import Archive, ArchiveEntry
-from kernelevo.schema import AT_LEAST_ONE, NON_NEGATIVE, Annotated, Bound, OneOf, check_fields
+from kernelevo.schema import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, Annotated, Bound, OneOf,
+                              check_fields)
 from kernelevo.search.descriptors import cell_of
 from kernelevo.store import RunStore
 
@@ -81,6 +82,10 @@ class SearchConfig:
     # proposals wait while this many per worker await judging
     queued_per_worker: Annotated[int, AT_LEAST_ONE] = 2
     build_workers: Annotated[int, AT_LEAST_ONE] = 2  # CPU processes compiling CUDA candidates
+    # A Dask scheduler's address (tcp://HOST:8786): judge on its workers, not local GPUs.
+    cluster: str = ""
+    cluster_slots: Annotated[int, NON_NEGATIVE] = 0  # jobs in flight; 0: one per worker GPU
+    cluster_timeout_s: Annotated[float, POSITIVE] = 30.0  # to reach it and see a worker
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -45,7 +45,7 @@ def evolve_task(out: Path, key: str, task: Any, seeds: list[Path], config: EvalC
         task, seeds=[str(s) for s in seeds] or None, models=list(search.models) or None,
         base_url=search.base_url, tokens=search.tokens, usd=search.usd, time=search.time,
         candidates=search.candidates, runs_dir=folder, quiet=True,
-        gpus=",".join(map(str, gpus)) if gpus else "all",
+        gpus=",".join(map(str, gpus)) if gpus else None,
         resume=earlier[0].run_id if earlier else None, **_settings(config))
     progress = result.progress
     found = progress.best_id is not None
