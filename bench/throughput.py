@@ -202,15 +202,17 @@ def main() -> None:
     problems = prepare(entries, args.kb, Path(tempfile.mkdtemp(prefix="tp-")), args.max_elements)
     result: dict = {"corpus": len(entries), "problems": len(problems)}
     for phase in args.phases:
-        if phase in ("pool1", "pool2"):
-            result[phase] = pool_phase(entries, problems, int(phase[-1]), args.out)
+        if phase.startswith("pool"):  # pool1, pool2, pool4: jobs at once on the GPU
+            result[phase] = pool_phase(entries, problems, int(phase[4:]), args.out)
         elif phase == "kb":
             result["kb"] = kb_phase(entries, problems, args.kb_sample, args.kb, args.out)
         elif phase == "cli":
             result["cli"] = cli_phase(args.out)
         (args.out / "throughput.json").write_text(json.dumps(result, indent=1))
-    if "pool1" in result and "pool2" in result:
-        result["pipelining"] = compare_pools(result["pool1"], result["pool2"])
+    for phase in args.phases:
+        if phase.startswith("pool") and phase != "pool1" and "pool1" in result:
+            key = "pipelining" if phase == "pool2" else f"pipelining_{phase}"
+            result[key] = compare_pools(result["pool1"], result[phase])
     (args.out / "throughput.json").write_text(json.dumps(result, indent=1))
     short = {k: ({kk: vv for kk, vv in v.items() if kk not in ("rows", "ratios")}
                  if isinstance(v, dict) else v) for k, v in result.items()}
