@@ -127,8 +127,10 @@ def make_judges(task: Task, eval_config: EvalConfig, gpus: str | None,
     if eval_config.device == "cpu" or not count:
         log.info("one judge on the CPU (device %s, GPUs visible: %d)", eval_config.device, count)
         return [Judge(task, eval_config, standby=True)]
-    log.info("one judge per GPU: %s of %d", indexes, count)
-    return [Judge(task, eval_config, gpu_index=i, standby=True) for i in indexes]
+    lanes = search.lanes if search is not None else 1
+    log.info("%d judge(s) per GPU: %s of %d", lanes, indexes, count)
+    return [Judge(task, eval_config, gpu_index=i, standby=True)
+            for i in indexes for _ in range(lanes)]
 
 
 def cluster_judges(task: Task, eval_config: EvalConfig, search: SearchConfig,

@@ -33,7 +33,7 @@ CHANGE_EVENT = "settings_changed"
 APPLIED_TABLES = ("budget", "llm")
 # [search] keys that set only the pace: how many LLM calls and builds run at once.
 # and where the judging runs (a run may move to another cluster).
-APPLIED_SEARCH_KEYS = ("llm_in_flight", "queued_per_worker", "build_workers", "cluster",
+APPLIED_SEARCH_KEYS = ("llm_in_flight", "queued_per_worker", "build_workers", "lanes", "cluster",
                        "cluster_slots", "cluster_timeout_s")
 
 

@@ -82,6 +82,8 @@ class SearchConfig:
     # proposals wait while this many per worker await judging
     queued_per_worker: Annotated[int, AT_LEAST_ONE] = 2
     build_workers: Annotated[int, AT_LEAST_ONE] = 2  # CPU processes compiling CUDA candidates
+    # Candidates judged at once per GPU: checks overlap, timing takes turns (gate.py).
+    lanes: Annotated[int, AT_LEAST_ONE] = 1
     # A Dask scheduler's address (tcp://HOST:8786): judge on its workers, not local GPUs.
     cluster: str = ""
     cluster_slots: Annotated[int, NON_NEGATIVE] = 0  # jobs in flight; 0: one per worker GPU
