@@ -111,7 +111,8 @@ class RunSummary:
     problem: str = ""
 
 
-@dataclass(frozen=True)
+# Slots: a run holds one per candidate while a page of it is drawn (50,000 and more).
+@dataclass(frozen=True, slots=True)
 class RankEntry:
     """What the best-kernel rule reads of one candidate; status None: not judged yet."""
 
@@ -141,6 +142,24 @@ class RankEntry:
         # The same flag Verdict.passed_kernel reads, so `eval` and runs agree.
         return (self.status == "ok" and self.backend in KERNEL_BACKENDS
                 and NO_CUSTOM_KERNEL_FLAG not in self.flags)
+
+
+@dataclass(frozen=True, slots=True)
+class CandidateBrief(RankEntry):
+    """A candidate without its source, and its verdict's figures without the verdict's JSON.
+
+    What table rows, plots, the archive replay and the best-kernel rule read
+    (`flags` is read only where the verdict names NO_CUSTOM_KERNEL_FLAG).
+    """
+
+    name: str
+    parent_ids: tuple[str, ...]
+    island: int | None
+    cell: tuple[Any, ...] | None
+    created_at: float
+    state: str
+    reason: str | None
+    runtime_ms: float | None
 
 
 @dataclass(frozen=True)

@@ -99,10 +99,12 @@ def _comparison(runs_dir: Path, query: dict[str, list[str]]) -> str:
 def live_summary(run_path: Path) -> dict[str, Any]:
     """A cheap status for the UI's polling; `version` changes when the views would."""
     with RunStore.open(run_database(run_path)) as store:
-        info, totals, ranking = store.run_info(), store.totals(), store.ranking()
+        info, totals = store.run_info(), store.totals()
+        best, baseline = store.briefs.best(), store.briefs.baseline()
+        # Why there is no best needs every candidate; with a best, two indexed reads do.
+        no_best = None if best else store.ranking().no_best_message()
     by_status = dict(sorted(totals.candidates_by_status.items()))
     answered_calls = totals.llm_calls - totals.llm_calls_in_flight
-    best, baseline = ranking.best, ranking.baseline
     return {
         "run_id": info.id, "task": info.task_name, "status": info.status,
         "candidates": sum(by_status.values()), "by_status": by_status,
@@ -110,7 +112,7 @@ def live_summary(run_path: Path) -> dict[str, Any]:
         "best_id": best.id if best else None,
         "best_speedup_vs_eager": best.speedup_vs_eager if best else None,
         "best_speedup_vs_compile": best.speedup_vs_compile if best else None,
-        "no_best": None if best else ranking.no_best_message(),
+        "no_best": no_best,
         "baseline_id": baseline.id if baseline else None,
         "baseline_speedup_vs_eager": baseline.speedup_vs_eager if baseline else None,
         "tokens": totals.tokens_in + totals.tokens_out, "cost_usd": totals.cost_usd,

@@ -33,6 +33,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kernelevo.errors import ConfigError
+from kernelevo.evaluate.verdict import Verdict
+from kernelevo.store_records import CandidateBrief
 
 SNAPSHOT_FORMAT = 1
 
@@ -329,3 +331,28 @@ def _island_from_json(index: int, data: dict[str, Any]) -> Island:
     for item in data["failures"]:
         island.failures[tuple(item["cell"])] = item["count"]
     return island
+
+
+def fitness(verdict: Verdict) -> float | None:
+    """Speedup over eager; a correct candidate without timings (CPU) counts as 1."""
+    return fitness_of(verdict.status, verdict.speedup_vs_eager)
+
+
+def fitness_of(status: str | None, speedup_vs_eager: float | None) -> float | None:
+    """`fitness` from a verdict's status and speedup alone (a stored brief)."""
+    if status != "ok":
+        return None
+    return speedup_vs_eager if speedup_vs_eager is not None else 1.0
+
+
+def archive_entries(briefs: Iterable[CandidateBrief]) -> list[ArchiveEntry]:
+    """Every verdict as an archive addition, in the order the search saw them.
+
+    Replaying them into a fresh Archive rebuilds the one a search had: resume
+    does, and so does the report's grid of cells.
+    """
+    judged = sorted((brief for brief in briefs if brief.status is not None),
+                    key=lambda brief: (brief.evaluated_at or 0.0, brief.sequence))
+    return [ArchiveEntry(brief.id, tuple(brief.cell or ()),
+                         fitness_of(brief.status, brief.speedup_vs_eager), brief.island or 0)
+            for brief in judged]

@@ -29,7 +29,7 @@ from kernelevo.candidate import Candidate
 from kernelevo.evaluate.verdict import Verdict, verdict_for
 from kernelevo.llm.protocol import LLMError
 from kernelevo.propose import tuner
-from kernelevo.search.archive import Archive, ArchiveEntry
+from kernelevo.search.archive import Archive, archive_entries, fitness
 from kernelevo.schema import AT_LEAST_ONE, NON_NEGATIVE, Annotated, Bound, OneOf, check_fields
 from kernelevo.search.descriptors import cell_of
 from kernelevo.store import RunStore
@@ -104,13 +104,6 @@ class Progress:
     outcome: RunOutcome | None = None  # set once the run has ended
 
 
-def fitness(verdict: Verdict) -> float | None:
-    """Speedup over eager; a correct candidate without timings (CPU) counts as 1."""
-    if not verdict.ok:
-        return None
-    return verdict.speedup_vs_eager if verdict.speedup_vs_eager is not None else 1.0
-
-
 class JudgeQueue:
     """Candidates waiting for a judge: the LLM's and the seeds' first, tuner variants after.
 
@@ -180,10 +173,7 @@ class Evolution:
 
     def resume(self) -> None:
         """Rebuild the archive from evaluated candidates; queue interrupted evaluations."""
-        stored = [c for c in self.store.candidates() if c.verdict is not None]
-        stored.sort(key=lambda c: (c.evaluated_at or 0.0, c.sequence))
-        entries = [ArchiveEntry(c.id, tuple(c.cell or ()), fitness(c.verdict), c.island or 0)
-                   for c in stored]
+        entries = archive_entries(self.store.briefs.candidates())
         self.archive = Archive.rebuild(entries, **self.archive.settings())
         for pending in self.store.pending():
             if pending.evaluation_attempts >= 2:
@@ -455,10 +445,10 @@ class Evolution:
 
     def _report(self, message: str | None = None) -> None:
         totals = self.store.totals()
-        # The one rule `show`, `export` and reports use; it reads every candidate,
-        # so it runs again only when a new verdict may have changed the answer.
+        # The one rule `show`, `export` and reports use, from an index (well
+        # under a millisecond at 50,000 candidates); only a verdict can change it.
         judged = totals.candidates_by_status != self.progress.by_status
-        best = self.store.best() if judged else None
+        best = self.store.briefs.best() if judged else None
         elapsed = time.monotonic() - self.started
         progress = self.progress
         progress.by_status = dict(totals.candidates_by_status)
@@ -469,10 +459,10 @@ class Evolution:
         since = time.monotonic() - (self.first_evaluation or time.monotonic())
         progress.gpu_busy_share = self.busy_s / (since * len(self.judges)) if since > 0 else 0.0
         progress.queued = self.queue.qsize()
-        if best is not None and best.verdict is not None:
+        if best is not None:
             progress.best_id = best.id
-            progress.best_vs_eager = best.verdict.speedup_vs_eager
-            progress.best_vs_compile = best.verdict.speedup_vs_compile
+            progress.best_vs_eager = best.speedup_vs_eager
+            progress.best_vs_compile = best.speedup_vs_compile
         if message:
             progress.message = progress.message or message
         if message or elapsed - self.last_elapsed_log > 5.0:
