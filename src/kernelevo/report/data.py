@@ -130,8 +130,9 @@ def load_run(run_path: Path) -> RunData:
         info, totals, events = store.run_info(), store.totals(), store.events()
         briefs = store.briefs.candidates()
         ranking = rank(briefs)
-        best = _best_kernel(store, ranking, info.task_source)
         baseline = store.candidate(ranking.baseline.id) if ranking.baseline else None
+        best = _best_kernel(store, ranking,
+                            baseline.candidate.source if baseline else info.task_source)
         chain = store.ancestry(best.stored.id, MAX_LINEAGE_STEPS) if best else {}
         modes = call_modes(store.llm_calls_of(chain))
         environment = _environment(best) or store.briefs.environment()
@@ -240,15 +241,14 @@ def _row(brief: CandidateBrief, start: float, spent: tuple[int, float]) -> Candi
         tokens=spent[0], cost_usd=spent[1])
 
 
-def _best_kernel(store: RunStore, ranking: Ranking, task_source: str) -> BestKernel | None:
+def _best_kernel(store: RunStore, ranking: Ranking, reference: str) -> BestKernel | None:
     """The ranking's best read in full, with what the report shows beside it."""
     if ranking.best is None:
         return None
     chosen = store.candidate(ranking.best.id)
     parents = chosen.candidate.parent_ids
     return BestKernel(stored=chosen, parent=_find(store, parents[0]) if parents else None,
-                      reference_source=reference_source(store, ranking.baseline, task_source),
-                      timed=ranking.timed, spreads=_spreads(chosen))
+                      reference_source=reference, timed=ranking.timed, spreads=_spreads(chosen))
 
 
 def reference_source(store: RunStore, baseline: RankEntry | None, task_source: str) -> str:
