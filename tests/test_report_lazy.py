@@ -19,11 +19,12 @@ from kernelevo.budget import Budget
 from kernelevo.candidate import Candidate
 from kernelevo.evaluate.verdict import verdict_for
 from kernelevo.evolve_setup import make_budget
-from kernelevo.report import units, write_report
+from kernelevo.report import data, units, write_report
 from kernelevo.report.data import call_mode, load_run
 from kernelevo.report.detail import load_candidate_detail
 from kernelevo.report.lineage import lineage
 from kernelevo.report.server import route
+from kernelevo.report.svg import thin_timeline
 from kernelevo.report.table import CandidateRow, candidate_table
 from kernelevo.search.archive import Archive, ArchiveEntry, fitness
 from kernelevo.search.loop import Evolution, SearchConfig
@@ -136,6 +137,42 @@ def test_the_best_kernels_lineage_and_parent_match_a_full_read(timed_run: Path) 
     assert data.lineage == lineage(by_id, "c0005", modes)
     assert data.baseline == by_id["c0001"]
     assert data.best.reference_source == by_id["c0001"].candidate.source
+
+
+def full_timeline(run: Path) -> list[tuple[float, dict[str, int]]]:
+    """Counts per status after every moment, from full reads of every candidate."""
+    with RunStore.open(run) as store:
+        start, candidates = store.run_info().created_at, store.candidates()
+    changes = []
+    for stored in candidates:
+        changes.append((stored.created_at, "pending", 1))
+        if stored.verdict is not None:
+            judged_at = stored.evaluated_at or stored.created_at
+            changes += [(judged_at, "pending", -1), (judged_at, stored.verdict.status, 1)]
+    counts: dict[str, int] = {}
+    timeline: list[tuple[float, dict[str, int]]] = []
+    for moment, status, delta in sorted(changes, key=lambda change: change[0]):
+        counts[status] = counts.get(status, 0) + delta
+        snapshot = {name: count for name, count in counts.items() if count}
+        if timeline and timeline[-1][0] == moment - start:
+            timeline[-1] = (moment - start, snapshot)
+        else:
+            timeline.append((moment - start, snapshot))
+    return timeline
+
+
+def test_a_small_runs_status_timeline_has_every_moment(timed_run: Path) -> None:
+    assert list(load_run(timed_run).timeline) == full_timeline(timed_run)
+
+
+def test_a_large_runs_status_timeline_is_cut_as_the_plot_cuts(
+        large_run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    full = full_timeline(large_run)
+    monkeypatch.setattr(data, "TIMELINE_STEPS", 60)
+    assert len(full) > 2 * 60
+    timeline = load_run(large_run).timeline
+    assert list(timeline) == list(thin_timeline(full, 60))
+    assert timeline[-1] == full[-1]  # the final counts stay exact
 
 
 # -- what the pages read -------------------------------------------------------

@@ -101,6 +101,28 @@ def test_a_replaced_verdict_moves_the_best(tmp_path: Path) -> None:
         assert store.briefs.best().id == slow == store.ranking().best.id
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_ordered_reads_match_the_full_rows(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    with RunStore.create(tmp_path, "add", "# task", {}) as store:
+        random_run(store, rng, 30)
+        full = store.candidates()
+        ranking = rank_candidates(full)
+        judged = sorted((c for c in full if c.verdict), key=lambda c: (c.evaluated_at, c.sequence))
+        kernels = {entry.id for entry in ranking.kernels}
+        assert [tuple(j) for j in store.briefs.judged_in_order()] == [
+            (c.id, c.cell, c.island, c.verdict.status, c.verdict.speedup_vs_eager,
+             c.verdict.speedup_vs_compile, c.evaluated_at, c.id in kernels) for c in judged]
+        timed = [c for c in full if c.verdict and c.verdict.ok
+                 and c.verdict.speedup_vs_eager is not None]
+        fastest = sorted(timed, key=lambda c: -c.verdict.speedup_vs_eager)[:5]
+        assert [b.id for b in store.briefs.fastest(5)] == [c.id for c in fastest]
+        assert [b.id for b in store.briefs.candidates("c.sequence DESC", 7)] == \
+            [c.id for c in reversed(full)][:7]
+        moments = [c.created_at for c in full] + [c.evaluated_at for c in judged]
+        assert store.briefs.moments() == (min(moments), max(moments))
+
+
 # -- briefs of candidates and calls ----------------------------------------------
 
 
@@ -154,6 +176,7 @@ def test_spend_reads_match_the_calls(tmp_path: Path) -> None:
 
 def test_proposed_count_leaves_out_seeds(tmp_path: Path) -> None:
     with RunStore.create(tmp_path, "add", "# task", {}) as store:
+        assert store.briefs.moments() is None and store.briefs.proposed_count() == 0
         add(store, "seed", "pytorch", "seed")
         for origin in ("llm", "tuner", "repair", "seed"):
             add(store, origin, origin=origin)

@@ -35,6 +35,7 @@ from kernelevo.store_briefs import Briefs
 from kernelevo.store_records import (
     CandidateBrief,
     Event,
+    Judged,
     LlmCall,
     RankEntry,
     Ranking,
@@ -55,6 +56,7 @@ __all__ = [
     "DB_NAME",
     "CandidateBrief",
     "Event",
+    "Judged",
     "LlmCall",
     "RankEntry",
     "Ranking",

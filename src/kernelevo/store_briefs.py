@@ -4,9 +4,11 @@ Sources, verdict JSON, prompts and replies are nearly all of a run's bytes
 (356 MB at 50,000 candidates); reading them all made a report of such a run
 take 13 s to write and the UI hold every prompt in memory. These queries
 leave them unread, and the covering indexes of store_schema.INDEXES answer
-them without visiting the rows that hold them. A page then reads in full
-only the few candidates and calls it shows (RunStore.candidate, .ancestry,
-.llm_calls_of).
+them without visiting the rows that hold them. Where SQLite can sum, sort or
+pick the few rows a page shows, it does, so no Python object is made per
+candidate except where a search's order must be replayed. A page then reads
+in full only the few candidates and calls it shows (RunStore.candidate,
+.ancestry, .llm_calls_of).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from kernelevo.store_records import (
     BASELINE_BACKEND,
     KERNEL_BACKENDS,
     CandidateBrief,
+    Judged,
     RankEntry,
     Ranking,
     rank,
@@ -31,14 +34,21 @@ _RANK_COLUMNS = ("c.id, c.sequence, c.backend, c.origin, v.status, v.speedup_vs_
                  " v.speedup_vs_compile, v.evaluated_at")
 # A verdict's JSON is parsed only when it names the flag at all.
 _FLAGGED = "CASE WHEN instr(v.verdict_json, ?) > 0 THEN v.verdict_json END AS flagged_json"
-_NOT_FLAGGED = ("(instr(v.verdict_json, ?) = 0 OR NOT EXISTS"
-                " (SELECT 1 FROM json_each(v.verdict_json, '$.flags') WHERE value = ?))")
-_KERNEL_BACKENDS = "(" + ", ".join(f"'{backend}'" for backend in KERNEL_BACKENDS) + ")"
+_BRIEF_COLUMNS = (f"{_RANK_COLUMNS}, {_FLAGGED}, c.name, c.parent_ids_json, c.island,"
+                  " c.cell_json, c.created_at, c.state, v.reason, v.runtime_ms")
+# RankEntry.is_kernel in SQL; store_records.rank is the rule, tests hold the two equal.
+_KERNEL = ("v.status = 'ok' AND c.backend IN ("
+           + ", ".join(f"'{backend}'" for backend in KERNEL_BACKENDS) + ")"
+           " AND (instr(v.verdict_json, ?) = 0 OR NOT EXISTS"
+           " (SELECT 1 FROM json_each(v.verdict_json, '$.flags') WHERE value = ?))")
+# Candidate first: `CROSS JOIN` keeps SQLite scanning the candidate_brief
+# index and finding verdicts by id, never reading a candidate's row (and
+# its source) to find its cell or backend.
+_JUDGED = "candidate c CROSS JOIN verdict v ON v.candidate_id = c.id"
 # The best kernel in the order of store_records.rank: timed ones fastest
 # first, then (a run without a GPU) the first judged.
 _BEST_QUERIES = (("IS NOT NULL", "v.speedup_vs_eager DESC, v.evaluated_at, c.sequence"),
                  ("IS NULL", "v.evaluated_at, c.sequence"))
-
 
 class Briefs:
     """A run's light reads; RunStore.briefs."""
@@ -46,47 +56,76 @@ class Briefs:
     def __init__(self, database: Database) -> None:
         self._database = database
 
-    def candidates(self) -> list[CandidateBrief]:
-        """Every candidate in creation order, without its source."""
+    def candidates(self, order: str = "c.sequence", limit: int = -1) -> list[CandidateBrief]:
+        """Candidates without their sources, in creation order (or newest first: 'c.sequence
+        DESC'), at most `limit` of them (-1: all)."""
+        return self._briefs("candidate c LEFT JOIN verdict v ON v.candidate_id = c.id", "",
+                            order, limit)
+
+    def fastest(self, limit: int) -> list[CandidateBrief]:
+        """The `limit` fastest passing candidates with timings, of any backend, ties oldest first."""
+        return self._briefs("verdict v JOIN candidate c ON c.id = v.candidate_id",
+                            "WHERE v.status = 'ok' AND v.speedup_vs_eager IS NOT NULL",
+                            "v.speedup_vs_eager DESC, c.sequence", limit)
+
+    def _briefs(self, tables: str, where: str, order: str, limit: int) -> list[CandidateBrief]:
         rows = self._database.query(
-            f"SELECT {_RANK_COLUMNS}, {_FLAGGED}, c.name, c.parent_ids_json, c.island,"
-            " c.cell_json, c.created_at, c.state, v.reason, v.runtime_ms"
-            " FROM candidate c LEFT JOIN verdict v ON v.candidate_id = c.id ORDER BY c.sequence",
-            (NO_CUSTOM_KERNEL_FLAG,))
-        parsed: dict[str, Any] = {}  # cells and parent lists repeat: parse each text once
-
-        def load(text: str) -> Any:
-            if text not in parsed:
-                parsed[text] = tuple(json.loads(text))
-            return parsed[text]
-
+            f"SELECT {_BRIEF_COLUMNS} FROM {tables} {where} ORDER BY {order} LIMIT ?",
+            (NO_CUSTOM_KERNEL_FLAG, limit))
         return [CandidateBrief(
             id=row[0], sequence=row[1], backend=row[2], origin=row[3], status=row[4],
             speedup_vs_eager=row[5], speedup_vs_compile=row[6], evaluated_at=row[7],
-            flags=_flags(row[8]), name=row[9], parent_ids=load(row[10]), island=row[11],
-            cell=None if row[12] is None else load(row[12]), created_at=row[13], state=row[14],
-            reason=row[15], runtime_ms=row[16]) for row in rows]
+            flags=_flags(row[8]), name=row[9], parent_ids=tuple(json.loads(row[10])),
+            island=row[11], cell=None if row[12] is None else tuple(json.loads(row[12])),
+            created_at=row[13], state=row[14], reason=row[15], runtime_ms=row[16])
+            for row in rows]
 
-    def spend_over_time(self) -> list[tuple[float, int, float]]:
-        """(finished_at, tokens, dollars) of every finished call, in finishing order."""
+    def judged_in_order(self) -> list[Judged]:
+        """Every verdict in the order judged: what the archive and best-so-far lines replay."""
         rows = self._database.query(
-            "SELECT finished_at, input_tokens + output_tokens, cost_usd FROM llm_call"
-            " WHERE finished_at IS NOT NULL ORDER BY finished_at, id")
-        return [(row[0], row[1], row[2]) for row in rows]
+            "SELECT c.id, c.cell_json, c.island, v.status, v.speedup_vs_eager,"
+            f" v.speedup_vs_compile, v.evaluated_at, {_KERNEL}"
+            f" FROM {_JUDGED} ORDER BY v.evaluated_at, c.sequence",
+            (NO_CUSTOM_KERNEL_FLAG, NO_CUSTOM_KERNEL_FLAG))
+        cells: dict[str | None, tuple[Any, ...]] = {None: ()}  # a few cells, repeated
+        for row in rows:
+            if row[1] not in cells:
+                cells[row[1]] = tuple(json.loads(row[1]))
+        return [Judged(row[0], cells[row[1]], row[2], row[3], row[4], row[5], row[6],
+                       bool(row[7])) for row in rows]
 
-    def spend_of(self, candidate_ids: Iterable[str]) -> dict[str, tuple[int, float]]:
-        """Tokens and dollars of the calls linked to each of these candidates."""
+    def moments(self) -> tuple[float, float] | None:
+        """The first and the last moment a candidate was made or judged; None before any."""
         rows = self._database.query(
-            "SELECT candidate_id, SUM(input_tokens + output_tokens), SUM(cost_usd) FROM llm_call"
-            " WHERE candidate_id IN (SELECT value FROM json_each(?)) GROUP BY candidate_id",
-            (json.dumps(list(candidate_ids)),))
-        return {row[0]: (row[1], row[2]) for row in rows}
+            "SELECT MIN(made_first, COALESCE(judged_first, made_first)),"
+            " MAX(made_last, COALESCE(judged_last, made_last))"
+            " FROM (SELECT MIN(created_at) AS made_first, MAX(created_at) AS made_last"
+            " FROM candidate), (SELECT MIN(evaluated_at) AS judged_first,"
+            " MAX(evaluated_at) AS judged_last FROM verdict)")
+        first, last = rows[0]
+        return None if first is None else (first, last)
 
-    def models(self) -> list[tuple[str, int, int, float]]:
-        """(model, calls, tokens, dollars) per model, in the order each was first called."""
+    def status_changes(self, first: float, width: float,
+                       spans: int) -> list[tuple[float, float, str | None, int]]:
+        """Candidates made and judged per span of time, in time order.
+
+        Rows are (span, its last moment, status, count): status None counts
+        candidates made, any other the verdicts of that status. With spans=0
+        every moment is a span of its own; otherwise the `first` moment is,
+        and the rest fall into `spans` spans of `width` seconds from it, the
+        last one closed (svg.thin_timeline's cut).
+        """
+        def span(moment: str) -> str:
+            return moment if spans == 0 else (
+                f"CASE WHEN {moment} = ? THEN -1.0"
+                f" ELSE MIN(CAST(({moment} - ?) / ? AS INTEGER), ?) END")
+
         rows = self._database.query(
-            "SELECT model, COUNT(*), SUM(input_tokens + output_tokens), SUM(cost_usd)"
-            " FROM llm_call GROUP BY model ORDER BY MIN(id)")
+            f"SELECT * FROM (SELECT {span('created_at')} AS span, MAX(created_at), NULL,"
+            " COUNT(*) FROM candidate GROUP BY span UNION ALL SELECT"
+            f" {span('evaluated_at')} AS span, MAX(evaluated_at), status, COUNT(*)"
+            " FROM verdict GROUP BY span, status) ORDER BY span",
+            (first, first, width, spans) * 2 if spans else ())
         return [(row[0], row[1], row[2], row[3]) for row in rows]
 
     def ranking(self) -> Ranking:
@@ -103,8 +142,7 @@ class Briefs:
             rows = self._database.query(
                 f"SELECT {_RANK_COLUMNS}, NULL AS flagged_json FROM verdict v"
                 " JOIN candidate c ON c.id = v.candidate_id"
-                f" WHERE v.status = 'ok' AND v.speedup_vs_eager {speedup_test}"
-                f" AND c.backend IN {_KERNEL_BACKENDS} AND {_NOT_FLAGGED}"
+                f" WHERE v.speedup_vs_eager {speedup_test} AND {_KERNEL}"
                 f" ORDER BY {order} LIMIT 1",
                 (NO_CUSTOM_KERNEL_FLAG, NO_CUSTOM_KERNEL_FLAG))
             if rows:
@@ -127,6 +165,28 @@ class Briefs:
         """Candidates of every origin but 'seed': what the candidate budget counts."""
         rows = self._database.query("SELECT COUNT(*) FROM candidate WHERE origin != 'seed'")
         return int(rows[0][0])
+
+    def spend_over_time(self) -> list[tuple[float, int, float]]:
+        """(finished_at, tokens, dollars) of every finished call, in finishing order."""
+        rows = self._database.query(
+            "SELECT finished_at, input_tokens + output_tokens, cost_usd FROM llm_call"
+            " WHERE finished_at IS NOT NULL ORDER BY finished_at, id")
+        return [(row[0], row[1], row[2]) for row in rows]
+
+    def spend_of(self, candidate_ids: Iterable[str]) -> dict[str, tuple[int, float]]:
+        """Tokens and dollars of the calls linked to each of these candidates."""
+        rows = self._database.query(
+            "SELECT candidate_id, SUM(input_tokens + output_tokens), SUM(cost_usd) FROM llm_call"
+            " WHERE candidate_id IN (SELECT value FROM json_each(?)) GROUP BY candidate_id",
+            (json.dumps(list(candidate_ids)),))
+        return {row[0]: (row[1], row[2]) for row in rows}
+
+    def models(self) -> list[tuple[str, int, int, float]]:
+        """(model, calls, tokens, dollars) per model, in the order each was first called."""
+        rows = self._database.query(
+            "SELECT model, COUNT(*), SUM(input_tokens + output_tokens), SUM(cost_usd)"
+            " FROM llm_call GROUP BY model ORDER BY MIN(id)")
+        return [(row[0], row[1], row[2], row[3]) for row in rows]
 
     def environment(self) -> dict[str, str]:
         """Versions and device of the last verdict naming any, one judged on a GPU first."""

@@ -1,18 +1,19 @@
 """A stored run read into plain data: rows, best-so-far series, status counts, cells.
 
 Everything the report and the web UI draw comes from here, so the two never
-disagree. Every candidate and call is read as a brief (store_briefs: no
-source, verdict JSON, prompt or reply); only the best kernel, its parent,
-its lineage and the baseline are read in full. Times are seconds since the
-run was created (wall time, including any pause before a resume); spend at a
-moment counts the LLM calls finished by then.
+disagree. Nothing is read per candidate in full: SQLite sums, ranks and picks
+(store_briefs) and only the best kernel, its parent and lineage, the
+baseline and the table's rows are read whole; the archive's cells replay
+every verdict from its status, cell and speedup alone. Times are seconds
+since the run was created (wall time, including any pause before a resume);
+spend at a moment counts the LLM calls finished by then.
 """
 
 from __future__ import annotations
 
 import bisect
 import itertools
-import operator
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,24 +26,30 @@ from kernelevo.report.lineage import (
     archive_cells,
     lineage,
 )
-from kernelevo.report.table import CandidateRow, CandidateTable, RowGroup, choose_rows
+from kernelevo.report.table import ROW_LIMIT, CandidateRow, CandidateTable, RowGroup, choose_rows
 from kernelevo.store import (
     DB_NAME,
     CandidateBrief,
+    Judged,
     LlmCall,
     RankEntry,
-    Ranking,
+    RunInfo,
     RunStore,
     StoredCandidate,
     StoreError,
+    Totals,
 )
-from kernelevo.store_records import rank
+from kernelevo.store_records import baseline_text
 
 __all__ = ["CandidateRow", "RunData", "load_run"]  # CandidateRow: re-exported from table
 
 METRICS = ("speedup_vs_eager", "speedup_vs_compile")
 BASELINES = {"speedup_vs_eager": "eager", "speedup_vs_compile": "compile"}
 PENDING = "pending"
+# The status timeline's steps past which it keeps one per span of time: finer
+# than any plot drawn from it (svg.STATUS_PLOT_STEPS), and a page of a
+# 50,000-candidate run holds 2,000 snapshots of the counts, not 100,000.
+TIMELINE_STEPS = 2000
 
 
 @dataclass(frozen=True)
@@ -95,10 +102,11 @@ class RunData:
     environment: dict[str, str]
     stop_reason: str
     migrations: int
-    candidates: tuple[CandidateBrief, ...]
+    candidate_count: int
     table: CandidateTable  # the rows shown, built in full; the rest are only counted
     improvements: tuple[Improvement, ...]
-    timeline: tuple[tuple[float, dict[str, int]], ...]  # (seconds, count per status)
+    # (seconds, count per status) after each moment, or each span past TIMELINE_STEPS
+    timeline: tuple[tuple[float, dict[str, int]], ...]
     islands: tuple[IslandCells, ...]
     lineage: tuple[LineageStep, ...]
     best: BestKernel | None
@@ -124,27 +132,31 @@ def run_database(run_path: Path) -> Path:
     return run_path / DB_NAME if run_path.is_dir() else run_path
 
 
-def load_run(run_path: Path) -> RunData:
-    """Read a run (its folder or its run.db) into RunData."""
+def load_run(run_path: Path, *, views: bool = True) -> RunData:
+    """Read a run (its folder or its run.db) into RunData.
+
+    views=False leaves out what only the run's own page shows (timeline,
+    cells, lineage and table rows): a comparison of runs needs none of them.
+    """
     with RunStore.open(run_database(Path(run_path))) as store:
         info, totals, events = store.run_info(), store.totals(), store.events()
-        briefs = store.briefs.candidates()
-        ranking = rank(briefs)
-        baseline = store.candidate(ranking.baseline.id) if ranking.baseline else None
-        best = _best_kernel(store, ranking,
+        start, count = info.created_at, sum(totals.candidates_by_status.values())
+        baseline_entry = store.briefs.baseline()
+        baseline = store.candidate(baseline_entry.id) if baseline_entry else None
+        best = _best_kernel(store, store.briefs.best(),
                             baseline.candidate.source if baseline else info.task_source)
-        chain = store.ancestry(best.stored.id, MAX_LINEAGE_STEPS) if best else {}
-        modes = call_modes(store.llm_calls_of(chain))
+        # Why there is no best takes every candidate's verdict; a best takes one.
+        no_best_message = "" if best else store.ranking().no_best_message()
         environment = _environment(best) or store.briefs.environment()
-        spend = _Spend(store.briefs.spend_over_time())
-        table = _table(store, briefs, info.created_at)
+        judged = store.briefs.judged_in_order()
+        improvements = _improvements(judged, _Spend(store.briefs.spend_over_time()), start)
         models = _models(info.config, store.briefs.models())
-    start = info.created_at
+        moments = store.briefs.moments()
+        shown = _views(store, info, totals, best, judged, moments) if views else _Views()
     elapsed_events = [e.payload.get("elapsed_s", 0.0) for e in events if e.kind == "elapsed"]
     stops = [e.payload.get("reason", "") for e in events if e.kind == "stop"]
-    span = max([start, info.finished_at or 0.0, max((e.at for e in events), default=0.0),
-                max((b.created_at for b in briefs), default=0.0),
-                max((b.evaluated_at or 0.0 for b in briefs), default=0.0)]) - start
+    span = max([start, info.finished_at or 0.0, moments[1] if moments else 0.0,
+                max((e.at for e in events), default=0.0)]) - start
     return RunData(
         run_id=info.id, task_name=info.task_name, status=info.status,
         backend=str(info.config.get("search", {}).get("backend", "")),
@@ -154,13 +166,32 @@ def load_run(run_path: Path) -> RunData:
         budget=dict(info.config.get("budget") or {}), models=models,
         environment=environment, stop_reason=stops[-1] if stops else "",
         migrations=sum(1 for e in events if e.kind == "migration"),
-        candidates=tuple(briefs), table=table,
-        improvements=_improvements(briefs, ranking, start, spend),
-        timeline=_timeline(briefs, start),
-        islands=archive_cells(briefs, info.config.get("search") or {}),
+        candidate_count=count, table=shown.table, improvements=improvements,
+        timeline=shown.timeline, islands=shown.islands, lineage=shown.lineage, best=best,
+        baseline=baseline, baseline_text=baseline_text(baseline_entry),
+        no_best_message=no_best_message, llm_calls=totals.llm_calls)
+
+
+@dataclass(frozen=True)
+class _Views:
+    """What only a run's own page shows."""
+
+    timeline: tuple[tuple[float, dict[str, int]], ...] = ()
+    islands: tuple[IslandCells, ...] = ()
+    lineage: tuple[LineageStep, ...] = ()
+    table: CandidateTable = CandidateTable((), "")
+
+
+def _views(store: RunStore, info: RunInfo, totals: Totals, best: BestKernel | None,
+           judged: list[Judged], moments: tuple[float, float] | None) -> _Views:
+    count = sum(totals.candidates_by_status.values())
+    chain = store.ancestry(best.stored.id, MAX_LINEAGE_STEPS) if best else {}
+    modes = call_modes(store.llm_calls_of(chain))
+    return _Views(
+        timeline=_timeline(store, moments, count + 2 * len(judged), info.created_at),
+        islands=archive_cells(judged, info.config.get("search") or {}),
         lineage=lineage(chain, best.stored.id, modes) if best else (),
-        best=best, baseline=baseline, baseline_text=ranking.baseline_text(),
-        no_best_message="" if best else ranking.no_best_message(), llm_calls=totals.llm_calls)
+        table=_table(store, count, info.created_at))
 
 
 class _Spend:
@@ -176,9 +207,10 @@ class _Spend:
         return self.tokens[index], self.costs[index]
 
 
-def _table(store: RunStore, briefs: list[CandidateBrief], start: float) -> CandidateTable:
-    """The rows a page shows, with their LLM spend; only these are built in full."""
-    groups, note = choose_rows(briefs)
+def _table(store: RunStore, count: int, start: float) -> CandidateTable:
+    """The rows a page shows, with their LLM spend; only these are read and built."""
+    groups, note = choose_rows(count, store.briefs.fastest(ROW_LIMIT // 2),
+                               store.briefs.candidates("c.sequence DESC", ROW_LIMIT))
     spent = store.briefs.spend_of(brief.id for _, chosen in groups for brief in chosen)
     return CandidateTable(tuple(
         RowGroup(caption, tuple(_row(brief, start, spent.get(brief.id, (0, 0.0)))
@@ -186,47 +218,51 @@ def _table(store: RunStore, briefs: list[CandidateBrief], start: float) -> Candi
         for caption, chosen in groups), note)
 
 
-def _improvements(briefs: list[CandidateBrief], ranking: Ranking, start: float,
-                  spend: _Spend) -> tuple[Improvement, ...]:
-    """Best-so-far steps of the passing kernels only: the baseline is never a best."""
-    kernel_ids = {entry.id for entry in ranking.kernels}
-    judged = sorted((b for b in briefs if b.id in kernel_ids),
-                    key=lambda b: (b.evaluated_at or 0.0, b.sequence))
+def _improvements(judged: list[Judged], spend: _Spend, start: float) -> tuple[Improvement, ...]:
+    """Best-so-far steps of the passing custom kernels only: the baseline is never a best."""
+    kernels = [verdict for verdict in judged if verdict.kernel]
     steps: list[Improvement] = []
     for metric in METRICS:
         best: float | None = None
-        for candidate in judged:
-            value = getattr(candidate, metric)
+        for kernel in kernels:
+            value = getattr(kernel, metric)
             if value is None or (best is not None and value <= best):
                 continue
             best = value
-            moment = candidate.evaluated_at or start
+            moment = kernel.evaluated_at or start
             tokens, cost = spend.at(moment)
-            steps.append(Improvement(candidate.id, metric, value, moment - start, tokens, cost))
+            steps.append(Improvement(kernel.id, metric, value, moment - start, tokens, cost))
     return tuple(steps)
 
 
-def _timeline(briefs: list[CandidateBrief],
+def _timeline(store: RunStore, moments: tuple[float, float] | None, changes: int,
               start: float) -> tuple[tuple[float, dict[str, int]], ...]:
-    """Counts per status after every creation and verdict; unjudged ones are 'pending'."""
-    changes: list[tuple[float, str, int]] = []
-    for candidate in briefs:
-        changes.append((candidate.created_at, PENDING, 1))
-        if candidate.status is not None:
-            judged_at = candidate.evaluated_at or candidate.created_at
-            changes += [(judged_at, PENDING, -1), (judged_at, candidate.status, 1)]
-    changes.sort(key=operator.itemgetter(0))
-    counts: dict[str, int] = {}  # statuses at zero are dropped, so a step is one dict copy
+    """Counts per status after every moment, or span of time past TIMELINE_STEPS changes.
+
+    Unjudged candidates are 'pending'. A span's counts are those at its last
+    moment, so the final counts are exact whatever the run's size.
+    """
+    if moments is None:
+        return ()
+    first, last = moments
+    spans = 0 if changes <= TIMELINE_STEPS else TIMELINE_STEPS - 2
+    rows = store.briefs.status_changes(first, (last - first) / spans if spans else 0.0, spans)
+    counts: dict[str, int] = {}  # statuses at zero are dropped, as a step shows none
     timeline: list[tuple[float, dict[str, int]]] = []
-    for index, (moment, status, delta) in enumerate(changes):
-        count = counts.get(status, 0) + delta
-        if count:
-            counts[status] = count
-        else:
-            counts.pop(status, None)
-        # One step per moment, after every change made at that moment.
-        if index + 1 == len(changes) or changes[index + 1][0] != moment:
-            timeline.append((moment - start, dict(counts)))
+    last_moment = -math.inf
+    for index, (span, moment, status, count) in enumerate(rows):
+        # A verdict moves `count` candidates from pending to its status.
+        moves = [(PENDING, count)] if status is None else [(PENDING, -count), (status, count)]
+        for name, delta in moves:
+            total = counts.get(name, 0) + delta
+            if total:
+                counts[name] = total
+            else:
+                counts.pop(name, None)
+        last_moment = max(last_moment, moment)
+        if index + 1 == len(rows) or rows[index + 1][0] != span:
+            timeline.append((last_moment - start, dict(counts)))
+            last_moment = -math.inf
     return tuple(timeline)
 
 
@@ -241,14 +277,16 @@ def _row(brief: CandidateBrief, start: float, spent: tuple[int, float]) -> Candi
         tokens=spent[0], cost_usd=spent[1])
 
 
-def _best_kernel(store: RunStore, ranking: Ranking, reference: str) -> BestKernel | None:
-    """The ranking's best read in full, with what the report shows beside it."""
-    if ranking.best is None:
+def _best_kernel(store: RunStore, best: RankEntry | None,
+                 reference: str) -> BestKernel | None:
+    """The best (Briefs.best) read in full, with what the report shows beside it."""
+    if best is None:
         return None
-    chosen = store.candidate(ranking.best.id)
+    chosen = store.candidate(best.id)
     parents = chosen.candidate.parent_ids
     return BestKernel(stored=chosen, parent=_find(store, parents[0]) if parents else None,
-                      reference_source=reference, timed=ranking.timed, spreads=_spreads(chosen))
+                      reference_source=reference, timed=best.speedup_vs_eager is not None,
+                      spreads=_spreads(chosen))
 
 
 def reference_source(store: RunStore, baseline: RankEntry | None, task_source: str) -> str:

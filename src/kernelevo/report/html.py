@@ -157,7 +157,8 @@ def write_comparison(run_paths: list[Path], output: Path) -> Path:
     """Write one HTML page comparing several runs side by side."""
     if not run_paths:
         raise ConfigError("no runs to compare: give at least one run")
-    return _write(Path(output), render_comparison([load_run(Path(p)) for p in run_paths]))
+    runs = [load_run(Path(path), views=False) for path in run_paths]
+    return _write(Path(output), render_comparison(runs))
 
 
 def _candidate_link(run_id: str) -> Link:

@@ -15,7 +15,7 @@ from typing import Any
 
 from kernelevo.report.diff import diff_counts
 from kernelevo.search.archive import Archive, archive_entries
-from kernelevo.store import CandidateBrief, StoredCandidate
+from kernelevo.store import Judged, StoredCandidate
 
 # Past this many steps the chain is cut: a cycle would be a corrupt store,
 # and no real search breeds this deep.
@@ -112,10 +112,10 @@ def _speedup(stored: StoredCandidate | None) -> float | None:
     return stored.verdict.speedup_vs_eager
 
 
-def archive_cells(briefs: list[CandidateBrief],
+def archive_cells(judged: list[Judged],
                   search_config: Mapping[str, Any]) -> tuple[IslandCells, ...]:
     """Elites and failure counts per island, replayed as a resumed run would."""
-    entries = archive_entries(briefs)
+    entries = archive_entries(judged)
     highest_island = max((entry.island for entry in entries), default=0)
     islands = max(int(search_config.get("islands", 1) or 1), highest_island + 1)
     interval = int(search_config.get("migration_interval", 0) or 0)

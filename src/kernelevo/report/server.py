@@ -84,7 +84,7 @@ def _detail(runs_dir: Path, run_id: str, candidate_id: str) -> CandidateDetail:
 def _index(runs_dir: Path) -> str:
     summaries = list_runs(runs_dir)
     readable = [summary for summary in summaries if not summary.problem]
-    runs = [load_run(summary.path) for summary in readable[-INDEX_PLOT_RUNS:]]
+    runs = [load_run(summary.path, views=False) for summary in readable[-INDEX_PLOT_RUNS:]]
     return html.render_index(runs_dir, summaries, runs)
 
 
@@ -93,7 +93,8 @@ def _comparison(runs_dir: Path, query: dict[str, list[str]]) -> str:
     run_ids = [run_id for value in query.get("runs", []) for run_id in value.split(",") if run_id]
     if not run_ids:
         raise NotFound("no runs to compare: give /compare?runs=RUN_A,RUN_B")
-    return html.render_comparison([load_run(_run_path(runs_dir, i)) for i in run_ids], ui=True)
+    runs = [load_run(_run_path(runs_dir, run_id), views=False) for run_id in run_ids]
+    return html.render_comparison(runs, ui=True)
 
 
 def live_summary(run_path: Path) -> dict[str, Any]:

@@ -3,8 +3,8 @@
 One HTML row per candidate made a 50,000-candidate report 57 MB and 43 s to
 first paint; past `ROW_LIMIT` rows the page shows the fastest and the newest
 halves and says where the rest are. The choice reads only a candidate's id,
-status and speedup, so a run's briefs are chosen from and only the rows
-shown are built (with their LLM spend) in full.
+status and speedup, so a run's store picks the fastest and newest by index
+(store_briefs) and only the rows shown are built, with their LLM spend.
 """
 
 from __future__ import annotations
@@ -67,24 +67,30 @@ class Choosable(Protocol):
 Row = TypeVar("Row", bound=Choosable)
 
 
-def choose_rows(rows: Sequence[Row],
+def choose_rows(count: int, fastest: Sequence[Row], newest: Sequence[Row],
                 limit: int = ROW_LIMIT) -> tuple[list[tuple[str, list[Row]]], str]:
-    """(caption, rows) groups and a note: every row newest first, or the fastest then newest."""
-    if len(rows) <= limit:
-        return [("", list(reversed(rows)))], ""
-    timed = [row for row in rows if row.status == "ok" and row.speedup_vs_eager is not None]
-    fastest = sorted(timed, key=lambda row: -(row.speedup_vs_eager or 0.0))[: limit // 2]
-    chosen = {row.id for row in fastest}
-    newest = [row for row in reversed(rows) if row.id not in chosen][: limit - len(fastest)]
-    note = (f"showing {len(fastest) + len(newest):,} of {len(rows):,} candidates; every one is "
-            "in the run's run.db (`kernelevo show`, `kernelevo export`)")
-    groups = [(f"the {len(fastest):,} fastest", fastest),
-              (f"the {len(newest):,} newest of the others", newest)]
+    """(caption, rows) groups and a note: every row newest first, or the fastest then newest.
+
+    `count` rows in all; `fastest`: the passing rows with timings, fastest
+    first, at least `limit // 2` where there are; `newest`: at least `limit`
+    rows (all of them when `count <= limit`), newest first.
+    """
+    if count <= limit:
+        return [("", list(newest[:count]))], ""
+    chosen_fastest = list(fastest[: limit // 2])
+    chosen = {row.id for row in chosen_fastest}
+    others = [row for row in newest if row.id not in chosen][: limit - len(chosen_fastest)]
+    note = (f"showing {len(chosen_fastest) + len(others):,} of {count:,} candidates; every one "
+            "is in the run's run.db (`kernelevo show`, `kernelevo export`)")
+    groups = [(f"the {len(chosen_fastest):,} fastest", chosen_fastest),
+              (f"the {len(others):,} newest of the others", others)]
     return [(caption, group) for caption, group in groups if group], note
 
 
 def candidate_table(rows: Sequence[CandidateRow], limit: int = ROW_LIMIT) -> CandidateTable:
     """Every row newest first, or at most `limit`: the fastest half, then the newest."""
-    groups, note = choose_rows(rows, limit)
+    timed = [row for row in rows if row.status == "ok" and row.speedup_vs_eager is not None]
+    fastest = sorted(timed, key=lambda row: -(row.speedup_vs_eager or 0.0))
+    groups, note = choose_rows(len(rows), fastest, list(reversed(rows)), limit)
     return CandidateTable(tuple(RowGroup(caption, tuple(chosen)) for caption, chosen in groups),
                           note)

@@ -34,7 +34,7 @@ from typing import Any
 
 from kernelevo.errors import ConfigError
 from kernelevo.evaluate.verdict import Verdict
-from kernelevo.store_records import CandidateBrief
+from kernelevo.store_records import Judged
 
 SNAPSHOT_FORMAT = 1
 
@@ -345,14 +345,11 @@ def fitness_of(status: str | None, speedup_vs_eager: float | None) -> float | No
     return speedup_vs_eager if speedup_vs_eager is not None else 1.0
 
 
-def archive_entries(briefs: Iterable[CandidateBrief]) -> list[ArchiveEntry]:
-    """Every verdict as an archive addition, in the order the search saw them.
+def archive_entries(judged: Iterable[Judged]) -> list[ArchiveEntry]:
+    """Verdicts in the order judged (Briefs.judged_in_order) as archive additions.
 
     Replaying them into a fresh Archive rebuilds the one a search had: resume
     does, and so does the report's grid of cells.
     """
-    judged = sorted((brief for brief in briefs if brief.status is not None),
-                    key=lambda brief: (brief.evaluated_at or 0.0, brief.sequence))
-    return [ArchiveEntry(brief.id, tuple(brief.cell or ()),
-                         fitness_of(brief.status, brief.speedup_vs_eager), brief.island or 0)
-            for brief in judged]
+    return [ArchiveEntry(entry.id, entry.cell, fitness_of(entry.status, entry.speedup_vs_eager),
+                         entry.island or 0) for entry in judged]

@@ -173,7 +173,7 @@ class Evolution:
 
     def resume(self) -> None:
         """Rebuild the archive from evaluated candidates; queue interrupted evaluations."""
-        entries = archive_entries(self.store.briefs.candidates())
+        entries = archive_entries(self.store.briefs.judged_in_order())
         self.archive = Archive.rebuild(entries, **self.archive.settings())
         for pending in self.store.pending():
             if pending.evaluation_attempts >= 2:
