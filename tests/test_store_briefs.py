@@ -117,7 +117,7 @@ def test_ordered_reads_match_the_full_rows(tmp_path: Path, seed: int) -> None:
                  and c.verdict.speedup_vs_eager is not None]
         fastest = sorted(timed, key=lambda c: -c.verdict.speedup_vs_eager)[:5]
         assert [b.id for b in store.briefs.fastest(5)] == [c.id for c in fastest]
-        assert [b.id for b in store.briefs.candidates("c.sequence DESC", 7)] == \
+        assert [b.id for b in store.briefs.candidates(newest_first=True, limit=7)] == \
             [c.id for c in reversed(full)][:7]
         moments = [c.created_at for c in full] + [c.evaluated_at for c in judged]
         assert store.briefs.moments() == (min(moments), max(moments))

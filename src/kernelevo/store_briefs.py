@@ -56,14 +56,15 @@ class Briefs:
     def __init__(self, database: Database) -> None:
         self._database = database
 
-    def candidates(self, order: str = "c.sequence", limit: int = -1) -> list[CandidateBrief]:
-        """Candidates without their sources, in creation order (or newest first: 'c.sequence
-        DESC'), at most `limit` of them (-1: all)."""
+    def candidates(self, *, newest_first: bool = False,
+                   limit: int | None = None) -> list[CandidateBrief]:
+        """Candidates without their sources in creation order (or the reverse), `limit` at most."""
         return self._briefs("candidate c LEFT JOIN verdict v ON v.candidate_id = c.id", "",
-                            order, limit)
+                            "c.sequence DESC" if newest_first else "c.sequence",
+                            -1 if limit is None else limit)
 
     def fastest(self, limit: int) -> list[CandidateBrief]:
-        """The `limit` fastest passing candidates with timings, of any backend, ties oldest first."""
+        """The `limit` fastest passing candidates with timings (any backend), ties oldest first."""
         return self._briefs("verdict v JOIN candidate c ON c.id = v.candidate_id",
                             "WHERE v.status = 'ok' AND v.speedup_vs_eager IS NOT NULL",
                             "v.speedup_vs_eager DESC, c.sequence", limit)

@@ -210,7 +210,7 @@ class _Spend:
 def _table(store: RunStore, count: int, start: float) -> CandidateTable:
     """The rows a page shows, with their LLM spend; only these are read and built."""
     groups, note = choose_rows(count, store.briefs.fastest(ROW_LIMIT // 2),
-                               store.briefs.candidates("c.sequence DESC", ROW_LIMIT))
+                               store.briefs.candidates(newest_first=True, limit=ROW_LIMIT))
     spent = store.briefs.spend_of(brief.id for _, chosen in groups for brief in chosen)
     return CandidateTable(tuple(
         RowGroup(caption, tuple(_row(brief, start, spent.get(brief.id, (0, 0.0)))

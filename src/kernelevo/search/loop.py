@@ -445,10 +445,10 @@ class Evolution:
 
     def _report(self, message: str | None = None) -> None:
         totals = self.store.totals()
-        # The one rule `show`, `export` and reports use, from an index (well
-        # under a millisecond at 50,000 candidates); only a verdict can change it.
-        judged = totals.candidates_by_status != self.progress.by_status
-        best = self.store.briefs.best() if judged else None
+        # The one rule `show`, `export` and reports use, read from an index on
+        # every tick (a fraction of a millisecond at 50,000 candidates), so a
+        # verdict judged again, which leaves the counts as they were, is seen too.
+        best = self.store.briefs.best()
         elapsed = time.monotonic() - self.started
         progress = self.progress
         progress.by_status = dict(totals.candidates_by_status)
@@ -459,10 +459,9 @@ class Evolution:
         since = time.monotonic() - (self.first_evaluation or time.monotonic())
         progress.gpu_busy_share = self.busy_s / (since * len(self.judges)) if since > 0 else 0.0
         progress.queued = self.queue.qsize()
-        if best is not None:
-            progress.best_id = best.id
-            progress.best_vs_eager = best.speedup_vs_eager
-            progress.best_vs_compile = best.speedup_vs_compile
+        progress.best_id = best.id if best else None
+        progress.best_vs_eager = best.speedup_vs_eager if best else None
+        progress.best_vs_compile = best.speedup_vs_compile if best else None
         if message:
             progress.message = progress.message or message
         if message or elapsed - self.last_elapsed_log > 5.0:
