@@ -14,7 +14,8 @@ a newer KernelEvo adds its indexes, once), writing the report, the status
 plot's SVG, the totals and best-kernel queries and the whole progress tick,
 what resume reads, the start of a real resume (on a copy of run.db, since
 resume writes), every kind of UI page served by `kernelevo ui` in its own
-process with that process's peak memory, and the report's first paint in
+process (wall and server CPU seconds) with that process's peak memory, and
+the first paint of the report and of the UI's run page in
 headless Chromium (skipped, saying why, where Chromium or Playwright is
 missing). `--run` reuses one generated run for every measurement; PYTHONPATH
 picks the code measured (this file appends its own checkout's src).
@@ -116,14 +117,16 @@ def measure(run_dir: Path, ui_repeats: int = 3) -> dict[str, Any]:
     # Opened once first: a run made by an older KernelEvo gains its indexes here.
     figures: dict[str, Any] = {"first_open_s": _seconds(lambda: RunStore.open(run_dir).close())}
     report = run_dir / "report.html"
+    cpu_before = time.process_time()
     figures["report_write_s"] = _seconds(lambda: write_report(run_dir, report))
+    figures["report_write_cpu_s"] = time.process_time() - cpu_before
     figures["report_bytes"] = report.stat().st_size
     status = str(run_plots(load_run(run_dir))["status"])
     figures["status_plot_bytes"] = len(status.encode())
     figures["status_plot_steps"] = int(status.split('data-points="')[1].split('"')[0])
     figures.update(_store_queries(run_dir))
     figures["resume_open_s"] = _resume_open_s(run_dir)
-    figures["resume_start_s"] = _resume_start_s(run_dir)
+    figures.update(_resume_start(run_dir))
     figures.update(_ui_figures(run_dir, ui_repeats))
     figures.update(_first_paint(report))
     return figures
@@ -159,7 +162,7 @@ def _resume_open_s(run_dir: Path) -> float:
     return time.perf_counter() - started
 
 
-def _resume_start_s(run_dir: Path) -> float:
+def _resume_start(run_dir: Path) -> dict[str, float]:
     """`evolve --resume` up to its first proposal: budget, archive, queue, progress tick."""
     from kernelevo.evolve_setup import make_budget
     from kernelevo.search.loop import Evolution, SearchConfig
@@ -171,14 +174,15 @@ def _resume_start_s(run_dir: Path) -> float:
             if (run_dir / name).is_file():
                 shutil.copyfile(run_dir / name, copy / name)
         RunStore.open(copy).close()  # the copy's own first open is not resume's work
-        started = time.perf_counter()
+        started, cpu_before = time.perf_counter(), time.process_time()
         with RunStore.open(copy) as store:
             limits = {"tokens": None, "usd": None, "candidates": None, "wall_s": None}
             budget = make_budget(limits, store)
             evolution = Evolution(store, [], SearchConfig(), budget, proposer=None)
             evolution.resume()
             evolution._report()
-        return time.perf_counter() - started
+        return {"resume_start_s": time.perf_counter() - started,
+                "resume_start_cpu_s": time.process_time() - cpu_before}
 
 
 @contextmanager
@@ -213,9 +217,14 @@ def _ui_figures(run_dir: Path, repeats: int) -> dict[str, Any]:
     figures: dict[str, Any] = {}
     with _ui_server(run_dir.parent) as (url, pid):
         for name, path in pages.items():
-            times = [_seconds(lambda: _fetch(url + path)) for _ in range(repeats)]
+            times, cpu = [], []
+            for _ in range(repeats):
+                cpu_before = _cpu_s(pid)
+                times.append(_seconds(lambda: _fetch(url + path)))
+                cpu.append(_cpu_s(pid) - cpu_before)
             figures[f"ui_{name}_first_s"] = times[0]
             figures[f"ui_{name}_median_s"] = statistics.median(times)
+            figures[f"ui_{name}_cpu_median_s"] = statistics.median(cpu)
         figures["ui_peak_rss_mb"] = _peak_rss_mb(pid)
         figures.update(_first_paint_of(url + pages["run"], "ui_run_page"))
     return figures
@@ -224,6 +233,13 @@ def _ui_figures(run_dir: Path, repeats: int) -> dict[str, Any]:
 def _fetch(url: str) -> bytes:
     with urllib.request.urlopen(url, timeout=PAGE_TIMEOUT_S) as response:
         return response.read()
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds the process has used (user and system, 10 ms steps): a page's cost
+    apart from the other jobs that share the machine and stretch its wall time."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _peak_rss_mb(pid: int) -> float:

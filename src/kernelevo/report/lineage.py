@@ -3,7 +3,7 @@
 Lineage follows the first parent from a candidate back to its seed. Cells
 are rebuilt by replaying every verdict into a fresh `Archive`, in the order
 the search saw them, exactly as a resumed run rebuilds its archive
-(`archive_entries`), so the grid shows the elites the search itself was
+(`Archive.replay`), so the grid shows the elites the search itself was
 choosing parents from.
 """
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kernelevo.report.diff import diff_counts
-from kernelevo.search.archive import Archive, archive_entries
+from kernelevo.search.archive import Archive
 from kernelevo.store import Judged, StoredCandidate
 
 # Past this many steps the chain is cut: a cycle would be a corrupt store,
@@ -115,11 +115,10 @@ def _speedup(stored: StoredCandidate | None) -> float | None:
 def archive_cells(judged: list[Judged],
                   search_config: Mapping[str, Any]) -> tuple[IslandCells, ...]:
     """Elites and failure counts per island, replayed as a resumed run would."""
-    entries = archive_entries(judged)
-    highest_island = max((entry.island for entry in entries), default=0)
+    highest_island = max((verdict.island or 0 for verdict in judged), default=0)
     islands = max(int(search_config.get("islands", 1) or 1), highest_island + 1)
     interval = int(search_config.get("migration_interval", 0) or 0)
-    archive = Archive.rebuild(entries, num_islands=islands, migration_interval=interval)
+    archive = Archive.replay(judged, num_islands=islands, migration_interval=interval)
     return tuple(_island_cells(archive, index) for index in range(islands))
 
 

@@ -299,6 +299,19 @@ class Archive:
             archive.add(entry.candidate_id, entry.cell, entry.fitness, entry.island)
         return archive
 
+    @classmethod
+    def replay(cls, judged: Iterable[Judged], **settings: Any) -> Archive:
+        """`rebuild` from a run's verdicts in the order judged (Briefs.judged_in_order).
+
+        The archive a search had: resume rebuilds it so, and the report's grid
+        of cells shows it.
+        """
+        archive = cls(**settings)
+        for verdict in judged:
+            archive.add(verdict.id, verdict.cell,
+                        fitness_of(verdict.status, verdict.speedup_vs_eager), verdict.island or 0)
+        return archive
+
 
 def _unique(elites: Iterable[Elite]) -> list[Elite]:
     """First occurrence of each candidate (migrated copies share an id)."""
@@ -346,13 +359,3 @@ def fitness_of(status: str | None, speedup_vs_eager: float | None) -> float | No
     if status != "ok":
         return None
     return speedup_vs_eager if speedup_vs_eager is not None else 1.0
-
-
-def archive_entries(judged: Iterable[Judged]) -> list[ArchiveEntry]:
-    """Verdicts in the order judged (Briefs.judged_in_order) as archive additions.
-
-    Replaying them into a fresh Archive rebuilds the one a search had: resume
-    does, and so does the report's grid of cells.
-    """
-    return [ArchiveEntry(entry.id, entry.cell, fitness_of(entry.status, entry.speedup_vs_eager),
-                         entry.island or 0) for entry in judged]

@@ -29,7 +29,7 @@ from kernelevo.candidate import Candidate
 from kernelevo.evaluate.verdict import Verdict, verdict_for
 from kernelevo.llm.protocol import LLMError
 from kernelevo.propose import tuner
-from kernelevo.search.archive import Archive, archive_entries, fitness
+from kernelevo.search.archive import Archive, fitness
 from kernelevo.schema import AT_LEAST_ONE, NON_NEGATIVE, Annotated, Bound, OneOf, check_fields
 from kernelevo.search.descriptors import cell_of
 from kernelevo.store import RunStore
@@ -173,8 +173,8 @@ class Evolution:
 
     def resume(self) -> None:
         """Rebuild the archive from evaluated candidates; queue interrupted evaluations."""
-        entries = archive_entries(self.store.briefs.judged_in_order())
-        self.archive = Archive.rebuild(entries, **self.archive.settings())
+        self.archive = Archive.replay(self.store.briefs.judged_in_order(),
+                                      **self.archive.settings())
         for pending in self.store.pending():
             if pending.evaluation_attempts >= 2:
                 # Interrupted twice: redo at most once, then it is a verdict.
