@@ -122,7 +122,8 @@ CREATE TABLE IF NOT EXISTS events (
 # schema version: a run made before them gains them the first time it is
 # opened (a second or two of writing at 50,000 candidates, once).
 INDEXES = {
-    # The best-kernel query visits the fastest passing verdicts first.
+    # The best-kernel query visits the fastest passing verdicts first; it
+    # also covers the status timeline's read of every verdict.
     "verdict_best": "CREATE INDEX IF NOT EXISTS verdict_best"
                     " ON verdict(status, speedup_vs_eager DESC, evaluated_at)",
     # Covering: a source precedes these columns in its row, and a real one
