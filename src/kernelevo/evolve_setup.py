@@ -104,7 +104,7 @@ def make_budget(limits: dict[str, Any], store: RunStore | None) -> Budget:
     if store is not None:
         store.settle_interrupted_llm_calls()
         totals = store.totals()
-        produced = sum(1 for c in store.candidates() if c.candidate.origin != "seed")
+        produced = store.briefs.proposed_count()
         elapsed = max((e.payload.get("elapsed_s", 0.0) for e in store.events("elapsed")),
                       default=0.0)
         budget.restore(totals.tokens_in + totals.tokens_out, totals.cost_usd, produced,

@@ -24,15 +24,18 @@ import re
 import secrets
 import sqlite3
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any
 
 from kernelevo.candidate import Candidate
-from kernelevo.evaluate.verdict import NO_CUSTOM_KERNEL_FLAG, Verdict
+from kernelevo.evaluate.verdict import Verdict
+from kernelevo.store_briefs import Briefs
 from kernelevo.store_records import (
+    CandidateBrief,
     Event,
+    Judged,
     LlmCall,
     RankEntry,
     Ranking,
@@ -42,9 +45,7 @@ from kernelevo.store_records import (
     Totals,
     event_from_row,
     llm_call_from_row,
-    rank,
     rank_candidates,
-    rank_entry_from_row,
     run_info_from_row,
     stored_candidate_from_row,
 )
@@ -53,7 +54,9 @@ from kernelevo.store_tally import read_totals
 
 __all__ = [
     "DB_NAME",
+    "CandidateBrief",
     "Event",
+    "Judged",
     "LlmCall",
     "RankEntry",
     "Ranking",
@@ -85,6 +88,7 @@ class RunStore:
     def __init__(self, database: Database) -> None:
         self._database = database
         self.path = database.path
+        self.briefs = Briefs(database)  # reads that leave sources and prompts unread
         try:
             self.run_id = self.run_info().id
         except BaseException:
@@ -246,21 +250,21 @@ class RunStore:
 
     def ranking(self) -> Ranking:
         """Passing custom kernels best first, and the PyTorch baseline (see `rank`)."""
-        # Sources and verdict JSON stay unread: evolve asks after every verdict
-        # and the UI every two seconds. Only a verdict naming the flag is parsed.
-        rows = self._database.query(
-            "SELECT c.id, c.sequence, c.backend, c.origin, v.status,"
-            " v.speedup_vs_eager, v.speedup_vs_compile, v.evaluated_at,"
-            " CASE WHEN instr(v.verdict_json, ?) > 0 THEN v.verdict_json END AS flagged_json"
-            " FROM candidate c LEFT JOIN verdict v ON v.candidate_id = c.id",
-            (NO_CUSTOM_KERNEL_FLAG,),
-        )
-        return rank(rank_entry_from_row(row) for row in rows)
+        return self.briefs.ranking()
 
     def best(self) -> StoredCandidate | None:
         """The best passing custom kernel; never the PyTorch baseline; None if none passed."""
-        best = self.ranking().best
+        best = self.briefs.best()
         return self.candidate(best.id) if best else None
+
+    def ancestry(self, candidate_id: str, max_steps: int) -> dict[str, StoredCandidate]:
+        """A candidate and its first-parent ancestors by id, at most `max_steps` back."""
+        # UNION keeps (id, depth) pairs apart, so a cycle (a corrupt store) ends at max_steps.
+        return {stored.id: stored for stored in self._select_candidates(
+            "WHERE c.id IN (WITH RECURSIVE chain(id, depth) AS (SELECT ?, 0 UNION"
+            " SELECT json_extract(p.parent_ids_json, '$[0]'), chain.depth + 1 FROM chain"
+            " JOIN candidate p ON p.id = chain.id WHERE chain.depth < ?) SELECT id FROM chain)",
+            (candidate_id, max_steps))}
 
     def _select_candidates(
         self, where: str, parameters: tuple[Any, ...], order: str = "c.sequence"
@@ -345,6 +349,13 @@ class RunStore:
             rows = self._database.query(
                 "SELECT * FROM llm_call WHERE state = ? ORDER BY id", (state,)
             )
+        return [llm_call_from_row(row) for row in rows]
+
+    def llm_calls_of(self, candidate_ids: Iterable[str]) -> list[LlmCall]:
+        """The calls linked to these candidates, in order, with prompts and replies."""
+        rows = self._database.query(
+            "SELECT * FROM llm_call WHERE candidate_id IN (SELECT value FROM json_each(?))"
+            " ORDER BY id", (json.dumps(list(candidate_ids)),))
         return [llm_call_from_row(row) for row in rows]
 
     def interrupted_llm_calls(self) -> list[LlmCall]:

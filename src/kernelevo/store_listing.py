@@ -23,7 +23,7 @@ def _summarise(path: Path) -> RunSummary:
     run_id = path.parent.name
     try:
         with RunStore.open(path) as store:
-            info, totals, best = store.run_info(), store.totals(), store.ranking().best
+            info, totals, best = store.run_info(), store.totals(), store.briefs.best()
     except (StoreError, sqlite3.Error) as exc:
         return RunSummary(run_id=run_id, path=path.parent, problem=str(exc))
     return RunSummary(

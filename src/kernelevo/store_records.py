@@ -8,7 +8,7 @@ import sqlite3
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from kernelevo.candidate import Candidate
 from kernelevo.evaluate.verdict import NO_CUSTOM_KERNEL_FLAG, Verdict
@@ -111,7 +111,8 @@ class RunSummary:
     problem: str = ""
 
 
-@dataclass(frozen=True)
+# Slots: a run holds one per candidate while a page of it is drawn (50,000 and more).
+@dataclass(frozen=True, slots=True)
 class RankEntry:
     """What the best-kernel rule reads of one candidate; status None: not judged yet."""
 
@@ -141,6 +142,38 @@ class RankEntry:
         # The same flag Verdict.passed_kernel reads, so `eval` and runs agree.
         return (self.status == "ok" and self.backend in KERNEL_BACKENDS
                 and NO_CUSTOM_KERNEL_FLAG not in self.flags)
+
+
+@dataclass(frozen=True, slots=True)
+class CandidateBrief(RankEntry):
+    """A candidate without its source, and its verdict's figures without the verdict's JSON.
+
+    What table rows, plots, the archive replay and the best-kernel rule read
+    (`flags` is read only where the verdict names NO_CUSTOM_KERNEL_FLAG).
+    """
+
+    name: str
+    parent_ids: tuple[str, ...]
+    island: int | None
+    cell: tuple[Any, ...] | None
+    created_at: float
+    state: str
+    reason: str | None
+    runtime_ms: float | None
+
+
+class Judged(NamedTuple):
+    """One verdict as the archive and the best-so-far lines replay it (a tuple: a run
+    holds one per verdict); `kernel` is RankEntry.is_kernel."""
+
+    id: str
+    cell: tuple[Any, ...]
+    island: int | None
+    status: str
+    speedup_vs_eager: float | None
+    speedup_vs_compile: float | None
+    evaluated_at: float
+    kernel: bool
 
 
 @dataclass(frozen=True)
@@ -174,13 +207,17 @@ class Ranking:
 
     def baseline_text(self) -> str:
         """The baseline and its verdict in one phrase, as every view shows it."""
-        baseline = self.baseline
-        if baseline is None:
-            return "none (no PyTorch candidate in this run)"
-        state = baseline.status or "not judged yet"
-        if baseline.speedup_vs_eager is not None:
-            state += f", {baseline.speedup_vs_eager:.2f}x vs eager"
-        return f"{baseline.id} (PyTorch {baseline.origin}): {state}"
+        return baseline_text(self.baseline)
+
+
+def baseline_text(baseline: RankEntry | None) -> str:
+    """The PyTorch baseline and its verdict in one phrase, as every view shows it."""
+    if baseline is None:
+        return "none (no PyTorch candidate in this run)"
+    state = baseline.status or "not judged yet"
+    if baseline.speedup_vs_eager is not None:
+        state += f", {baseline.speedup_vs_eager:.2f}x vs eager"
+    return f"{baseline.id} (PyTorch {baseline.origin}): {state}"
 
 
 def rank(entries: Iterable[RankEntry]) -> Ranking:

@@ -117,6 +117,27 @@ CREATE TABLE IF NOT EXISTS events (
 """
 
 
+# Indexes for the reads that must stay fast at any run size (store_briefs).
+# An older KernelEvo reads a database that has them, so they need no new
+# schema version: a run made before them gains them the first time it is
+# opened (a second or two of writing at 50,000 candidates, once).
+INDEXES = {
+    # The best-kernel query visits the fastest passing verdicts first; it
+    # also covers the status timeline's read of every verdict.
+    "verdict_best": "CREATE INDEX IF NOT EXISTS verdict_best"
+                    " ON verdict(status, speedup_vs_eager DESC, evaluated_at)",
+    # Covering: a source precedes these columns in its row, and a real one
+    # spills into overflow pages that a scan would otherwise read.
+    "candidate_brief": "CREATE INDEX IF NOT EXISTS candidate_brief ON candidate(sequence, id,"
+                       " name, backend, origin, parent_ids_json, island, cell_json, created_at,"
+                       " state)",
+    # Covering, for the same reason with prompts and replies (most of a run's
+    # bytes); it also finds a candidate's own calls.
+    "llm_call_spend": "CREATE INDEX IF NOT EXISTS llm_call_spend ON llm_call(candidate_id,"
+                      " model, state, input_tokens, output_tokens, cost_usd, finished_at)",
+}
+
+
 class Database:
     """One connection with the store's settings, serialised by a lock."""
 
@@ -179,7 +200,7 @@ def connect(path: Path) -> sqlite3.Connection:
 
 def ensure_schema(connection: sqlite3.Connection, path: Path) -> None:
     """Create the tables if missing and refuse databases from a newer version."""
-    if _stored_version(connection) == SCHEMA_VERSION:
+    if _stored_version(connection) == SCHEMA_VERSION and not _missing_indexes(connection):
         return  # the common case: no write lock needed just to open a run
     connection.execute("BEGIN IMMEDIATE")
     try:
@@ -189,9 +210,10 @@ def ensure_schema(connection: sqlite3.Connection, path: Path) -> None:
                 f"{path} has schema version {found}, this KernelEvo reads up to "
                 f"{SCHEMA_VERSION}: upgrade KernelEvo to open it"
             )
-        for statement in statements(TABLES + TALLY_TABLES):
+        for statement in statements(TABLES + TALLY_TABLES) + list(INDEXES.values()):
             connection.execute(statement)
-        seed_tallies(connection)
+        if found != SCHEMA_VERSION:
+            seed_tallies(connection)
         connection.execute(
             "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",
             (str(SCHEMA_VERSION),),
@@ -210,3 +232,9 @@ def _stored_version(connection: sqlite3.Connection) -> int | None:
         return None
     row = connection.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     return int(row[0]) if row else None
+
+
+def _missing_indexes(connection: sqlite3.Connection) -> set[str]:
+    present = {row[0] for row in connection.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'index'")}
+    return set(INDEXES) - present

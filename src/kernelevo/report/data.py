@@ -1,47 +1,56 @@
 """A stored run read into plain data: rows, best-so-far series, status counts, cells.
 
-Everything the report and the web UI draw comes from here, read in one pass
-over the run store, so the two never disagree. Times are seconds since the
-run was created (wall time, including any pause before a resume); spend at a
-moment counts the LLM calls finished by then.
+Everything the report and the web UI draw comes from here, so the two never
+disagree. Nothing is read per candidate in full: SQLite sums, ranks and picks
+(store_briefs) and only the best kernel, its parent and lineage, the
+baseline and the table's rows are read whole; the archive's cells replay
+every verdict from its status, cell and speedup alone. Times are seconds
+since the run was created (wall time, including any pause before a resume);
+spend at a moment counts the LLM calls finished by then.
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernelevo.report.lineage import IslandCells, LineageStep, archive_cells, lineage
+from kernelevo.report.lineage import (
+    MAX_LINEAGE_STEPS,
+    IslandCells,
+    LineageStep,
+    archive_cells,
+    lineage,
+)
+from kernelevo.report.table import ROW_LIMIT, CandidateRow, CandidateTable, RowGroup, choose_rows
+from kernelevo.store import (
+    DB_NAME,
+    CandidateBrief,
+    Judged,
+    LlmCall,
+    RankEntry,
+    RunInfo,
+    RunStore,
+    StoredCandidate,
+    StoreError,
+    Totals,
+)
 from kernelevo.run_lock import status_now
-from kernelevo.store import DB_NAME, LlmCall, Ranking, RunStore, StoredCandidate, rank_candidates
+from kernelevo.store_records import baseline_text
+
+__all__ = ["CandidateRow", "RunData", "load_run"]  # CandidateRow: re-exported from table
 
 METRICS = ("speedup_vs_eager", "speedup_vs_compile")
 BASELINES = {"speedup_vs_eager": "eager", "speedup_vs_compile": "compile"}
 PENDING = "pending"
-
-
-@dataclass(frozen=True)
-class CandidateRow:
-    """One candidate as a table row; times in seconds since the run began."""
-
-    id: str
-    name: str
-    origin: str
-    backend: str
-    parent_id: str | None
-    island: int | None
-    status: str
-    reason: str
-    speedup_vs_eager: float | None
-    speedup_vs_compile: float | None
-    runtime_ms: float | None
-    created_s: float
-    evaluated_s: float | None
-    tokens: int
-    cost_usd: float
+# The status timeline's steps past which it keeps one per span of time: finer
+# than any plot drawn from it (svg.STATUS_PLOT_STEPS), and a page of a
+# 50,000-candidate run holds 2,000 snapshots of the counts, not 100,000.
+TIMELINE_STEPS = 2000
 
 
 @dataclass(frozen=True)
@@ -94,9 +103,11 @@ class RunData:
     environment: dict[str, str]
     stop_reason: str
     migrations: int
-    candidates: tuple[CandidateRow, ...]
+    candidate_count: int
+    table: CandidateTable  # the rows shown, built in full; the rest are only counted
     improvements: tuple[Improvement, ...]
-    timeline: tuple[tuple[float, dict[str, int]], ...]  # (seconds, count per status)
+    # (seconds, count per status) after each moment, or each span past TIMELINE_STEPS
+    timeline: tuple[tuple[float, dict[str, int]], ...]
     islands: tuple[IslandCells, ...]
     lineage: tuple[LineageStep, ...]
     best: BestKernel | None
@@ -122,24 +133,31 @@ def run_database(run_path: Path) -> Path:
     return run_path / DB_NAME if run_path.is_dir() else run_path
 
 
-def load_run(run_path: Path) -> RunData:
-    """Read a run (its folder or its run.db) into RunData."""
+def load_run(run_path: Path, *, views: bool = True) -> RunData:
+    """Read a run (its folder or its run.db) into RunData.
+
+    views=False leaves out what only the run's own page shows (timeline,
+    cells, lineage and table rows): a comparison of runs needs none of them.
+    """
     with RunStore.open(run_database(Path(run_path))) as store:
-        info, totals = store.run_info(), store.totals()
-        stored, calls, events = store.candidates(), store.llm_calls(), store.events()
-    ranking = rank_candidates(stored)
-    start = info.created_at
-    spend = _Spend(calls)
-    by_id = {c.id: c for c in stored}
-    modes = {call.candidate_id: call_mode(call) for call in calls if call.candidate_id}
-    calls_by_candidate: dict[str, list[LlmCall]] = {}
-    for call in calls:
-        calls_by_candidate.setdefault(call.candidate_id or "", []).append(call)
-    best = _best_kernel(ranking, by_id, info.task_source)
+        info, totals, events = store.run_info(), store.totals(), store.events()
+        start, count = info.created_at, sum(totals.candidates_by_status.values())
+        baseline_entry = store.briefs.baseline()
+        baseline = store.candidate(baseline_entry.id) if baseline_entry else None
+        best = _best_kernel(store, store.briefs.best(),
+                            baseline.candidate.source if baseline else info.task_source)
+        # Why there is no best takes every candidate's verdict; a best takes one.
+        no_best_message = "" if best else store.ranking().no_best_message()
+        environment = _environment(best) or store.briefs.environment()
+        judged = store.briefs.judged_in_order()
+        improvements = _improvements(judged, _Spend(store.briefs.spend_over_time()), start)
+        models = _models(info.config, store.briefs.models())
+        moments = store.briefs.moments()
+        shown = _views(store, info, totals, best, judged, moments) if views else _Views()
     elapsed_events = [e.payload.get("elapsed_s", 0.0) for e in events if e.kind == "elapsed"]
     stops = [e.payload.get("reason", "") for e in events if e.kind == "stop"]
-    span = max([start] + [e.at for e in events] + [c.created_at for c in stored]
-               + [c.evaluated_at or 0.0 for c in stored] + [info.finished_at or 0.0]) - start
+    span = max([start, info.finished_at or 0.0, moments[1] if moments else 0.0,
+                max((e.at for e in events), default=0.0)]) - start
     return RunData(
         run_id=info.id, task_name=info.task_name,
         status=status_now(info.status, run_database(Path(run_path)).parent),
@@ -147,115 +165,143 @@ def load_run(run_path: Path) -> RunData:
         created_at=start, finished_at=info.finished_at,
         elapsed_s=max(elapsed_events, default=span), span_s=span,
         tokens=totals.tokens_in + totals.tokens_out, cost_usd=totals.cost_usd,
-        budget=dict(info.config.get("budget") or {}), models=_models(info.config, calls),
-        environment=_environment(stored, best), stop_reason=stops[-1] if stops else "",
+        budget=dict(info.config.get("budget") or {}), models=models,
+        environment=environment, stop_reason=stops[-1] if stops else "",
         migrations=sum(1 for e in events if e.kind == "migration"),
-        candidates=tuple(_row(c, start, calls_by_candidate.get(c.id, [])) for c in stored),
-        improvements=_improvements(stored, ranking, start, spend),
-        timeline=_timeline(stored, start),
-        islands=archive_cells(stored, info.config.get("search") or {}),
-        lineage=lineage(by_id, best.stored.id, modes) if best else (),
-        best=best, baseline=by_id[ranking.baseline.id] if ranking.baseline else None,
-        baseline_text=ranking.baseline_text(),
-        no_best_message="" if best else ranking.no_best_message(), llm_calls=len(calls))
+        candidate_count=count, table=shown.table, improvements=improvements,
+        timeline=shown.timeline, islands=shown.islands, lineage=shown.lineage, best=best,
+        baseline=baseline, baseline_text=baseline_text(baseline_entry),
+        no_best_message=no_best_message, llm_calls=totals.llm_calls)
+
+
+@dataclass(frozen=True)
+class _Views:
+    """What only a run's own page shows."""
+
+    timeline: tuple[tuple[float, dict[str, int]], ...] = ()
+    islands: tuple[IslandCells, ...] = ()
+    lineage: tuple[LineageStep, ...] = ()
+    table: CandidateTable = CandidateTable((), "")
+
+
+def _views(store: RunStore, info: RunInfo, totals: Totals, best: BestKernel | None,
+           judged: list[Judged], moments: tuple[float, float] | None) -> _Views:
+    count = sum(totals.candidates_by_status.values())
+    chain = store.ancestry(best.stored.id, MAX_LINEAGE_STEPS) if best else {}
+    modes = call_modes(store.llm_calls_of(chain))
+    return _Views(
+        timeline=_timeline(store, moments, count + 2 * len(judged), info.created_at),
+        islands=archive_cells(judged, info.config.get("search") or {}),
+        lineage=lineage(chain, best.stored.id, modes) if best else (),
+        table=_table(store, count, info.created_at))
 
 
 class _Spend:
     """Tokens and dollars spent by a moment, from finished calls' prefix sums."""
 
-    def __init__(self, calls: list[LlmCall]) -> None:
-        done = sorted((c for c in calls if c.finished_at is not None),
-                      key=lambda call: call.finished_at or 0.0)
-        self.times = [call.finished_at or 0.0 for call in done]
-        self.tokens, self.costs = [0], [0.0]
-        for call in done:
-            self.tokens.append(self.tokens[-1] + call.input_tokens + call.output_tokens)
-            self.costs.append(self.costs[-1] + call.cost_usd)
+    def __init__(self, finished: list[tuple[float, int, float]]) -> None:
+        self.times = [moment for moment, _, _ in finished]  # in finishing order
+        self.tokens = [0, *itertools.accumulate(tokens for _, tokens, _ in finished)]
+        self.costs = [0.0, *itertools.accumulate(cost for _, _, cost in finished)]
 
     def at(self, moment: float) -> tuple[int, float]:
         index = bisect.bisect_right(self.times, moment)
         return self.tokens[index], self.costs[index]
 
 
-def _improvements(stored: list[StoredCandidate], ranking: Ranking, start: float,
-                  spend: _Spend) -> tuple[Improvement, ...]:
-    """Best-so-far steps of the passing kernels only: the baseline is never a best."""
-    kernel_ids = {entry.id for entry in ranking.kernels}
-    judged = sorted((c for c in stored if c.id in kernel_ids),
-                    key=lambda c: (c.evaluated_at or 0.0, c.sequence))
+def _table(store: RunStore, count: int, start: float) -> CandidateTable:
+    """The rows a page shows, with their LLM spend; only these are read and built."""
+    groups, note = choose_rows(count, store.briefs.fastest(ROW_LIMIT // 2),
+                               store.briefs.candidates(newest_first=True, limit=ROW_LIMIT))
+    spent = store.briefs.spend_of(brief.id for _, chosen in groups for brief in chosen)
+    return CandidateTable(tuple(
+        RowGroup(caption, tuple(_row(brief, start, spent.get(brief.id, (0, 0.0)))
+                                for brief in chosen))
+        for caption, chosen in groups), note)
+
+
+def _improvements(judged: list[Judged], spend: _Spend, start: float) -> tuple[Improvement, ...]:
+    """Best-so-far steps of the passing custom kernels only: the baseline is never a best."""
+    kernels = [verdict for verdict in judged if verdict.kernel]
     steps: list[Improvement] = []
     for metric in METRICS:
         best: float | None = None
-        for candidate in judged:
-            value = getattr(candidate.verdict, metric)
+        for kernel in kernels:
+            value = getattr(kernel, metric)
             if value is None or (best is not None and value <= best):
                 continue
             best = value
-            moment = candidate.evaluated_at or start
+            moment = kernel.evaluated_at or start
             tokens, cost = spend.at(moment)
-            steps.append(Improvement(candidate.id, metric, value, moment - start, tokens, cost))
+            steps.append(Improvement(kernel.id, metric, value, moment - start, tokens, cost))
     return tuple(steps)
 
 
-def _timeline(stored: list[StoredCandidate],
+def _timeline(store: RunStore, moments: tuple[float, float] | None, changes: int,
               start: float) -> tuple[tuple[float, dict[str, int]], ...]:
-    """Counts per status after every creation and verdict; unjudged ones are 'pending'."""
-    changes: list[tuple[float, str, int]] = []
-    for candidate in stored:
-        changes.append((candidate.created_at, PENDING, 1))
-        if candidate.verdict is not None:
-            judged_at = candidate.evaluated_at or candidate.created_at
-            changes += [(judged_at, PENDING, -1), (judged_at, candidate.verdict.status, 1)]
-    counts: dict[str, int] = {}
+    """Counts per status after every moment, or span of time past TIMELINE_STEPS changes.
+
+    Unjudged candidates are 'pending'. A span's counts are those at its last
+    moment, so the final counts are exact whatever the run's size.
+    """
+    if moments is None:
+        return ()
+    first, last = moments
+    spans = 0 if changes <= TIMELINE_STEPS else TIMELINE_STEPS - 2
+    rows = store.briefs.status_changes(first, (last - first) / spans if spans else 0.0, spans)
+    counts: dict[str, int] = {}  # statuses at zero are dropped, as a step shows none
     timeline: list[tuple[float, dict[str, int]]] = []
-    for moment, status, delta in sorted(changes, key=lambda change: change[0]):
-        counts[status] = counts.get(status, 0) + delta
-        snapshot = {name: count for name, count in counts.items() if count}
-        if timeline and timeline[-1][0] == moment - start:
-            timeline[-1] = (moment - start, snapshot)
-        else:
-            timeline.append((moment - start, snapshot))
+    last_moment = -math.inf
+    for index, (span, moment, status, count) in enumerate(rows):
+        # A verdict moves `count` candidates from pending to its status.
+        moves = [(PENDING, count)] if status is None else [(PENDING, -count), (status, count)]
+        for name, delta in moves:
+            total = counts.get(name, 0) + delta
+            if total:
+                counts[name] = total
+            else:
+                counts.pop(name, None)
+        last_moment = max(last_moment, moment)
+        if index + 1 == len(rows) or rows[index + 1][0] != span:
+            timeline.append((last_moment - start, dict(counts)))
+            last_moment = -math.inf
     return tuple(timeline)
 
 
-def _row(stored: StoredCandidate, start: float, own: list[LlmCall]) -> CandidateRow:
-    verdict = stored.verdict
-    timing = verdict.timings.get("candidate") if verdict else None
+def _row(brief: CandidateBrief, start: float, spent: tuple[int, float]) -> CandidateRow:
     return CandidateRow(
-        id=stored.id, name=stored.candidate.name, origin=stored.candidate.origin,
-        backend=stored.candidate.backend,
-        parent_id=stored.candidate.parent_ids[0] if stored.candidate.parent_ids else None,
-        island=stored.island, status=verdict.status if verdict else PENDING,
-        reason=verdict.reason if verdict else stored.state,
-        speedup_vs_eager=verdict.speedup_vs_eager if verdict else None,
-        speedup_vs_compile=verdict.speedup_vs_compile if verdict else None,
-        runtime_ms=timing.median_ms if timing else None,
-        created_s=stored.created_at - start,
-        evaluated_s=stored.evaluated_at - start if stored.evaluated_at else None,
-        tokens=sum(call.input_tokens + call.output_tokens for call in own),
-        cost_usd=sum(call.cost_usd for call in own))
+        id=brief.id, name=brief.name, origin=brief.origin, backend=brief.backend,
+        parent_id=brief.parent_ids[0] if brief.parent_ids else None, island=brief.island,
+        status=brief.status or PENDING, reason=brief.reason or brief.state,
+        speedup_vs_eager=brief.speedup_vs_eager, speedup_vs_compile=brief.speedup_vs_compile,
+        runtime_ms=brief.runtime_ms, created_s=brief.created_at - start,
+        evaluated_s=brief.evaluated_at - start if brief.evaluated_at else None,
+        tokens=spent[0], cost_usd=spent[1])
 
 
-def _best_kernel(ranking: Ranking, by_id: Mapping[str, StoredCandidate],
-                 task_source: str) -> BestKernel | None:
-    """The ranking's best, with what the report shows beside it."""
-    if ranking.best is None:
+def _best_kernel(store: RunStore, best: RankEntry | None,
+                 reference: str) -> BestKernel | None:
+    """The best (Briefs.best) read in full, with what the report shows beside it."""
+    if best is None:
         return None
-    chosen = by_id[ranking.best.id]
+    chosen = store.candidate(best.id)
     parents = chosen.candidate.parent_ids
-    return BestKernel(stored=chosen, parent=by_id.get(parents[0]) if parents else None,
-                      reference_source=_reference(ranking, by_id, task_source),
-                      timed=ranking.timed, spreads=_spreads(chosen))
+    return BestKernel(stored=chosen, parent=_find(store, parents[0]) if parents else None,
+                      reference_source=reference, timed=best.speedup_vs_eager is not None,
+                      spreads=_spreads(chosen))
 
 
-def reference_source(stored: list[StoredCandidate], task_source: str) -> str:
+def reference_source(store: RunStore, baseline: RankEntry | None, task_source: str) -> str:
     """The PyTorch baseline every run starts from, else the task file itself."""
-    return _reference(rank_candidates(stored), {c.id: c for c in stored}, task_source)
+    return store.candidate(baseline.id).candidate.source if baseline else task_source
 
 
-def _reference(ranking: Ranking, by_id: Mapping[str, StoredCandidate], task_source: str) -> str:
-    baseline = ranking.baseline
-    return by_id[baseline.id].candidate.source if baseline else task_source
+def _find(store: RunStore, candidate_id: str) -> StoredCandidate | None:
+    """The candidate in full, or None where the store has no such one."""
+    try:
+        return store.candidate(candidate_id)
+    except StoreError:
+        return None
 
 
 def _spreads(stored: StoredCandidate) -> dict[str, tuple[float, float]]:
@@ -275,29 +321,28 @@ def _spreads(stored: StoredCandidate) -> dict[str, tuple[float, float]]:
     return spreads
 
 
-def _models(config: Mapping[str, Any], calls: list[LlmCall]) -> tuple[ModelUsage, ...]:
-    # One pass over the calls: a name per call appended to the list made this
-    # quadratic, and listed a model once per call (50,000 rows at 50k calls).
-    names = dict.fromkeys([*((config.get("llm") or {}).get("models") or {}),
-                           *(call.model for call in calls)])
-    by_name: dict[str, list[LlmCall]] = {name: [] for name in names}
-    for call in calls:
-        by_name[call.model].append(call)
-    return tuple(ModelUsage(name, len(own), sum(c.input_tokens + c.output_tokens for c in own),
-                            sum(c.cost_usd for c in own)) for name, own in by_name.items())
+def _models(config: Mapping[str, Any],
+            called: list[tuple[str, int, int, float]]) -> tuple[ModelUsage, ...]:
+    """The configured models, then any other called, each with what its calls spent."""
+    usage = {name: ModelUsage(name, 0, 0, 0.0)
+             for name in (config.get("llm") or {}).get("models") or {}}
+    for name, calls, tokens, cost_usd in called:
+        usage[name] = ModelUsage(name, calls, tokens, cost_usd)
+    return tuple(usage.values())
 
 
-def _environment(stored: list[StoredCandidate], best: BestKernel | None) -> dict[str, str]:
-    """Versions and device of the best kernel's judge, else of a timed (GPU) verdict."""
-    if best is not None and best.stored.verdict and best.stored.verdict.environment:
-        return dict(best.stored.verdict.environment)
-    verdicts = [c.verdict for c in stored if c.verdict is not None and c.verdict.environment]
-    timed = [v for v in verdicts if v.environment.get("gpu")]
-    chosen = (timed or verdicts or [None])[-1]
-    return dict(chosen.environment) if chosen else {}
+def _environment(best: BestKernel | None) -> dict[str, str]:
+    """Versions and device of the best kernel's judge; {} sends the caller to the store."""
+    verdict = best.stored.verdict if best else None
+    return dict(verdict.environment) if verdict and verdict.environment else {}
 
 
 def call_mode(call: LlmCall) -> str:
     """The proposal mode (rewrite, diff, repair) recorded with an LLM call's prompt."""
     prompt = call.prompt if isinstance(call.prompt, dict) else {}
     return str(prompt.get("mode", ""))
+
+
+def call_modes(calls: list[LlmCall]) -> dict[str, str]:
+    """Each candidate's mode, from the last call linked to it."""
+    return {call.candidate_id: call_mode(call) for call in calls if call.candidate_id}

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from kernelevo.report.data import call_mode, reference_source, run_database
-from kernelevo.report.lineage import LineageStep, lineage
+from kernelevo.report.data import call_modes, reference_source, run_database
+from kernelevo.report.lineage import MAX_LINEAGE_STEPS, LineageStep, lineage
 from kernelevo.run_lock import status_now
 from kernelevo.store import LlmCall, RunStore, StoredCandidate
 
@@ -35,21 +35,21 @@ class CandidateDetail:
 
 def load_candidate_detail(run_path: Path, candidate_id: str) -> CandidateDetail:
     """Read one candidate; raises StoreError when the run has no such candidate."""
+    # Only this candidate's line of ancestors and their calls are read in
+    # full, whatever the run's size.
     with RunStore.open(run_database(Path(run_path))) as store:
         info = store.run_info()
         stored = store.candidate(candidate_id)
-        everything = store.candidates()
-        calls = store.llm_calls()
-    by_id = {candidate.id: candidate for candidate in everything}
+        chain = store.ancestry(candidate_id, MAX_LINEAGE_STEPS)
+        calls = store.llm_calls_of(chain)
+        reference = reference_source(store, store.briefs.baseline(), info.task_source)
     parents = stored.candidate.parent_ids
-    own_calls = tuple(call for call in calls if call.candidate_id == candidate_id)
-    modes = {call.candidate_id: call_mode(call) for call in calls if call.candidate_id}
     return CandidateDetail(
         run_id=info.id, task_name=info.task_name,
         run_status=status_now(info.status, run_database(Path(run_path)).parent), stored=stored,
-        parent=by_id.get(parents[0]) if parents else None,
-        reference_source=reference_source(everything, info.task_source),
-        calls=own_calls, lineage=lineage(by_id, candidate_id, modes))
+        parent=chain.get(parents[0]) if parents else None, reference_source=reference,
+        calls=tuple(call for call in calls if call.candidate_id == candidate_id),
+        lineage=lineage(chain, candidate_id, call_modes(calls)))
 
 
 def prompt_messages(call: LlmCall) -> list[dict[str, str]]:

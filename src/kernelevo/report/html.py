@@ -29,7 +29,6 @@ from kernelevo.report.diff import diff_html
 from kernelevo.report.highlight import highlight
 from kernelevo.report.svg import (PALETTE, STATUS_COLORS, Link, Series, cell_grids, status_plot,
                                   step_plot)
-from kernelevo.report.table import candidate_table
 
 TEMPLATES = Path(__file__).parent / "templates"
 
@@ -104,7 +103,7 @@ def _best_views(data: RunData) -> dict[str, Any]:
 def _run_context(data: RunData, ui: bool) -> dict[str, Any]:
     link = _candidate_link(data.run_id) if ui else None
     return {"data": data, "plots": run_plots(data, link), "ui": ui,
-            "grids": cell_grids(data.islands, link), "table": candidate_table(data.candidates),
+            "grids": cell_grids(data.islands, link), "table": data.table,
             "link": link or (lambda _id: None),
             "generated_at": time.time(), **_best_views(data)}
 
@@ -158,7 +157,8 @@ def write_comparison(run_paths: list[Path], output: Path) -> Path:
     """Write one HTML page comparing several runs side by side."""
     if not run_paths:
         raise ConfigError("no runs to compare: give at least one run")
-    return _write(Path(output), render_comparison([load_run(Path(p)) for p in run_paths]))
+    runs = [load_run(Path(path), views=False) for path in run_paths]
+    return _write(Path(output), render_comparison(runs))
 
 
 def _candidate_link(run_id: str) -> Link:

@@ -2,8 +2,9 @@
 
 Lineage follows the first parent from a candidate back to its seed. Cells
 are rebuilt by replaying every verdict into a fresh `Archive`, in the order
-the search saw them, exactly as a resumed run rebuilds its archive, so the
-grid shows the elites the search itself was choosing parents from.
+the search saw them, exactly as a resumed run rebuilds its archive
+(`Archive.replay`), so the grid shows the elites the search itself was
+choosing parents from.
 """
 
 from __future__ import annotations
@@ -13,9 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kernelevo.report.diff import diff_counts
-from kernelevo.search.archive import Archive, ArchiveEntry
-from kernelevo.search.loop import fitness
-from kernelevo.store import StoredCandidate
+from kernelevo.search.archive import Archive
+from kernelevo.store import Judged, StoredCandidate
 
 # Past this many steps the chain is cut: a cycle would be a corrupt store,
 # and no real search breeds this deep.
@@ -112,17 +112,13 @@ def _speedup(stored: StoredCandidate | None) -> float | None:
     return stored.verdict.speedup_vs_eager
 
 
-def archive_cells(candidates: list[StoredCandidate],
+def archive_cells(judged: list[Judged],
                   search_config: Mapping[str, Any]) -> tuple[IslandCells, ...]:
     """Elites and failure counts per island, replayed as a resumed run would."""
-    judged = sorted((c for c in candidates if c.verdict is not None),
-                    key=lambda c: (c.evaluated_at or 0.0, c.sequence))
-    highest_island = max((c.island or 0 for c in judged), default=0)
+    highest_island = max((verdict.island or 0 for verdict in judged), default=0)
     islands = max(int(search_config.get("islands", 1) or 1), highest_island + 1)
     interval = int(search_config.get("migration_interval", 0) or 0)
-    entries = [ArchiveEntry(c.id, tuple(c.cell or ()), fitness(c.verdict), c.island or 0)
-               for c in judged]
-    archive = Archive.rebuild(entries, num_islands=islands, migration_interval=interval)
+    archive = Archive.replay(judged, num_islands=islands, migration_interval=interval)
     return tuple(_island_cells(archive, index) for index in range(islands))
 
 

@@ -85,7 +85,7 @@ def _detail(runs_dir: Path, run_id: str, candidate_id: str) -> CandidateDetail:
 def _index(runs_dir: Path) -> str:
     summaries = list_runs(runs_dir)
     readable = [summary for summary in summaries if not summary.problem]
-    runs = [load_run(summary.path) for summary in readable[-INDEX_PLOT_RUNS:]]
+    runs = [load_run(summary.path, views=False) for summary in readable[-INDEX_PLOT_RUNS:]]
     return html.render_index(runs_dir, summaries, runs)
 
 
@@ -94,17 +94,20 @@ def _comparison(runs_dir: Path, query: dict[str, list[str]]) -> str:
     run_ids = [run_id for value in query.get("runs", []) for run_id in value.split(",") if run_id]
     if not run_ids:
         raise NotFound("no runs to compare: give /compare?runs=RUN_A,RUN_B")
-    return html.render_comparison([load_run(_run_path(runs_dir, i)) for i in run_ids], ui=True)
+    runs = [load_run(_run_path(runs_dir, run_id), views=False) for run_id in run_ids]
+    return html.render_comparison(runs, ui=True)
 
 
 def live_summary(run_path: Path) -> dict[str, Any]:
     """A cheap status for the UI's polling; `version` changes when the views would."""
     with RunStore.open(run_database(run_path)) as store:
-        info, totals, ranking = store.run_info(), store.totals(), store.ranking()
+        info, totals = store.run_info(), store.totals()
         status = status_now(info.status, Path(store.path).parent)
+        best, baseline = store.briefs.best(), store.briefs.baseline()
+        # Why there is no best needs every candidate; with a best, two indexed reads do.
+        no_best = None if best else store.ranking().no_best_message()
     by_status = dict(sorted(totals.candidates_by_status.items()))
     answered_calls = totals.llm_calls - totals.llm_calls_in_flight
-    best, baseline = ranking.best, ranking.baseline
     return {
         "run_id": info.id, "task": info.task_name, "status": status,
         "candidates": sum(by_status.values()), "by_status": by_status,
@@ -112,7 +115,7 @@ def live_summary(run_path: Path) -> dict[str, Any]:
         "best_id": best.id if best else None,
         "best_speedup_vs_eager": best.speedup_vs_eager if best else None,
         "best_speedup_vs_compile": best.speedup_vs_compile if best else None,
-        "no_best": None if best else ranking.no_best_message(),
+        "no_best": no_best,
         "baseline_id": baseline.id if baseline else None,
         "baseline_speedup_vs_eager": baseline.speedup_vs_eager if baseline else None,
         "tokens": totals.tokens_in + totals.tokens_out, "cost_usd": totals.cost_usd,

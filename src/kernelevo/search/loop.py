@@ -29,7 +29,7 @@ from kernelevo.candidate import Candidate
 from kernelevo.evaluate.verdict import Verdict, verdict_for
 from kernelevo.llm.protocol import LLMError
 from kernelevo.propose import tuner
-from kernelevo.search.archive import Archive, ArchiveEntry
+from kernelevo.search.archive import Archive, fitness
 from kernelevo.schema import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, Annotated, Bound, OneOf,
                               check_fields)
 from kernelevo.search.descriptors import cell_of
@@ -111,13 +111,6 @@ class Progress:
     outcome: RunOutcome | None = None  # set once the run has ended
 
 
-def fitness(verdict: Verdict) -> float | None:
-    """Speedup over eager; a correct candidate without timings (CPU) counts as 1."""
-    if not verdict.ok:
-        return None
-    return verdict.speedup_vs_eager if verdict.speedup_vs_eager is not None else 1.0
-
-
 class JudgeQueue:
     """Candidates waiting for a judge: the LLM's and the seeds' first, tuner variants after.
 
@@ -187,11 +180,8 @@ class Evolution:
 
     def resume(self) -> None:
         """Rebuild the archive from evaluated candidates; queue interrupted evaluations."""
-        stored = [c for c in self.store.candidates() if c.verdict is not None]
-        stored.sort(key=lambda c: (c.evaluated_at or 0.0, c.sequence))
-        entries = [ArchiveEntry(c.id, tuple(c.cell or ()), fitness(c.verdict), c.island or 0)
-                   for c in stored]
-        self.archive = Archive.rebuild(entries, **self.archive.settings())
+        self.archive = Archive.replay(self.store.briefs.judged_in_order(),
+                                      **self.archive.settings())
         for pending in self.store.pending():
             if pending.evaluation_attempts >= 2:
                 # Interrupted twice: redo at most once, then it is a verdict.
@@ -462,10 +452,10 @@ class Evolution:
 
     def _report(self, message: str | None = None) -> None:
         totals = self.store.totals()
-        # The one rule `show`, `export` and reports use; it reads every candidate,
-        # so it runs again only when a new verdict may have changed the answer.
-        judged = totals.candidates_by_status != self.progress.by_status
-        best = self.store.best() if judged else None
+        # The one rule `show`, `export` and reports use, read from an index on
+        # every tick (a fraction of a millisecond at 50,000 candidates), so a
+        # verdict judged again, which leaves the counts as they were, is seen too.
+        best = self.store.briefs.best()
         elapsed = time.monotonic() - self.started
         progress = self.progress
         progress.by_status = dict(totals.candidates_by_status)
@@ -476,10 +466,9 @@ class Evolution:
         since = time.monotonic() - (self.first_evaluation or time.monotonic())
         progress.gpu_busy_share = self.busy_s / (since * len(self.judges)) if since > 0 else 0.0
         progress.queued = self.queue.qsize()
-        if best is not None and best.verdict is not None:
-            progress.best_id = best.id
-            progress.best_vs_eager = best.verdict.speedup_vs_eager
-            progress.best_vs_compile = best.verdict.speedup_vs_compile
+        progress.best_id = best.id if best else None
+        progress.best_vs_eager = best.speedup_vs_eager if best else None
+        progress.best_vs_compile = best.speedup_vs_compile if best else None
         if message:
             progress.message = progress.message or message
         if message or elapsed - self.last_elapsed_log > 5.0:

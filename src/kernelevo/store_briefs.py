@@ -1,0 +1,205 @@
+"""Light reads of a run: what tables, plots, the archive and the best-kernel rule need.
+
+Sources, verdict JSON, prompts and replies are nearly all of a run's bytes
+(356 MB at 50,000 candidates); reading them all made a report of such a run
+take 13 s to write and the UI hold every prompt in memory. These queries
+leave them unread, and the covering indexes of store_schema.INDEXES answer
+them without visiting the rows that hold them. Where SQLite can sum, sort or
+pick the few rows a page shows, it does, so no Python object is made per
+candidate except where a search's order must be replayed. A page then reads
+in full only the few candidates and calls it shows (RunStore.candidate,
+.ancestry, .llm_calls_of).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from kernelevo.evaluate.verdict import NO_CUSTOM_KERNEL_FLAG, Verdict
+from kernelevo.store_records import (
+    BASELINE_BACKEND,
+    KERNEL_BACKENDS,
+    CandidateBrief,
+    Judged,
+    RankEntry,
+    Ranking,
+    rank,
+    rank_entry_from_row,
+)
+from kernelevo.store_schema import Database
+
+_RANK_COLUMNS = ("c.id, c.sequence, c.backend, c.origin, v.status, v.speedup_vs_eager,"
+                 " v.speedup_vs_compile, v.evaluated_at")
+# A verdict's JSON is parsed only when it names the flag at all.
+_FLAGGED = "CASE WHEN instr(v.verdict_json, ?) > 0 THEN v.verdict_json END AS flagged_json"
+_BRIEF_COLUMNS = (f"{_RANK_COLUMNS}, {_FLAGGED}, c.name, c.parent_ids_json, c.island,"
+                  " c.cell_json, c.created_at, c.state, v.reason, v.runtime_ms")
+# RankEntry.is_kernel in SQL; store_records.rank is the rule, tests hold the two equal.
+_KERNEL = ("v.status = 'ok' AND c.backend IN ("
+           + ", ".join(f"'{backend}'" for backend in KERNEL_BACKENDS) + ")"
+           " AND (instr(v.verdict_json, ?) = 0 OR NOT EXISTS"
+           " (SELECT 1 FROM json_each(v.verdict_json, '$.flags') WHERE value = ?))")
+# Candidate first: `CROSS JOIN` keeps SQLite scanning the candidate_brief
+# index and finding verdicts by id, never reading a candidate's row (and
+# its source) to find its cell or backend.
+_JUDGED = "candidate c CROSS JOIN verdict v ON v.candidate_id = c.id"
+# The best kernel in the order of store_records.rank: timed ones fastest
+# first, then (a run without a GPU) the first judged.
+_BEST_QUERIES = (("IS NOT NULL", "v.speedup_vs_eager DESC, v.evaluated_at, c.sequence"),
+                 ("IS NULL", "v.evaluated_at, c.sequence"))
+
+class Briefs:
+    """A run's light reads; RunStore.briefs."""
+
+    def __init__(self, database: Database) -> None:
+        self._database = database
+
+    def candidates(self, *, newest_first: bool = False,
+                   limit: int | None = None) -> list[CandidateBrief]:
+        """Candidates without their sources in creation order (or the reverse), `limit` at most."""
+        return self._briefs("candidate c LEFT JOIN verdict v ON v.candidate_id = c.id", "",
+                            "c.sequence DESC" if newest_first else "c.sequence",
+                            -1 if limit is None else limit)
+
+    def fastest(self, limit: int) -> list[CandidateBrief]:
+        """The `limit` fastest passing candidates with timings (any backend), ties oldest first."""
+        return self._briefs("verdict v JOIN candidate c ON c.id = v.candidate_id",
+                            "WHERE v.status = 'ok' AND v.speedup_vs_eager IS NOT NULL",
+                            "v.speedup_vs_eager DESC, c.sequence", limit)
+
+    def _briefs(self, tables: str, where: str, order: str, limit: int) -> list[CandidateBrief]:
+        rows = self._database.query(
+            f"SELECT {_BRIEF_COLUMNS} FROM {tables} {where} ORDER BY {order} LIMIT ?",
+            (NO_CUSTOM_KERNEL_FLAG, limit))
+        return [CandidateBrief(
+            id=row[0], sequence=row[1], backend=row[2], origin=row[3], status=row[4],
+            speedup_vs_eager=row[5], speedup_vs_compile=row[6], evaluated_at=row[7],
+            flags=_flags(row[8]), name=row[9], parent_ids=tuple(json.loads(row[10])),
+            island=row[11], cell=None if row[12] is None else tuple(json.loads(row[12])),
+            created_at=row[13], state=row[14], reason=row[15], runtime_ms=row[16])
+            for row in rows]
+
+    def judged_in_order(self) -> list[Judged]:
+        """Every verdict in the order judged: what the archive and best-so-far lines replay."""
+        rows = self._database.query(
+            "SELECT c.id, c.cell_json, c.island, v.status, v.speedup_vs_eager,"
+            f" v.speedup_vs_compile, v.evaluated_at, {_KERNEL}"
+            f" FROM {_JUDGED} ORDER BY v.evaluated_at, c.sequence",
+            (NO_CUSTOM_KERNEL_FLAG, NO_CUSTOM_KERNEL_FLAG))
+        cells: dict[str | None, tuple[Any, ...]] = {None: ()}  # a few cells, repeated
+        for row in rows:
+            if row[1] not in cells:
+                cells[row[1]] = tuple(json.loads(row[1]))
+        return [Judged(row[0], cells[row[1]], row[2], row[3], row[4], row[5], row[6],
+                       bool(row[7])) for row in rows]
+
+    def moments(self) -> tuple[float, float] | None:
+        """The first and the last moment a candidate was made or judged; None before any."""
+        rows = self._database.query(
+            "SELECT MIN(made_first, COALESCE(judged_first, made_first)),"
+            " MAX(made_last, COALESCE(judged_last, made_last))"
+            " FROM (SELECT MIN(created_at) AS made_first, MAX(created_at) AS made_last"
+            " FROM candidate), (SELECT MIN(evaluated_at) AS judged_first,"
+            " MAX(evaluated_at) AS judged_last FROM verdict)")
+        first, last = rows[0]
+        return None if first is None else (first, last)
+
+    def status_changes(self, first: float, width: float,
+                       spans: int) -> list[tuple[float, float, str | None, int]]:
+        """Candidates made and judged per span of time, in time order.
+
+        Rows are (span, its last moment, status, count): status None counts
+        candidates made, any other the verdicts of that status. With spans=0
+        every moment is a span of its own; otherwise the `first` moment is,
+        and the rest fall into `spans` spans of `width` seconds from it, the
+        last one closed (svg.thin_timeline's cut).
+        """
+        def span(moment: str) -> str:
+            return moment if spans == 0 else (
+                f"CASE WHEN {moment} = ? THEN -1.0"
+                f" ELSE MIN(CAST(({moment} - ?) / ? AS INTEGER), ?) END")
+
+        rows = self._database.query(
+            f"SELECT * FROM (SELECT {span('created_at')} AS span, MAX(created_at), NULL,"
+            " COUNT(*) FROM candidate GROUP BY span UNION ALL SELECT"
+            f" {span('evaluated_at')} AS span, MAX(evaluated_at), status, COUNT(*)"
+            " FROM verdict GROUP BY span, status) ORDER BY span",
+            (first, first, width, spans) * 2 if spans else ())
+        return [(row[0], row[1], row[2], row[3]) for row in rows]
+
+    def ranking(self) -> Ranking:
+        """Every candidate ranked (store_records.rank) from the columns the rule reads."""
+        rows = self._database.query(
+            f"SELECT {_RANK_COLUMNS}, {_FLAGGED}"
+            " FROM candidate c LEFT JOIN verdict v ON v.candidate_id = c.id",
+            (NO_CUSTOM_KERNEL_FLAG,))
+        return rank(rank_entry_from_row(row) for row in rows)
+
+    def best(self) -> RankEntry | None:
+        """`rank(...).best` from an index: the same candidate, in well under a millisecond."""
+        for speedup_test, order in _BEST_QUERIES:
+            rows = self._database.query(
+                f"SELECT {_RANK_COLUMNS}, NULL AS flagged_json FROM verdict v"
+                " JOIN candidate c ON c.id = v.candidate_id"
+                f" WHERE v.speedup_vs_eager {speedup_test} AND {_KERNEL}"
+                f" ORDER BY {order} LIMIT 1",
+                (NO_CUSTOM_KERNEL_FLAG, NO_CUSTOM_KERNEL_FLAG))
+            if rows:
+                return rank_entry_from_row(rows[0])
+        return None
+
+    def baseline(self) -> RankEntry | None:
+        """`rank(...).baseline`: the first PyTorch seed, else the first PyTorch candidate."""
+        for origin_test in ("AND c.origin = 'seed'", ""):
+            rows = self._database.query(
+                f"SELECT {_RANK_COLUMNS}, {_FLAGGED} FROM candidate c"
+                " LEFT JOIN verdict v ON v.candidate_id = c.id"
+                f" WHERE c.backend = ? {origin_test} ORDER BY c.sequence LIMIT 1",
+                (NO_CUSTOM_KERNEL_FLAG, BASELINE_BACKEND))
+            if rows:
+                return rank_entry_from_row(rows[0])
+        return None
+
+    def proposed_count(self) -> int:
+        """Candidates of every origin but 'seed': what the candidate budget counts."""
+        rows = self._database.query("SELECT COUNT(*) FROM candidate WHERE origin != 'seed'")
+        return int(rows[0][0])
+
+    def spend_over_time(self) -> list[tuple[float, int, float]]:
+        """(finished_at, tokens, dollars) of every finished call, in finishing order."""
+        rows = self._database.query(
+            "SELECT finished_at, input_tokens + output_tokens, cost_usd FROM llm_call"
+            " WHERE finished_at IS NOT NULL ORDER BY finished_at, id")
+        return [(row[0], row[1], row[2]) for row in rows]
+
+    def spend_of(self, candidate_ids: Iterable[str]) -> dict[str, tuple[int, float]]:
+        """Tokens and dollars of the calls linked to each of these candidates."""
+        rows = self._database.query(
+            "SELECT candidate_id, SUM(input_tokens + output_tokens), SUM(cost_usd) FROM llm_call"
+            " WHERE candidate_id IN (SELECT value FROM json_each(?)) GROUP BY candidate_id",
+            (json.dumps(list(candidate_ids)),))
+        return {row[0]: (row[1], row[2]) for row in rows}
+
+    def models(self) -> list[tuple[str, int, int, float]]:
+        """(model, calls, tokens, dollars) per model, in the order each was first called."""
+        rows = self._database.query(
+            "SELECT model, COUNT(*), SUM(input_tokens + output_tokens), SUM(cost_usd)"
+            " FROM llm_call GROUP BY model ORDER BY MIN(id)")
+        return [(row[0], row[1], row[2], row[3]) for row in rows]
+
+    def environment(self) -> dict[str, str]:
+        """Versions and device of the last verdict naming any, one judged on a GPU first."""
+        rows = self._database.query(
+            "SELECT v.verdict_json FROM verdict v JOIN candidate c ON c.id = v.candidate_id"
+            " WHERE json_extract(v.verdict_json, '$.environment') != '{}'"
+            " ORDER BY COALESCE(json_extract(v.verdict_json, '$.environment.gpu'), '') != ''"
+            " DESC, c.sequence DESC LIMIT 1")
+        if not rows:
+            return {}
+        return dict(Verdict.from_dict(json.loads(rows[0][0])).environment)
+
+
+def _flags(flagged_json: str | None) -> tuple[str, ...]:
+    return tuple(json.loads(flagged_json).get("flags", ())) if flagged_json else ()
