@@ -252,12 +252,12 @@ def test_light_reads_go_through_covering_indexes(tmp_path: Path) -> None:
         candidates = query_plan(store, "SELECT c.id, c.sequence, c.backend, c.origin, c.name,"
                                 " c.parent_ids_json, c.island, c.cell_json, c.created_at,"
                                 " c.state FROM candidate c ORDER BY c.sequence")
-        calls = query_plan(store, "SELECT finished_at, input_tokens + output_tokens, cost_usd"
-                           " FROM llm_call WHERE finished_at IS NOT NULL")
+        calls = query_plan(store, "SELECT SUM(input_tokens + output_tokens), SUM(cost_usd)"
+                           " FROM llm_call WHERE finished_at > 1.0 AND finished_at <= 2.0")
         own = query_plan(store, "SELECT candidate_id, SUM(cost_usd) FROM llm_call"
                          " WHERE candidate_id IN ('c0001') GROUP BY candidate_id")
     assert "COVERING INDEX candidate_brief" in candidates
-    assert "COVERING INDEX llm_call_spend" in calls and "llm_call_spend" in own
+    assert "COVERING INDEX llm_call_finished" in calls and "llm_call_spend" in own
 
 
 def test_a_run_made_before_the_indexes_gains_them_and_reads_the_same(tmp_path: Path) -> None:

@@ -14,8 +14,10 @@ in full only the few candidates and calls it shows (RunStore.candidate,
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from kernelevo.evaluate.verdict import NO_CUSTOM_KERNEL_FLAG, Verdict
 from kernelevo.store_records import (
@@ -29,6 +31,7 @@ from kernelevo.store_records import (
     rank_entry_from_row,
 )
 from kernelevo.store_schema import Database
+from kernelevo.store_steps import METRICS, Step
 
 _RANK_COLUMNS = ("c.id, c.sequence, c.backend, c.origin, v.status, v.speedup_vs_eager,"
                  " v.speedup_vs_compile, v.evaluated_at")
@@ -47,8 +50,37 @@ _KERNEL = ("v.status = 'ok' AND c.backend IN ("
 _JUDGED = "candidate c CROSS JOIN verdict v ON v.candidate_id = c.id"
 # The best kernel in the order of store_records.rank: timed ones fastest
 # first, then (a run without a GPU) the first judged.
+# A verdict's place in the search's order and its archive fitness
+# (archive.fitness_of); cells and islands as `Archive.replay` reads them.
+_FITNESS = "CASE WHEN v.status = 'ok' THEN COALESCE(v.speedup_vs_eager, 1.0) END"
+_ARCHIVE_CELL = "COALESCE(c.island, 0), COALESCE(c.cell_json, '[]')"
+_NO_ENVIRONMENT = '{"environment": {}'
 _BEST_QUERIES = (("IS NOT NULL", "v.speedup_vs_eager DESC, v.evaluated_at, c.sequence"),
                  ("IS NULL", "v.evaluated_at, c.sequence"))
+
+@dataclass(frozen=True)
+class ArchiveOffers:
+    """A run's verdicts as its archive replays them (Briefs.archive_offers).
+
+    offers: (place in the order judged from 1, candidate id, cell, island,
+    fitness); failures: (island, cell, count).
+    """
+
+    additions: int
+    highest_island: int
+    offers: list[tuple[int, str, tuple[Any, ...], int, float]]
+    failures: list[tuple[int, tuple[Any, ...], int]]
+
+
+class EventSummary(NamedTuple):
+    """last_at: the latest event's time; elapsed_s: the largest 'elapsed' (None
+    without one); stop_reason: the last stop's (None without one)."""
+
+    last_at: float | None
+    elapsed_s: float | None
+    stop_reason: str | None
+    migrations: int
+
 
 class Briefs:
     """A run's light reads; RunStore.briefs."""
@@ -94,6 +126,66 @@ class Briefs:
                 cells[row[1]] = tuple(json.loads(row[1]))
         return [Judged(row[0], cells[row[1]], row[2], row[3], row[4], row[5], row[6],
                        bool(row[7])) for row in rows]
+
+    def best_steps(self) -> list[Step]:
+        """The best-so-far steps of both metrics (store_steps), each in the order judged."""
+        rows = self._database.query(
+            "SELECT metric, candidate_id, speedup, evaluated_at FROM best_step"
+            " ORDER BY metric = ?, evaluated_at, sequence", (METRICS[1],))
+        return [Step(row[0], row[1], row[2], row[3]) for row in rows]
+
+    def spend_by(self, moments: list[float]) -> list[tuple[int, float]]:
+        """Tokens and dollars of the calls finished by each moment (ascending order)."""
+        spent, tokens, cost_usd, previous = [], 0, 0.0, -math.inf
+        for moment in moments:
+            # Each span's sum reads only its own calls: one pass over the
+            # finishing-time index for all the moments together.
+            rows = self._database.query(
+                "SELECT COALESCE(SUM(input_tokens + output_tokens), 0), COALESCE(SUM(cost_usd), 0)"
+                " FROM llm_call WHERE finished_at > ? AND finished_at <= ?", (previous, moment))
+            tokens, cost_usd = tokens + rows[0][0], cost_usd + rows[0][1]
+            spent.append((tokens, cost_usd))
+            previous = moment
+        return spent
+
+    def archive_offers(self) -> ArchiveOffers:
+        """What `Archive.replay` of judged_in_order needs, without a row per verdict.
+
+        A passing verdict no faster than an earlier one in its own cell of its
+        own island is always refused (an elite only ever gets fitter), so only
+        the others are read, each with its place in the order; failures are
+        counted per cell, since their order changes nothing.
+        """
+        offers = self._database.query(
+            "SELECT position, id, cell_json, island, fitness FROM ("
+            " SELECT ROW_NUMBER() OVER (ORDER BY v.evaluated_at, c.sequence) AS position,"
+            f" c.id, c.cell_json, COALESCE(c.island, 0) AS island, {_FITNESS} AS fitness,"
+            f" MAX({_FITNESS}) OVER (PARTITION BY {_ARCHIVE_CELL}"
+            " ORDER BY v.evaluated_at, c.sequence"
+            " ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS earlier"
+            f" FROM {_JUDGED}) WHERE fitness IS NOT NULL AND (earlier IS NULL OR fitness > earlier)"
+            " ORDER BY position")
+        failures = self._database.query(
+            f"SELECT {_ARCHIVE_CELL}, COUNT(*) FROM {_JUDGED} WHERE v.status != 'ok'"
+            " GROUP BY 1, 2")
+        totals = self._database.query(
+            f"SELECT COUNT(*), MAX(COALESCE(c.island, 0)) FROM {_JUDGED}")
+        return ArchiveOffers(
+            additions=totals[0][0], highest_island=totals[0][1] or 0,
+            offers=[(row[0], row[1], _cell(row[2]), row[3], row[4]) for row in offers],
+            failures=[(row[0], _cell(row[1]), row[2]) for row in failures])
+
+    def event_summary(self) -> EventSummary:
+        """The few things a page shows of the events log, summed by SQLite."""
+        rows = self._database.query(
+            "SELECT (SELECT MAX(at) FROM events),"
+            " (SELECT MAX(COALESCE(json_extract(payload_json, '$.elapsed_s'), 0.0)) FROM events"
+            "  WHERE kind = 'elapsed'),"
+            " (SELECT COALESCE(json_extract(payload_json, '$.reason'), '') FROM events"
+            "  WHERE kind = 'stop' ORDER BY id DESC LIMIT 1),"
+            " (SELECT COUNT(*) FROM events WHERE kind = 'migration')")
+        last_at, elapsed_s, stop_reason, migrations = rows[0]
+        return EventSummary(last_at, elapsed_s, stop_reason, migrations)
 
     def moments(self) -> tuple[float, float] | None:
         """The first and the last moment a candidate was made or judged; None before any."""
@@ -193,12 +285,19 @@ class Briefs:
         """Versions and device of the last verdict naming any, one judged on a GPU first."""
         rows = self._database.query(
             "SELECT v.verdict_json FROM verdict v JOIN candidate c ON c.id = v.candidate_id"
-            " WHERE json_extract(v.verdict_json, '$.environment') != '{}'"
+            # Most verdicts name none, and the store writes keys sorted, so
+            # theirs begins so: a prefix compare, not a parse of each verdict.
+            " WHERE substr(v.verdict_json, 1, ?) != ?"
+            " AND json_extract(v.verdict_json, '$.environment') != '{}'"
             " ORDER BY COALESCE(json_extract(v.verdict_json, '$.environment.gpu'), '') != ''"
-            " DESC, c.sequence DESC LIMIT 1")
+            " DESC, c.sequence DESC LIMIT 1", (len(_NO_ENVIRONMENT), _NO_ENVIRONMENT))
         if not rows:
             return {}
         return dict(Verdict.from_dict(json.loads(rows[0][0])).environment)
+
+
+def _cell(cell_json: str) -> tuple[Any, ...]:
+    return tuple(json.loads(cell_json))
 
 
 def _flags(flagged_json: str | None) -> tuple[str, ...]:

@@ -25,6 +25,7 @@ from typing import Any
 
 from kernelevo.candidate import ORIGINS
 from kernelevo.errors import KernelEvoError
+from kernelevo.store_steps import STEP_TABLES, has_steps, seed_steps
 from kernelevo.store_tally import TALLY_TABLES, seed_tallies, statements
 
 # 2: running totals kept by triggers (store_tally); a version 1 database
@@ -135,6 +136,9 @@ INDEXES = {
     # bytes); it also finds a candidate's own calls.
     "llm_call_spend": "CREATE INDEX IF NOT EXISTS llm_call_spend ON llm_call(candidate_id,"
                       " model, state, input_tokens, output_tokens, cost_usd, finished_at)",
+    # What was spent by each best-so-far step: sums over a range of finishing times.
+    "llm_call_finished": "CREATE INDEX IF NOT EXISTS llm_call_finished ON llm_call(finished_at,"
+                         " input_tokens, output_tokens, cost_usd)",
 }
 
 
@@ -200,7 +204,8 @@ def connect(path: Path) -> sqlite3.Connection:
 
 def ensure_schema(connection: sqlite3.Connection, path: Path) -> None:
     """Create the tables if missing and refuse databases from a newer version."""
-    if _stored_version(connection) == SCHEMA_VERSION and not _missing_indexes(connection):
+    if (_stored_version(connection) == SCHEMA_VERSION and not _missing_indexes(connection)
+            and has_steps(connection)):
         return  # the common case: no write lock needed just to open a run
     connection.execute("BEGIN IMMEDIATE")
     try:
@@ -210,10 +215,16 @@ def ensure_schema(connection: sqlite3.Connection, path: Path) -> None:
                 f"{path} has schema version {found}, this KernelEvo reads up to "
                 f"{SCHEMA_VERSION}: upgrade KernelEvo to open it"
             )
-        for statement in statements(TABLES + TALLY_TABLES) + list(INDEXES.values()):
+        # Like the indexes, the best-so-far steps (store_steps) need no new
+        # version: an older KernelEvo's writes keep them right through the triggers.
+        steps_missing = not has_steps(connection)
+        for statement in (statements(TABLES + TALLY_TABLES) + list(INDEXES.values())
+                          + statements(STEP_TABLES)):
             connection.execute(statement)
         if found != SCHEMA_VERSION:
             seed_tallies(connection)
+        if steps_missing:
+            seed_steps(connection)
         connection.execute(
             "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",
             (str(SCHEMA_VERSION),),

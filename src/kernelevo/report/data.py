@@ -3,16 +3,15 @@
 Everything the report and the web UI draw comes from here, so the two never
 disagree. Nothing is read per candidate in full: SQLite sums, ranks and picks
 (store_briefs) and only the best kernel, its parent and lineage, the
-baseline and the table's rows are read whole; the archive's cells replay
-every verdict from its status, cell and speedup alone. Times are seconds
+baseline and the table's rows are read whole; the best-so-far steps are
+kept as verdicts are written (store_steps) and the archive's cells replay
+only the verdicts that could be elites. Times are seconds
 since the run was created (wall time, including any pause before a resume);
 spend at a moment counts the LLM calls finished by then.
 """
 
 from __future__ import annotations
 
-import bisect
-import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,7 +29,6 @@ from kernelevo.report.table import ROW_LIMIT, CandidateRow, CandidateTable, RowG
 from kernelevo.store import (
     DB_NAME,
     CandidateBrief,
-    Judged,
     LlmCall,
     RankEntry,
     RunInfo,
@@ -140,7 +138,7 @@ def load_run(run_path: Path, *, views: bool = True) -> RunData:
     cells, lineage and table rows): a comparison of runs needs none of them.
     """
     with RunStore.open(run_database(Path(run_path))) as store:
-        info, totals, events = store.run_info(), store.totals(), store.events()
+        info, totals, events = store.run_info(), store.totals(), store.briefs.event_summary()
         start, count = info.created_at, sum(totals.candidates_by_status.values())
         baseline_entry = store.briefs.baseline()
         baseline = store.candidate(baseline_entry.id) if baseline_entry else None
@@ -149,25 +147,22 @@ def load_run(run_path: Path, *, views: bool = True) -> RunData:
         # Why there is no best takes every candidate's verdict; a best takes one.
         no_best_message = "" if best else store.ranking().no_best_message()
         environment = _environment(best) or store.briefs.environment()
-        judged = store.briefs.judged_in_order()
-        improvements = _improvements(judged, _Spend(store.briefs.spend_over_time()), start)
+        improvements = _improvements(store, start)
         models = _models(info.config, store.briefs.models())
         moments = store.briefs.moments()
-        shown = _views(store, info, totals, best, judged, moments) if views else _Views()
-    elapsed_events = [e.payload.get("elapsed_s", 0.0) for e in events if e.kind == "elapsed"]
-    stops = [e.payload.get("reason", "") for e in events if e.kind == "stop"]
+        shown = _views(store, info, totals, best, moments) if views else _Views()
     span = max([start, info.finished_at or 0.0, moments[1] if moments else 0.0,
-                max((e.at for e in events), default=0.0)]) - start
+                events.last_at or 0.0]) - start
     return RunData(
         run_id=info.id, task_name=info.task_name,
         status=status_now(info.status, run_database(Path(run_path)).parent),
         backend=str(info.config.get("search", {}).get("backend", "")),
         created_at=start, finished_at=info.finished_at,
-        elapsed_s=max(elapsed_events, default=span), span_s=span,
+        elapsed_s=span if events.elapsed_s is None else events.elapsed_s, span_s=span,
         tokens=totals.tokens_in + totals.tokens_out, cost_usd=totals.cost_usd,
         budget=dict(info.config.get("budget") or {}), models=models,
-        environment=environment, stop_reason=stops[-1] if stops else "",
-        migrations=sum(1 for e in events if e.kind == "migration"),
+        environment=environment, stop_reason=events.stop_reason or "",
+        migrations=events.migrations,
         candidate_count=count, table=shown.table, improvements=improvements,
         timeline=shown.timeline, islands=shown.islands, lineage=shown.lineage, best=best,
         baseline=baseline, baseline_text=baseline_text(baseline_entry),
@@ -185,28 +180,16 @@ class _Views:
 
 
 def _views(store: RunStore, info: RunInfo, totals: Totals, best: BestKernel | None,
-           judged: list[Judged], moments: tuple[float, float] | None) -> _Views:
+           moments: tuple[float, float] | None) -> _Views:
     count = sum(totals.candidates_by_status.values())
+    judged = count - totals.candidates_by_status.get("unevaluated", 0)
     chain = store.ancestry(best.stored.id, MAX_LINEAGE_STEPS) if best else {}
     modes = call_modes(store.llm_calls_of(chain))
     return _Views(
-        timeline=_timeline(store, moments, count + 2 * len(judged), info.created_at),
-        islands=archive_cells(judged, info.config.get("search") or {}),
+        timeline=_timeline(store, moments, count + 2 * judged, info.created_at),
+        islands=archive_cells(store.briefs.archive_offers(), info.config.get("search") or {}),
         lineage=lineage(chain, best.stored.id, modes) if best else (),
         table=_table(store, count, info.created_at))
-
-
-class _Spend:
-    """Tokens and dollars spent by a moment, from finished calls' prefix sums."""
-
-    def __init__(self, finished: list[tuple[float, int, float]]) -> None:
-        self.times = [moment for moment, _, _ in finished]  # in finishing order
-        self.tokens = [0, *itertools.accumulate(tokens for _, tokens, _ in finished)]
-        self.costs = [0.0, *itertools.accumulate(cost for _, _, cost in finished)]
-
-    def at(self, moment: float) -> tuple[int, float]:
-        index = bisect.bisect_right(self.times, moment)
-        return self.tokens[index], self.costs[index]
 
 
 def _table(store: RunStore, count: int, start: float) -> CandidateTable:
@@ -220,21 +203,19 @@ def _table(store: RunStore, count: int, start: float) -> CandidateTable:
         for caption, chosen in groups), note)
 
 
-def _improvements(judged: list[Judged], spend: _Spend, start: float) -> tuple[Improvement, ...]:
-    """Best-so-far steps of the passing custom kernels only: the baseline is never a best."""
-    kernels = [verdict for verdict in judged if verdict.kernel]
-    steps: list[Improvement] = []
-    for metric in METRICS:
-        best: float | None = None
-        for kernel in kernels:
-            value = getattr(kernel, metric)
-            if value is None or (best is not None and value <= best):
-                continue
-            best = value
-            moment = kernel.evaluated_at or start
-            tokens, cost = spend.at(moment)
-            steps.append(Improvement(kernel.id, metric, value, moment - start, tokens, cost))
-    return tuple(steps)
+def _improvements(store: RunStore, start: float) -> tuple[Improvement, ...]:
+    """Best-so-far steps of the passing custom kernels only: the baseline is never a best.
+
+    The steps are kept as verdicts are written (store_steps); only what was
+    spent by each step's moment is summed here.
+    """
+    steps = store.briefs.best_steps()
+    moments = sorted({step.evaluated_at or start for step in steps})
+    spent = dict(zip(moments, store.briefs.spend_by(moments)))
+    return tuple(Improvement(step.candidate_id, step.metric, step.speedup,
+                             (step.evaluated_at or start) - start,
+                             *spent[step.evaluated_at or start])
+                 for step in steps)
 
 
 def _timeline(store: RunStore, moments: tuple[float, float] | None, changes: int,

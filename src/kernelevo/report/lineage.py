@@ -1,10 +1,11 @@
 """How the best kernel came to be, and where the search's elites sit.
 
 Lineage follows the first parent from a candidate back to its seed. Cells
-are rebuilt by replaying every verdict into a fresh `Archive`, in the order
-the search saw them, exactly as a resumed run rebuilds its archive
-(`Archive.replay`), so the grid shows the elites the search itself was
-choosing parents from.
+are rebuilt by replaying the verdicts into a fresh `Archive`, in the order
+the search saw them, as a resumed run rebuilds its archive, so the grid
+shows the elites the search itself was choosing parents from. Only the
+verdicts that could become elites are replayed (`Archive.replay_offers`);
+tests hold the result equal to `Archive.replay` of every verdict.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import Any
 
 from kernelevo.report.diff import diff_counts
 from kernelevo.search.archive import Archive
-from kernelevo.store import Judged, StoredCandidate
+from kernelevo.store import StoredCandidate
+from kernelevo.store_briefs import ArchiveOffers
 
 # Past this many steps the chain is cut: a cycle would be a corrupt store,
 # and no real search breeds this deep.
@@ -112,14 +114,24 @@ def _speedup(stored: StoredCandidate | None) -> float | None:
     return stored.verdict.speedup_vs_eager
 
 
-def archive_cells(judged: list[Judged],
+def archive_cells(offers: ArchiveOffers,
                   search_config: Mapping[str, Any]) -> tuple[IslandCells, ...]:
     """Elites and failure counts per island, replayed as a resumed run would."""
-    highest_island = max((verdict.island or 0 for verdict in judged), default=0)
+    settings = archive_settings(offers.highest_island, search_config)
+    archive = Archive.replay_offers(offers.offers, offers.additions, offers.failures, **settings)
+    return cells_of(archive)
+
+
+def archive_settings(highest_island: int, search_config: Mapping[str, Any]) -> dict[str, int]:
+    """The islands (at least as many as the verdicts name) and migration interval."""
     islands = max(int(search_config.get("islands", 1) or 1), highest_island + 1)
     interval = int(search_config.get("migration_interval", 0) or 0)
-    archive = Archive.replay(judged, num_islands=islands, migration_interval=interval)
-    return tuple(_island_cells(archive, index) for index in range(islands))
+    return {"num_islands": islands, "migration_interval": interval}
+
+
+def cells_of(archive: Archive) -> tuple[IslandCells, ...]:
+    """Every island's cells, as the page shows them."""
+    return tuple(_island_cells(archive, index) for index in range(archive.num_islands))
 
 
 def _island_cells(archive: Archive, index: int) -> IslandCells:

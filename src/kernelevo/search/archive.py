@@ -312,6 +312,39 @@ class Archive:
                         fitness_of(verdict.status, verdict.speedup_vs_eager), verdict.island or 0)
         return archive
 
+    @classmethod
+    def replay_offers(cls, offers: Iterable[tuple[int, str, Sequence[Hashable], int, float]],
+                      additions: int, failures: Iterable[tuple[int, Sequence[Hashable], int]],
+                      **settings: Any) -> Archive:
+        """`replay` from only the verdicts that could become elites (Briefs.archive_offers).
+
+        offers: (place from 1, candidate id, cell, island, fitness) in order;
+        `additions` verdicts in all; failures: (island, cell, count). Every
+        migration falls where `replay` would make it.
+        """
+        archive = cls(**settings)
+        for island, cell, count in failures:
+            archive._check_island(island)
+            archive.islands[island].failures[tuple(cell)] += count
+        for place, candidate_id, cell, island, fitness in offers:
+            archive._check_island(island)
+            archive._migrate_until(place - 1)
+            archive.islands[island].offer(Elite(candidate_id, tuple(cell), float(fitness),
+                                                island, place))
+            archive._migrate_until(place)
+        archive._migrate_until(additions)
+        return archive
+
+    def _migrate_until(self, additions: int) -> None:
+        """Count additions up to `additions`, migrating at each interval passed."""
+        interval = self.migration_interval
+        if interval:
+            first = (self.additions // interval + 1) * interval
+            for moment in range(first, additions + 1, interval):
+                self.additions = moment
+                self.migrate()
+        self.additions = max(self.additions, additions)
+
 
 def _unique(elites: Iterable[Elite]) -> list[Elite]:
     """First occurrence of each candidate (migrated copies share an id)."""
