@@ -156,24 +156,25 @@ class Briefs:
         the others are read, each with its place in the order; failures are
         counted per cell, since their order changes nothing.
         """
-        offers = self._database.query(
-            "SELECT position, id, cell_json, island, fitness FROM ("
-            " SELECT ROW_NUMBER() OVER (ORDER BY v.evaluated_at, c.sequence) AS position,"
-            f" c.id, c.cell_json, COALESCE(c.island, 0) AS island, {_FITNESS} AS fitness,"
-            f" MAX({_FITNESS}) OVER (PARTITION BY {_ARCHIVE_CELL}"
+        # One statement, so the join of verdicts to their candidates is made once.
+        rows = self._database.query(
+            "WITH judged AS MATERIALIZED (SELECT"
+            " ROW_NUMBER() OVER (ORDER BY v.evaluated_at, c.sequence) AS position,"
+            " c.id, COALESCE(c.cell_json, '[]') AS cell, COALESCE(c.island, 0) AS island,"
+            f" {_FITNESS} AS fitness, MAX({_FITNESS}) OVER (PARTITION BY {_ARCHIVE_CELL}"
             " ORDER BY v.evaluated_at, c.sequence"
-            " ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS earlier"
-            f" FROM {_JUDGED}) WHERE fitness IS NOT NULL AND (earlier IS NULL OR fitness > earlier)"
-            " ORDER BY position")
-        failures = self._database.query(
-            f"SELECT {_ARCHIVE_CELL}, COUNT(*) FROM {_JUDGED} WHERE v.status != 'ok'"
-            " GROUP BY 1, 2")
-        totals = self._database.query(
-            f"SELECT COUNT(*), MAX(COALESCE(c.island, 0)) FROM {_JUDGED}")
-        return ArchiveOffers(
-            additions=totals[0][0], highest_island=totals[0][1] or 0,
-            offers=[(row[0], row[1], _cell(row[2]), row[3], row[4]) for row in offers],
-            failures=[(row[0], _cell(row[1]), row[2]) for row in failures])
+            " ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS earlier FROM"
+            f" {_JUDGED}) SELECT 'offer', position, id, cell, island, fitness FROM judged"
+            " WHERE fitness IS NOT NULL AND (earlier IS NULL OR fitness > earlier)"
+            " UNION ALL SELECT 'failures', COUNT(*), NULL, cell, island, NULL FROM judged"
+            " WHERE fitness IS NULL GROUP BY island, cell"
+            " UNION ALL SELECT 'all', COUNT(*), NULL, NULL, MAX(island), NULL FROM judged"
+            " ORDER BY 1 DESC, 2")
+        offers = [(row[1], row[2], _cell(row[3]), row[4], row[5])
+                  for row in rows if row[0] == "offer"]
+        failures = [(row[4], _cell(row[3]), row[1]) for row in rows if row[0] == "failures"]
+        additions, highest_island = next((row[1], row[4]) for row in rows if row[0] == "all")
+        return ArchiveOffers(additions, highest_island or 0, offers, failures)
 
     def event_summary(self) -> EventSummary:
         """The few things a page shows of the events log, summed by SQLite."""
