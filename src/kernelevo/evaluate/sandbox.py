@@ -170,13 +170,22 @@ class JobResult:
 
 
 class Deadline:
-    """When a job's wall-clock limit runs out; a job waiting for work restarts it."""
+    """A job's wall-clock limit, which a job waiting for work restarts, and its process.
+
+    A caller that gives up on a job from another thread (interrupted) kills it here.
+    """
 
     def __init__(self) -> None:
         self.at = float("inf")
+        self.pid: int | None = None
+        self.marker = ""
 
     def restart(self, seconds: float) -> None:
         self.at = time.monotonic() + seconds
+
+    def kill(self) -> None:
+        if self.pid:
+            _kill_group(self.pid, self.marker)
 
 
 class Channel:
@@ -283,6 +292,7 @@ def run_job(target: Callable[..., None], payload: dict[str, Any], scratch: Path,
         process.start()
     with _live_lock:
         _live_jobs[process.pid] = marker
+    deadline.pid, deadline.marker = process.pid, marker
     if _stopping.is_set():  # told to stop while this one was starting
         _kill_group(process.pid, marker)
     child_end.close()

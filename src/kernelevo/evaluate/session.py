@@ -68,14 +68,23 @@ class Session:
         """Hand the candidates to the worker and wait for their verdicts."""
         self.state = _WorkerState(self.judge, candidates, self.oracle, self.time_them)
         self._given.set()
-        for thread in self._threads:
-            thread.join()
+        try:
+            for thread in self._threads:
+                thread.join()
+        except BaseException:  # interrupted (Ctrl-C, SIGTERM): the children go now
+            self.kill()
+            raise
         if self.error is not None:
             raise self.error
         if self.oracle.error is not None:
             raise self.oracle.error
         assert self.result is not None
         return build_verdicts(self.state, self.result, self.judge)
+
+    def kill(self) -> None:
+        """Kill both processes at once (close() then only waits for their threads)."""
+        self.deadline.kill()
+        self.oracle.deadline.kill()
 
     def close(self) -> None:
         """Tell an unused worker to stop, wait for both processes, remove the scratch."""
@@ -150,6 +159,7 @@ class _OracleRun:
 
     def __init__(self, judge: Any, task: Task, scratch: Path, hold: Hold) -> None:
         self.judge, self.task, self.scratch, self.hold = judge, task, scratch, hold
+        self.deadline = Deadline()
         self.done = threading.Event()
         self.reference: dict[str, Any] | None = None
         self.error: Exception | None = None
@@ -186,7 +196,7 @@ class _OracleRun:
         result = run_job(run_oracle, payload, self.scratch, config.timeout_s,
                          config.output_limit_bytes, on_message=self._on_message,
                          environment=self.judge.child_environment,
-                         isolate_network=config.isolate_network)
+                         isolate_network=config.isolate_network, deadline=self.deadline)
         return self._reference_from(result, payload)
 
     def _on_message(self, message: dict[str, Any]) -> dict[str, Any] | None:
