@@ -225,7 +225,7 @@ def _machine() -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True, help="folder for the JSON")
+    parser.add_argument("--out", type=Path, help="folder for the JSON (required)")
     parser.add_argument("--candidates", nargs="+", default=DEFAULT_CANDIDATES,
                         help="add_one, an example's name (gelu) or a candidate file")
     parser.add_argument("--variants", nargs="+", default=["plain", "fast"],
@@ -239,6 +239,8 @@ def main() -> None:
     if args.child:
         print(json.dumps(child(args.child, args.scratch)))
         return
+    if args.out is None:
+        parser.error("--out is required")
     rows = []
     print(HEADER, flush=True)
     with tempfile.TemporaryDirectory(prefix="kernelevo-bench-cache-") as fresh:

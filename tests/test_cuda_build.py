@@ -20,7 +20,7 @@ import pytest
 from kernelevo.evaluate import cuda_build, cuda_shims
 from kernelevo.evaluate.cuda_build import build_key
 from kernelevo.evaluate.cuda_compilers import compiler_shims, write_script
-from kernelevo.evaluate.cuda_shims import compile_cuda, ensure_pch, host_plan, parse_dryrun
+from kernelevo.evaluate.cuda_shims import compile_cuda, host_plan, parse_dryrun
 
 SHIMS = Path(cuda_shims.__file__)
 needs_gcc = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
@@ -172,33 +172,47 @@ def test_host_plan_leaves_other_compiles_alone(tmp_path):
 # --- the precompiled header: built once, reused, never in the way ----------------------------
 
 
+def _host_compile(tmp_path: Path, store: Path, args: list[str], *extra: str):
+    """The host stand-in, as the script in the extensions folder runs it."""
+    shim = [sys.executable, "-S", "-E", str(SHIMS), "cxx", shutil.which("g++"), str(store)]
+    return subprocess.run([*shim, *extra, *args], cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, "KERNELEVO_BUILD_TIMES": str(tmp_path / "t.jsonl")})
+
+
+def _events(tmp_path: Path) -> list[str]:
+    times = tmp_path / "t.jsonl"
+    lines = times.read_text().splitlines() if times.exists() else []
+    return [json.loads(line)["pch"] for line in lines]
+
+
 @needs_gcc
-def test_the_header_is_built_once_and_reused(tmp_path, monkeypatch):
-    times = tmp_path / "times.jsonl"
-    monkeypatch.setenv("KERNELEVO_BUILD_TIMES", str(times))
-    include, store, compiler = _fake_torch(tmp_path), tmp_path / "pch", shutil.which("g++")
-    flags, header = host_plan(_ninja_args(include, _main_cpp(tmp_path)))
-    folder = ensure_pch(compiler, flags, header, store)
-    built = folder / "torch" / "extension.h.gch"
+def test_the_first_compile_builds_the_header_and_the_next_ones_use_it(tmp_path):
+    include, store = _fake_torch(tmp_path), tmp_path / "pch"
+    source = _main_cpp(tmp_path)
+    first = _host_compile(tmp_path, store, _ninja_args(include, source, "ext_1"), "-H")
+    assert first.returncode == 0, first.stderr
+    assert "! " not in first.stderr  # compiled as usual while the header was built
+    built = next(store.glob("host-*/torch/extension.h.gch"))
     stamp = built.stat().st_ino
-    assert ensure_pch(compiler, flags, header, store) == folder
+    for name in ("ext_2", "ext_3"):  # another extension name: the same header
+        again = _host_compile(tmp_path, store, _ninja_args(include, source, name), "-H")
+        assert again.returncode == 0, again.stderr
+        assert f"! {built.parents[1]}" in again.stderr  # gcc -H marks a used header with '!'
     assert built.stat().st_ino == stamp  # not rebuilt
-    other = ensure_pch(compiler, [*flags, "-O2"], header, store)
-    assert other != folder  # other flags, another header
-    kinds = [json.loads(line)["pch"] for line in times.read_text().splitlines()]
-    assert kinds == ["built", "used", "built"]
+    other = _host_compile(tmp_path, store, [*_ninja_args(include, source), "-O2"])
+    assert other.returncode == 0 and len(list(store.glob("host-*/torch/*.gch"))) == 2
+    assert _events(tmp_path) == ["built", "used", "used", "built"]
+    assert not list(store.glob("host-*/torch/*.partial")) and not list(store.glob("host-*/*.log"))
 
 
 @needs_gcc
 def test_the_compiler_uses_the_header_and_makes_the_same_object(tmp_path):
     include, store = _fake_torch(tmp_path), tmp_path / "pch"
     source = _main_cpp(tmp_path)
-    shim = [sys.executable, str(SHIMS), "cxx", shutil.which("g++"), str(store)]
     for name in ("ext_1", "ext_2"):  # the first builds the header, the second only reads it
-        args = _ninja_args(include, source, name)
-        done = subprocess.run([*shim, "-H", *args], cwd=tmp_path, capture_output=True, text=True)
+        done = _host_compile(tmp_path, store, _ninja_args(include, source, name), "-H")
         assert done.returncode == 0, done.stderr
-    assert "! " + str(store) in done.stderr  # gcc -H marks a precompiled header with '!'
+    assert "! " + str(store) in done.stderr
     (tmp_path / "main.o").rename(tmp_path / "with_header.o")
     plain = subprocess.run(["g++", *_ninja_args(include, source, "ext_2")], cwd=tmp_path)
     assert plain.returncode == 0
@@ -210,28 +224,32 @@ def test_a_busy_or_failed_header_leaves_the_compile_as_it_was(tmp_path):
     import fcntl
 
     include, store, compiler = _fake_torch(tmp_path), tmp_path / "pch", shutil.which("g++")
-    flags, header = host_plan(_ninja_args(include, _main_cpp(tmp_path)))
+    source = _main_cpp(tmp_path)
+    flags, header = host_plan(_ninja_args(include, source))
     folder = store / f"host-{cuda_shims.pch_key(compiler, flags, header)}"
-    folder.mkdir(parents=True)
+    (folder / "torch").mkdir(parents=True)
     with open(folder / "lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process is building it
-        assert ensure_pch(compiler, flags, header, store) is None
-    broken = [*flags, "-DSOMETHING", "-fno-such-option"]
-    assert ensure_pch(compiler, broken, header, store) is None
+        busy = _host_compile(tmp_path, store, _ninja_args(include, source))
+        assert busy.returncode == 0 and (tmp_path / "main.o").is_file()
+    assert _events(tmp_path) == ["busy"] and not (folder / "torch/extension.h.gch").exists()
+    broken = [*_ninja_args(include, source), "-DSOMETHING", "-fno-such-option"]
+    for _ in range(2):
+        done = _host_compile(tmp_path, store, broken)
+        assert done.returncode != 0 and "no-such-option" in done.stderr  # gcc's own word
     failed = next(store.glob("host-*/failed.log"))
     assert "no-such-option" in failed.read_text()
-    assert ensure_pch(compiler, broken, header, store) is None  # not retried
+    assert _events(tmp_path) == ["busy", "failed"]  # not retried
 
 
 @needs_gcc
 def test_a_host_compile_error_is_reported_as_the_compiler_wrote_it(tmp_path):
     include, store = _fake_torch(tmp_path), tmp_path / "pch"
     source = _main_cpp(tmp_path, "int f() { return undefined_thing; }\n")
-    shim = [sys.executable, str(SHIMS), "cxx", shutil.which("g++"), str(store)]
-    done = subprocess.run([*shim, *_ninja_args(include, source)], cwd=tmp_path,
-                          capture_output=True, text=True)
-    assert done.returncode != 0
-    assert "undefined_thing" in done.stderr and "was not declared" in done.stderr
+    for _ in range(2):  # while the header is built, and with it
+        done = _host_compile(tmp_path, store, _ninja_args(include, source))
+        assert done.returncode != 0
+        assert "undefined_thing" in done.stderr and "was not declared" in done.stderr
 
 
 def _text_of(path: Path) -> str:

@@ -7,9 +7,10 @@ starts in milliseconds):
 
 - host: main.cpp starts with `#include <torch/extension.h>`. That header is
   compiled once per (compiler, flags, torch) into a GCC precompiled header in
-  the extensions folder, and each later main.cpp with the same flags reads it
-  instead of parsing torch again. GCC checks that a precompiled header fits
-  the compile and otherwise ignores it; either way the object is the same.
+  the extensions folder (beside the first compile of those flags, which runs
+  as usual), and each later main.cpp with the same flags reads it instead of
+  parsing torch again. GCC checks that a precompiled header fits the compile
+  and otherwise ignores it; either way the object is the same.
 - nvcc: nvcc runs its host front end (cudafe++) and then the device compile
   (cicc, ptxas, fatbinary), though the two only share a module id (the name
   both give to anonymous namespaces). The stand-in asks nvcc for its own plan
@@ -34,9 +35,10 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 HEADER = "torch/extension.h"
-KEPT_HEADERS = 4  # one precompiled header is ~0.8 GB; a run uses one or two flag sets
+KEPT_HEADERS = 3  # one precompiled header is ~0.8 GB; a run uses one or two flag sets
 _SOURCE = re.compile(r".*\.(cpp|cc|cxx|c\+\+)$")
 _INCLUDE_OPTIONS = {"-I", "-isystem", "-iquote", "-idirafter"}  # with their folder apart
 _PER_OBJECT_OPTIONS = {"-MF", "-MT", "-MQ", "-o"}  # and their value: not the header's concern
@@ -112,50 +114,55 @@ def _stamp(path: Path) -> str:
     return f"{status.st_size}:{status.st_mtime_ns}"
 
 
-def ensure_pch(compiler: str, flags: list[str], header: Path, store: Path) -> Path | None:
-    """The folder holding a fitting torch/extension.h.gch, built now if missing; None to skip.
+def claim_pch(compiler: str, flags: list[str], header: Path,
+              store: Path) -> tuple[Path, Any | None]:
+    """The header's folder, and a held lock if this process is to build it (else None).
 
     Only one process builds a given header; the others compile without it
     meanwhile rather than wait. A header that failed to build is not retried.
     """
     folder = store / f"host-{pch_key(compiler, flags, header)}"
-    target = folder / f"{HEADER}.gch"
-    if target.is_file():
-        os.utime(target)  # recently used: kept by the eviction below
-        record({"role": "cxx", "pch": "used"})
-        return folder
-    if (folder / "failed.log").is_file():
-        return None
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(folder / "lock", "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            record({"role": "cxx", "pch": "busy"})
-            return None  # another process is building it
-        if target.is_file():
-            return folder
-        started = time.perf_counter()
-        built = _build_pch(compiler, flags, header, target)
-        record({"role": "cxx", "pch": "built" if built else "failed",
-                "pch_build_s": round(time.perf_counter() - started, 3)})
-        if not built:
-            return None
-    _evict(store, keep=KEPT_HEADERS)
-    return folder
+    if (folder / f"{HEADER}.gch").is_file() or (folder / "failed.log").is_file():
+        return folder, None
+    (folder / "torch").mkdir(parents=True, exist_ok=True)
+    lock = open(folder / "lock", "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        lock.close()
+        record({"role": "cxx", "pch": "busy"})
+        return folder, None
+    if (folder / f"{HEADER}.gch").is_file():  # finished while this one looked
+        lock.close()
+        return folder, None
+    return folder, lock
 
 
-def _build_pch(compiler: str, flags: list[str], header: Path, target: Path) -> bool:
-    partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
-    done = subprocess.run([compiler, *flags, "-x", "c++-header", str(header), "-o",
-                           str(partial)], capture_output=True, text=True)
-    if done.returncode:
+def start_pch(compiler: str, flags: list[str], header: Path, folder: Path) -> subprocess.Popen:
+    """Start building the header into `folder` (under a temporary name)."""
+    partial = folder / f"{HEADER}.gch.{os.getpid()}.partial"
+    log = open(folder / f"build.{os.getpid()}.log", "w+")
+    return subprocess.Popen([compiler, *flags, "-x", "c++-header", str(header), "-o",
+                             str(partial)], stdout=log, stderr=subprocess.STDOUT)
+
+
+def finish_pch(builder: subprocess.Popen, folder: Path, store: Path, started: float) -> bool:
+    """Wait for the header's build; put it in place, or note why it failed."""
+    code = builder.wait()
+    partial = folder / f"{HEADER}.gch.{os.getpid()}.partial"
+    log = folder / f"build.{os.getpid()}.log"
+    if code == 0:
+        os.replace(partial, folder / f"{HEADER}.gch")
+    else:
         partial.unlink(missing_ok=True)
-        if done.returncode > 0:  # the compiler refused (killed by a signal: try again later)
-            (target.parents[1] / "failed.log").write_text((done.stdout + done.stderr)[-20000:])
-        return False
-    os.replace(partial, target)
-    return True
+        if code > 0:  # the compiler refused (killed by a signal: try again later)
+            (folder / "failed.log").write_text(log.read_text(errors="replace")[-20000:])
+    log.unlink(missing_ok=True)
+    record({"role": "cxx", "pch": "built" if code == 0 else "failed",
+            "pch_build_s": round(time.perf_counter() - started, 3)})
+    if code == 0:
+        _evict(store, keep=KEPT_HEADERS)
+    return code == 0
 
 
 def _evict(store: Path, keep: int) -> None:
@@ -166,11 +173,29 @@ def _evict(store: Path, keep: int) -> None:
 
 
 def run_host(compiler: str, store: Path, args: list[str]) -> None:
-    """Stand-in for the host compiler: add the precompiled header's folder, then exec."""
+    """Stand-in for the host compiler: compile with the precompiled header where one fits.
+
+    The first compile of a flag set compiles as usual while it builds the
+    header for the next ones (which takes about twice a plain compile), so no
+    build waits longer than its own compile or nvcc's. GCC checks that a header
+    fits and otherwise reads the source's own; the object is the same either way.
+    """
     plan = host_plan(args)
-    folder = ensure_pch(compiler, *plan, store) if plan else None
-    extra = [f"-I{folder}"] if folder else []
-    os.execvp(compiler, [compiler, *extra, *args])
+    if plan is None:
+        os.execvp(compiler, [compiler, *args])
+    folder, lock = claim_pch(compiler, *plan, store)
+    if lock is None:
+        built = (folder / f"{HEADER}.gch").is_file()
+        if built:
+            os.utime(folder / f"{HEADER}.gch")  # recently used: kept by the eviction
+            record({"role": "cxx", "pch": "used"})
+        os.execvp(compiler, [compiler, *([f"-I{folder}"] if built else []), *args])
+    started = time.perf_counter()
+    builder = start_pch(compiler, *plan, folder)
+    code = subprocess.call([compiler, *args])
+    finish_pch(builder, folder, store, started)
+    lock.close()
+    sys.exit(code)
 
 
 # --- nvcc: host and device front ends at once ------------------------------------------------
