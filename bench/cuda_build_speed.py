@@ -175,6 +175,9 @@ def _row(variant: str, name: str, kind: str, result: dict[str, Any]) -> dict[str
             "link_s": _step_s(result, ".so"), "pch": pch.get("pch"),
             "pch_build_s": pch.get("pch_build_s"), "nvcc_host_chain_s": nvcc.get("host_s"),
             "nvcc_device_chain_s": nvcc.get("device_s"), "nvcc_final_s": nvcc.get("final_s"),
+            "nvcc_host_chain_cpu_s": nvcc.get("host_cpu_s"),
+            "nvcc_device_chain_cpu_s": nvcc.get("device_cpu_s"),
+            "nvcc_final_cpu_s": nvcc.get("final_cpu_s"),
             "check": result.get("check"), "error": result.get("error", "")[-600:]}
 
 

@@ -27,6 +27,7 @@ import hashlib
 import json
 import os
 import re
+import resource
 import shlex
 import signal
 import subprocess
@@ -355,8 +356,12 @@ def _run_chains(host: list[str], device: list[str], final: str, environment: dic
         if chain["process"].returncode:
             record({"role": "nvcc", "failed": chain["name"], **times})
             return subprocess.CompletedProcess([], chain["process"].returncode, "", text)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run(["sh", "-c", final], env=environment, capture_output=True, text=True)
-    record({"role": "nvcc", **times, "final_s": round(time.perf_counter() - started, 3)})
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    final_cpu_s = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    record({"role": "nvcc", **times, "final_s": round(time.perf_counter() - started, 3),
+            "final_cpu_s": round(final_cpu_s, 3)})
     return subprocess.CompletedProcess([], done.returncode, "", text + done.stdout + done.stderr)
 
 
