@@ -228,18 +228,23 @@ def test_a_busy_or_failed_header_leaves_the_compile_as_it_was(tmp_path):
     flags, header = host_plan(_ninja_args(include, source))
     folder = store / f"host-{cuda_shims.pch_key(compiler, flags, header)}"
     (folder / "torch").mkdir(parents=True)
+    stale = folder / "torch" / "extension.h.gch.999.partial"
+    stale.write_text("left by a builder killed midway")
     with open(folder / "lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process is building it
         busy = _host_compile(tmp_path, store, _ninja_args(include, source))
         assert busy.returncode == 0 and (tmp_path / "main.o").is_file()
     assert _events(tmp_path) == ["busy"] and not (folder / "torch/extension.h.gch").exists()
+    assert stale.exists()  # not this one's to clear while another holds the lock
+    assert _host_compile(tmp_path, store, _ninja_args(include, source)).returncode == 0
+    assert not stale.exists() and (folder / "torch/extension.h.gch").is_file()
     broken = [*_ninja_args(include, source), "-DSOMETHING", "-fno-such-option"]
     for _ in range(2):
         done = _host_compile(tmp_path, store, broken)
         assert done.returncode != 0 and "no-such-option" in done.stderr  # gcc's own word
     failed = next(store.glob("host-*/failed.log"))
     assert "no-such-option" in failed.read_text()
-    assert _events(tmp_path) == ["busy", "failed"]  # not retried
+    assert _events(tmp_path) == ["busy", "built", "failed"]  # not retried
 
 
 @needs_gcc

@@ -136,6 +136,8 @@ def claim_pch(compiler: str, flags: list[str], header: Path,
     if (folder / f"{HEADER}.gch").is_file():  # finished while this one looked
         lock.close()
         return folder, None
+    for stale in (folder / "torch").glob("*.partial"):  # from a builder killed midway
+        stale.unlink(missing_ok=True)
     return folder, lock
 
 
