@@ -30,7 +30,10 @@ import argparse
 import json
 import os
 import platform
+import re
 import resource
+import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -63,8 +66,8 @@ def _ninja_steps(extensions_dir: Path, since: float) -> list[dict[str, Any]]:
         for line in log.read_text().splitlines()[1:]:
             start_ms, end_ms, output_mtime_ns, target, _ = line.split("\t")
             if int(output_mtime_ns) / 1e9 >= since:  # else made by an earlier build
-                steps.append({"target": target, "start_s": int(start_ms) / 1e3,
-                              "end_s": int(end_ms) / 1e3})
+                steps.append({"folder": log.parent.name, "target": target,
+                              "start_s": int(start_ms) / 1e3, "end_s": int(end_ms) / 1e3})
     return steps
 
 
@@ -110,6 +113,70 @@ def child(candidate: Path, scratch: Path) -> dict[str, Any]:
             "compiler_cpu_s": round(children.ru_utime + children.ru_stime, 2),
             "check": check, "error": error,
             "steps": _ninja_steps(extensions_dir, started_epoch - 1), "shim_events": events}
+
+
+# --- where the seconds go: nvcc's steps one at a time ------------------------------------------
+
+
+def _cpu_of(command: list[str], environment: dict[str, str]) -> tuple[float, int]:
+    """CPU seconds of one command and its children, and its exit status."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    code = subprocess.run(command, env=environment, capture_output=True).returncode
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return round(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 2), code
+
+
+def phases(build_dir: Path, pch_store: Path | None) -> list[dict[str, Any]]:
+    """CPU seconds of each step nvcc runs on cuda.cu, in its order, and of main.cpp.
+
+    Taken one after the other from a finished build's own flags (build.ninja),
+    so each figure is that step alone: the critical path of a build is then
+    max(main.cpp, nvcc's steps added up) for torch's build, and max(main.cpp
+    with the header, longer of cudafe++'s and cicc's chains + final compile)
+    for the judge's.
+    """
+    ninja = (build_dir / "build.ninja").read_text()
+
+    def variable(name: str) -> list[str]:
+        found = re.search(rf"^{name} = (.*)$", ninja, re.M)
+        return shlex.split(found.group(1)) if found else []
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="kernelevo-bench-phases-") as scratch:
+        environment = {**os.environ, "TMPDIR": scratch}
+        dry = subprocess.run([*variable("nvcc"), *variable("cuda_cflags"), "-c",
+                              str(build_dir / "cuda.cu"), "-o", f"{scratch}/cuda.o", "--dryrun"],
+                             capture_output=True, text=True, env=environment)
+        for line in dry.stderr.splitlines():
+            body = line[3:] if line.startswith("#$ ") else ""
+            assignment = re.match(r"([A-Za-z_]\w*)=(.*)$", body)
+            if assignment:
+                environment[assignment.group(1)] = assignment.group(2)
+            elif body:
+                tool = os.path.basename(shlex.split(body)[0])
+                cpu_s, code = _cpu_of(["sh", "-c", body], environment)
+                rows.append({"step": tool, "cpu_s": cpu_s, "ok": code == 0})
+        main = [*variable("cxx"), *variable("cflags"), "-c", str(build_dir / "main.cpp"), "-o",
+                f"{scratch}/main.o"]
+        cpu_s, code = _cpu_of(main, environment)
+        rows.append({"step": "main.cpp", "cpu_s": cpu_s, "ok": code == 0})
+        header = _header_for(main, pch_store)
+        if header:
+            cpu_s, code = _cpu_of([main[0], f"-I{header}", *main[1:]], environment)
+            rows.append({"step": "main.cpp with the header", "cpu_s": cpu_s, "ok": code == 0})
+    return rows
+
+
+def _header_for(compile_: list[str], pch_store: Path | None) -> Path | None:
+    """The folder of the precompiled header the judge's build made for this compile, if any."""
+    from kernelevo.evaluate import cuda_shims
+
+    plan = cuda_shims.host_plan(compile_[1:])
+    compiler = shutil.which(compile_[0])
+    if pch_store is None or plan is None or compiler is None:
+        return None
+    folder = pch_store / f"host-{cuda_shims.pch_key(compiler, *plan)}"
+    return folder if (folder / "torch" / "extension.h.gch").is_file() else None
 
 
 # --- the parent ------------------------------------------------------------------------------
@@ -178,7 +245,8 @@ def _row(variant: str, name: str, kind: str, result: dict[str, Any]) -> dict[str
             "nvcc_host_chain_cpu_s": nvcc.get("host_cpu_s"),
             "nvcc_device_chain_cpu_s": nvcc.get("device_cpu_s"),
             "nvcc_final_cpu_s": nvcc.get("final_cpu_s"),
-            "check": result.get("check"), "error": result.get("error", "")[-600:]}
+            "check": result.get("check"), "error": result.get("error", "")[-600:],
+            "build_folder": next((s["folder"] for s in result.get("steps", [])), None)}
 
 
 def measure(variant: str, candidates: list[str], cache_dir: Path,
@@ -193,6 +261,18 @@ def measure(variant: str, candidates: list[str], cache_dir: Path,
             rows.append(_row(variant, name, kind, result))
             print(format_row(rows[-1]), flush=True)
     return rows
+
+
+def measure_phases(rows: list[dict[str, Any]], cache_root: Path) -> dict[str, list[dict]]:
+    """nvcc's steps, one at a time, for each candidate's build of the plain variant."""
+    pch_store = cache_root / "fast" / "torch_extensions" / "kernelevo-tools" / "pch"
+    found = {}
+    for row in rows:
+        if row["variant"] == "plain" and row["kind"] == "cold" and row["build_folder"]:
+            folder = cache_root / "plain" / "torch_extensions" / row["build_folder"]
+            found[row["candidate"]] = phases(folder, pch_store if pch_store.is_dir() else None)
+            print(f"phases of {row['candidate']}: {found[row['candidate']]}", flush=True)
+    return found
 
 
 def format_row(row: dict[str, Any]) -> str:
@@ -236,6 +316,8 @@ def main() -> None:
     parser.add_argument("--cache-dir", type=Path,
                         help="cache folder, one subfolder per variant (default: a fresh one)")
     parser.add_argument("--timeout-s", type=float, default=600.0, help="limit per build (s)")
+    parser.add_argument("--no-phases", dest="phases", action="store_false",
+                        help="skip timing nvcc's steps one at a time (needs the plain variant)")
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--scratch", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -246,16 +328,24 @@ def main() -> None:
         parser.error("--out is required")
     rows = []
     print(HEADER, flush=True)
+    steps: dict[str, list[dict[str, Any]]] = {}
     with tempfile.TemporaryDirectory(prefix="kernelevo-bench-cache-") as fresh:
         for variant in args.variants:
             cache_dir = (args.cache_dir or Path(fresh)) / variant
             rows += measure(variant, args.candidates, cache_dir, args.timeout_s)
+        if args.phases and "plain" in args.variants:
+            steps = measure_phases(rows, args.cache_dir or Path(fresh))
     report = {"machine": _machine(), "arch": os.environ.get("TORCH_CUDA_ARCH_LIST")
-              or _device_arch(), "command": " ".join(sys.argv), "rows": rows}
+              or _device_arch(), "command": " ".join(sys.argv), "rows": rows, "phases": steps}
     args.out.mkdir(parents=True, exist_ok=True)
     target = args.out / "cuda_build_speed.json"
     target.write_text(json.dumps(report, indent=1) + "\n")
-    print(f"\nwrote {target}\n\n{HEADER}")
+    print(f"\nwrote {target}")
+    for name, found in steps.items():
+        print(f"\nCPU seconds, one step at a time ({name}): "
+              + ", ".join(f"{s['step']} {s['cpu_s']}" + ("" if s["ok"] else " (failed)")
+                          for s in found))
+    print(f"\n{HEADER}")
     for row in rows:
         print(format_row(row))
 
