@@ -152,7 +152,7 @@ def phases(build_dir: Path, pch_store: Path | None) -> list[dict[str, Any]]:
             assignment = re.match(r"([A-Za-z_]\w*)=(.*)$", body)
             if assignment:
                 environment[assignment.group(1)] = assignment.group(2)
-            elif body:
+            elif body and not body.startswith("rm "):  # nvcc's cleanup of its scratch files
                 tool = os.path.basename(shlex.split(body)[0])
                 cpu_s, code = _cpu_of(["sh", "-c", body], environment)
                 rows.append({"step": tool, "cpu_s": cpu_s, "ok": code == 0})
