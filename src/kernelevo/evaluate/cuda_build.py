@@ -1,12 +1,17 @@
 """The candidate's view of `load_inline`: cached by source hash, instrumented, or compile-checked.
 
 Inside the worker, `torch.utils.cpp_extension.load_inline` is replaced so that
-(1) the extension name carries a hash of everything that determines the build,
-    so an unchanged candidate is never compiled twice and two different
-    candidates never share a build folder;
+(1) the extension name carries a hash of everything that determines the build
+    (sources, flags, target arch, torch, CUDA and Python versions), so an
+    unchanged candidate is never compiled twice and two different candidates
+    never share a build folder;
 (2) every `__global__` function starts with a check of a device flag, which
     lets the judge switch the candidate's kernels off (the ghost-kernel test);
-(3) without a GPU the CUDA source is only compiled with nvcc, if present.
+(3) without a GPU the CUDA source is only compiled with nvcc, if present;
+(4) builds go through the compiler stand-ins of `cuda_shims` (a precompiled
+    torch/extension.h for the host file; nvcc's host and device front ends run
+    at once), which change how long a build takes, not what it makes
+    (`cuda_compilers` installs them).
 """
 
 from __future__ import annotations
@@ -16,11 +21,17 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from kernelevo.evaluate.cuda_compilers import compiler_shims
+from kernelevo.evaluate.cuda_shims import compile_cuda
+
+# load_inline arguments that change what it prints, not what it builds.
+_NOT_IN_THE_BUILD = frozenset({"verbose", "keep_intermediates"})
 _MISSING_HEADER = re.compile(r"fatal error: ([\w./]+): No such file or directory")
 _GLOBAL_BODY = re.compile(r"(__global__\b[^;{]*?\{)")
 _FLAG = "kernelevo_knockout_flag"
@@ -104,10 +115,25 @@ class LoadInlineHook:
 
     def _call(self, name: str, cpp: list[str], cuda: list[str], functions: Any,
               kwargs: dict[str, Any]) -> Any:
-        digest = hashlib.sha256(repr((cpp, cuda, functions, sorted(kwargs.items()))).encode())
-        unique = f"{name}_{digest.hexdigest()[:16]}"
-        return self._original(unique, cpp, cuda_sources=cuda or None, functions=functions,
-                              **kwargs)
+        unique = f"{name}_{build_key(cpp, cuda, functions, kwargs)}"
+        with compiler_shims():
+            return self._original(unique, cpp, cuda_sources=cuda or None, functions=functions,
+                                  **kwargs)
+
+
+def build_key(cpp: list[str], cuda: list[str], functions: Any, kwargs: dict[str, Any]) -> str:
+    """Hash of everything a build depends on: sources, flags, target arch and toolchain.
+
+    Stable across processes and runs (no object ids, no set order), so the
+    same source built by another run or task is found in the shared cache.
+    """
+    import torch
+
+    toolchain = (os.environ.get("TORCH_CUDA_ARCH_LIST"), torch.__version__, torch.version.cuda,
+                 sys.version_info[:2])
+    options = sorted((k, v) for k, v in kwargs.items() if k not in _NOT_IN_THE_BUILD)
+    text = repr((cpp, cuda, functions, options, toolchain))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 # Declarations torch's CUDA headers need from the CUDA math libraries, for a
@@ -176,5 +202,7 @@ def _nvcc(nvcc: str, cuda_sources: list[str], stubs: bool) -> tuple[Any, str]:
                    f"-I{sysconfig.get_paths()['include']}",
                    "--expt-relaxed-constexpr", "-Xcompiler", "-fPIC",
                    "-DTORCH_EXTENSION_NAME=candidate"]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        # The same nvcc commands, host and device front ends at once where possible.
+        done = (compile_cuda(nvcc, command[1:])
+                or subprocess.run(command, capture_output=True, text=True, timeout=600))
     return done, (done.stdout + done.stderr)[-6000:]
