@@ -19,8 +19,8 @@ def serve_command(
     port: int = typer.Option(0, min=0, max=65535, help="port (0: any free one)"),
     gpus: Optional[str] = typer.Option(None, help="GPUs to serve, 'all' or indexes like 0,1 "
                                        "(default: all; none visible: the CPU)"),
-    lanes: int = typer.Option(1, min=1, help="jobs judged at once per GPU; their timing "
-                              "phases take turns"),
+    lanes: int = typer.Option(2, min=1, help="jobs judged at once per GPU; their timing "
+                              "phases take turns (2 measured best on an H200)"),
     max_judges: int = typer.Option(8, min=1, help="warm judges kept (task, settings, GPU)"),
 ) -> None:
     """Judge jobs from `eval`, `compare` and the API with judges kept warm (a local service).
