@@ -156,24 +156,29 @@ class Briefs:
         the others are read, each with its place in the order; failures are
         counted per cell, since their order changes nothing.
         """
-        # One statement, so the join of verdicts to their candidates is made once.
+        # One ordered pass over the verdicts (a covering index and one sort in
+        # SQLite); the running best per cell is kept here, which is cheaper than
+        # SQL window functions over every row.
         rows = self._database.query(
-            "WITH judged AS MATERIALIZED (SELECT"
-            " ROW_NUMBER() OVER (ORDER BY v.evaluated_at, c.sequence) AS position,"
-            " c.id, COALESCE(c.cell_json, '[]') AS cell, COALESCE(c.island, 0) AS island,"
-            f" {_FITNESS} AS fitness, MAX({_FITNESS}) OVER (PARTITION BY {_ARCHIVE_CELL}"
-            " ORDER BY v.evaluated_at, c.sequence"
-            " ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS earlier FROM"
-            f" {_JUDGED}) SELECT 'offer', position, id, cell, island, fitness FROM judged"
-            " WHERE fitness IS NOT NULL AND (earlier IS NULL OR fitness > earlier)"
-            " UNION ALL SELECT 'failures', COUNT(*), NULL, cell, island, NULL FROM judged"
-            " WHERE fitness IS NULL GROUP BY island, cell"
-            " UNION ALL SELECT 'all', COUNT(*), NULL, NULL, MAX(island), NULL FROM judged"
-            " ORDER BY 1 DESC, 2")
-        offers = [(row[1], row[2], _cell(row[3]), row[4], row[5])
-                  for row in rows if row[0] == "offer"]
-        failures = [(row[4], _cell(row[3]), row[1]) for row in rows if row[0] == "failures"]
-        additions, highest_island = next((row[1], row[4]) for row in rows if row[0] == "all")
+            f"SELECT c.id, COALESCE(c.cell_json, '[]'), COALESCE(c.island, 0), {_FITNESS}"
+            f" FROM {_JUDGED} ORDER BY v.evaluated_at, c.sequence")
+        best: dict[tuple[int, str], float] = {}
+        failed: dict[tuple[int, str], int] = {}
+        offers = []
+        highest_island = 0
+        for position, (candidate_id, cell, island, fitness) in enumerate(rows, start=1):
+            highest_island = max(highest_island, island)
+            key = (island, cell)
+            if fitness is None:
+                failed[key] = failed.get(key, 0) + 1
+                continue
+            earlier = best.get(key)
+            if earlier is None or fitness > earlier:
+                best[key] = fitness
+                offers.append((position, candidate_id, _cell(cell), island, fitness))
+        failures = [(island, _cell(cell), count) for (island, cell), count
+                    in sorted(failed.items(), key=lambda item: (item[1], item[0]))]
+        additions = len(rows)
         return ArchiveOffers(additions, highest_island or 0, offers, failures)
 
     def event_summary(self) -> EventSummary:
