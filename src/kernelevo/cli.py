@@ -4,9 +4,7 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -93,14 +91,10 @@ def _judge(task: Any, config: Any, progress: Any, local: bool) -> Any:
             log.info("judging on the evaluation service at %s", service.url)
             return ServiceJudge(service, task, config, progress)
     from kernelevo.evaluate.judge import Judge
-    from kernelevo.evaluate.sandbox import start_forkserver
 
-    # The forkserver's imports (torch, inductor) run while this process does its own;
-    # its Triton mode is guessed from the driver's device file (replaced if wrong).
-    interpret = config.device == "cpu" or (config.device == "auto"
-                                           and not os.path.exists("/dev/nvidiactl"))
-    threading.Thread(target=start_forkserver, args=(interpret,), name="kernelevo-forkserver",
-                     daemon=True).start()
+    # The forkserver is not started early in a thread here: it shortened no
+    # measured cold eval (bench/RESULTS.md), and a SIGTERM'd eval then
+    # sometimes aborted at exit.
     return Judge(task, config, progress=progress)
 
 
