@@ -49,10 +49,21 @@ def _log(out: Path, row: dict) -> None:
         file.write(json.dumps(row) + "\n")
 
 
-def _timed_work_s(verdict) -> float:
-    """Seconds of timed GPU work in a verdict: samples x median over every measure."""
-    return sum(s.samples * s.median_ms for stats in verdict.measures.values()
-               for s in stats.values()) / 1e3
+def _timed_work_s(verdict, call_loop_ms: float = 2.0) -> float:
+    """Seconds the candidate itself ran while timed: its GPU-time samples and its call loops.
+
+    A call-time sample is one loop of back-to-back calls lasting about
+    call_loop_ms (at least three calls); baselines' timed work is not counted.
+    """
+    total = 0.0
+    for measure, stats in verdict.measures.items():
+        own = stats.get("candidate")
+        if own is None:
+            continue
+        per_sample = (max(call_loop_ms, 3 * own.median_ms) if measure == "call"
+                      else own.median_ms)
+        total += own.samples * per_sample
+    return total / 1e3
 
 
 def pool_phase(entries: list[dict], problems: dict, lanes: int, out: Path) -> dict:
@@ -98,7 +109,11 @@ def pool_phase(entries: list[dict], problems: dict, lanes: int, out: Path) -> di
     warm = [r for r in rows if r.get("phases", {}).get("worker_start", 9) < 0.5
             and r["reason"] == "passed"]
     honest = [r["wall_s"] for r in rows if r.get("kind") == "honest" and "wall_s" in r]
+    passed = [r for r in rows if r.get("reason") == "passed"]
+    phase_medians = {key: round(statistics.median(r["phases"].get(key, 0.0) for r in passed), 3)
+                     for key in sorted({k for r in passed for k in r["phases"]})} if passed else {}
     return {"lanes": lanes, "candidates": len(rows), "wall_s": round(total, 1),
+            "passed_phase_medians_s": phase_medians,
             "honest_median_wall_s": round(statistics.median(honest), 3) if honest else None,
             "per_hour": round(3600 * len(rows) / total),
             "right": sum(1 for r in rows if r.get("right")),

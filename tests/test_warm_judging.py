@@ -97,6 +97,37 @@ def test_a_standby_session_judges_the_next_candidate_alike_and_holds_no_gate_whi
     assert first.errors is not None and second.errors is not None
 
 
+def test_children_take_the_gate_only_once_their_task_is_imported(tmp_path):
+    """Process start and the task's import run no kernels: a timing phase elsewhere goes on."""
+    slow, imported = tmp_path / "task.py", tmp_path / "imported"
+    slow.write_text(f"import pathlib, time\npathlib.Path({str(imported)!r}).touch()\n"
+                    "time.sleep(2)\n" + (SOFTMAX / "task.py").read_text())
+    judge = Judge(load_task(str(slow)), EvalConfig())
+    gate = gate_for(judge.device, judge.gpu_index)
+    gate.acquire_exclusive()  # as if another candidate were being timed
+    verdicts = []
+    judging = _in_thread(lambda: verdicts.append(
+        judge.evaluate(load_candidate(SOFTMAX / "triton_candidate.py"))))
+    try:
+        # The children start and import the task while the timing phase holds
+        # the GPU; then they ask for a shared hold and wait for it.
+        deadline = time.monotonic() + 120
+        while not imported.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert imported.exists()
+        assert not judging.wait(3)
+        assert gate.holders() == (0, True)
+    finally:
+        gate.release_exclusive()
+    seen = 0
+    while not judging.wait(0.05):
+        seen = max(seen, gate.holders()[0])
+    assert verdicts and verdicts[0].reason == "passed", verdicts
+    assert seen >= 1  # the children did hold it while they ran kernels
+    assert gate.holders() == (0, False)
+    assert verdicts[0].phases_s["warmup_task_import"] >= 2
+
+
 def test_closing_a_judge_ends_its_standby_processes():
     task, candidate = _softmax()
     judge = Judge(task, EvalConfig(), standby=True)

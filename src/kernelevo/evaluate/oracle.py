@@ -44,6 +44,10 @@ def _compute(payload: dict[str, Any], channel: Channel) -> dict[str, Any]:
     task_inputs.set_reference_precision()
     module = _load_task(payload["task_source"], Path(payload["scratch"]),
                         payload.get("task_folder", ""))
+    if device == "cuda":  # the context runs no kernels: made before the gate's hold
+        torch.cuda.init()
+        torch.empty(1, device=device)
+    channel.ask("gpu")
     channel.send("progress", phase="reference")
     init_inputs = module.get_init_inputs()
     if not isinstance(init_inputs, (list, tuple)):

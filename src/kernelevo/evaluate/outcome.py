@@ -226,6 +226,7 @@ def _phases(report: dict[str, Any] | None, timing: dict[str, Any] | None,
         phases["correctness"] = report.get("check_s", 0.0)
     if timing:
         phases["timing"] = timing.get("timing_s", 0.0)
+        phases["profile"] = timing.get("profile_s", 0.0)
         if timing.get("compile_s") is not None:
             phases["compile_baseline"] = timing["compile_s"]
     return {k: round(v, 4) for k, v in phases.items()}

@@ -8,8 +8,10 @@ as soon as one ends, so a new candidate finds both processes warm: the
 seeds are still drawn before the candidate is known, and each candidate
 still runs in a fresh process.
 
-Each session holds its GPU's gate (gate.py): shared while it warms up and
-checks, released while it waits for work, exclusive while it times.
+Each session holds its GPU's gate (gate.py): shared while it runs kernels
+to warm up and check, released while it waits for work, exclusive while it
+times. A child asks for its shared hold once it has imported the task and
+made its CUDA context (no kernels), so those overlap a timing phase.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -105,7 +107,6 @@ class Session:
             "timing": vars(judge.config.timing),
         }
         try:
-            self.hold.shared()  # the warm-up runs the baselines on the GPU
             self.result = run_job(run_worker, payload, self.scratch / "worker",
                                   judge.config.timeout_s, judge.config.output_limit_bytes,
                                   on_message=self._on_message,
@@ -119,23 +120,25 @@ class Session:
 
     def _on_message(self, message: dict[str, Any]) -> dict[str, Any] | None:
         kind = message.get("kind")
+        if kind == "gpu":  # about to run kernels (the warm-up): shared with other checks
+            self._wait_for(self.hold.shared)
+            return {}
         if kind == "ready":
             return self._ready(message)
         if self.state is None:
             return None  # progress of a warm-up nobody waits for yet
         if kind == "timed":  # timing done; profiling next: checks elsewhere may run
-            waited = time.monotonic()
-            self.hold.shared()
-            self.deadline.at += time.monotonic() - waited
+            self._wait_for(self.hold.shared)
             return {}
         reply = self.state.on_message(message)
         if kind == "checked" and reply is not None:
             self.hold.release()
-            if reply.get("time"):
-                waited = time.monotonic()
-                self.hold.exclusive()  # timing runs alone on the GPU
-                self.deadline.at += time.monotonic() - waited
+            if reply.get("time"):  # timing runs alone on the GPU
+                self.state.phases["gate_wait"] = self._wait_for(self.hold.exclusive)
         return reply
+
+    def _wait_for(self, take: Callable[[], None]) -> float:
+        return _wait_for(take, self.deadline)
 
     def _ready(self, message: dict[str, Any]) -> dict[str, Any]:
         self.hold.release()  # idle until candidates come: others may time meanwhile
@@ -154,6 +157,15 @@ class Session:
         return reply
 
 
+def _wait_for(take: Callable[[], None], deadline: Deadline) -> float:
+    """Take a hold on the gate; the wait does not count against the job's limit."""
+    waited = time.monotonic()
+    take()
+    waited = time.monotonic() - waited
+    deadline.at += waited
+    return waited
+
+
 class _OracleRun:
     """Computes the reference in its own process; the judge keeps the outputs."""
 
@@ -167,8 +179,7 @@ class _OracleRun:
 
     def run(self) -> None:
         try:
-            self.hold.shared()
-            try:
+            try:  # the child asks for a shared hold before it runs kernels
                 self.reference = self._compute()
             finally:
                 self.hold.release()
@@ -201,6 +212,9 @@ class _OracleRun:
 
     def _on_message(self, message: dict[str, Any]) -> dict[str, Any] | None:
         kind = message.get("kind")
+        if kind == "gpu":
+            _wait_for(self.hold.shared, self.deadline)
+            return {}
         if kind == "progress":
             self.judge.progress(str(message.get("phase", "")))
         elif kind == "reference":
@@ -258,6 +272,9 @@ class _WorkerState:
         if kind == "progress":
             self.judge.progress(str(message.get("phase", "")))
         elif kind == "ready":
+            # Where the worker's own warm-up went (done ahead, for a standby session).
+            for step, seconds in dict(message.get("warmup") or {}).items():
+                self.phases[f"warmup_{step}"] = float(seconds)
             return self._ready()
         elif kind == "failed":
             self.decisions[int(message["candidate"])] = ("failed", message)

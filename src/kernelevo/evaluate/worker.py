@@ -38,16 +38,27 @@ def run_worker(payload: dict[str, Any], channel: Channel) -> None:
     device = payload["device"]
     task_inputs.set_reference_precision()
     scratch = Path(payload["scratch"])
+    started = time.perf_counter()
     task = task_inputs.import_source(payload["task_source"], "kernelevo_task", scratch,
                                      payload.get("task_folder", ""))
+    warmup = {"task_import": time.perf_counter() - started}
+    if device == "cuda":
+        # A context runs no kernels, so it is made before the GPU's gate is
+        # held: a timing phase elsewhere on the GPU goes on meanwhile.
+        started = time.perf_counter()
+        torch.cuda.init()
+        torch.empty(1, device=device)
+        warmup["cuda_init"] = time.perf_counter() - started
+    channel.ask("gpu")  # from here on this worker runs kernels: a shared hold
     # Baselines compile while the oracle computes the reference in its own
     # process; the candidate is loaded only once the reference is done.
     baselines = None
     if device == "cuda" and payload["time"]:
         channel.send("progress", phase="warming baselines")
         baselines = warm_baselines(task, payload)
+        warmup.update(baselines.steps)
         channel.send("progress", phase="baselines warm")
-    reply = channel.ask("ready")
+    reply = channel.ask("ready", warmup={k: round(v, 4) for k, v in warmup.items()})
     if reply.get("abort"):
         return
     payload.update(reply)

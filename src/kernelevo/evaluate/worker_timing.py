@@ -28,16 +28,21 @@ class Baselines:
     """The reference model, eager and compiled, warmed up before any candidate loads."""
 
     def __init__(self, contestants: dict[str, Any], notes: list[str],
-                 compile_s: float | None) -> None:
+                 compile_s: float | None, steps: dict[str, float]) -> None:
         self.contestants, self.notes, self.compile_s = contestants, notes, compile_s
+        self.steps = steps  # seconds of each warm-up step, for the verdict's phases
 
 
 def warm_baselines(task: Any, payload: dict[str, Any]) -> Baselines:
     """Build and warm eager and torch.compile on throwaway inputs (never the judged ones)."""
     device, dtype = payload["device"], getattr(torch, payload["dtype"])
     config = _TimingSettings(payload["timing"])
+    steps = {}
+    started = time.perf_counter()
     reference = task_inputs.build_model(task.Model, list(task.get_init_inputs()), device, dtype)
     warm_inputs = task_inputs.make_inputs(task, 0, device, dtype)
+    torch.cuda.synchronize()
+    steps["model_inputs"] = time.perf_counter() - started
     contestants: dict[str, Any] = {}
     notes: list[str] = []
     compile_s = None
@@ -58,7 +63,7 @@ def warm_baselines(task: Any, payload: dict[str, Any]) -> Baselines:
             notes.append(f"torch.compile baseline failed: {type(exc).__name__}: {exc}"[:300])
         compile_s = time.perf_counter() - started
     torch.cuda.synchronize()
-    return Baselines(contestants, notes, compile_s)
+    return Baselines(contestants, notes, compile_s, steps)
 
 
 def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any,
@@ -89,11 +94,13 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any,
 
     with torch.no_grad():
         run = time_contestants(contestants, sets, config, after)
+    timing_s = time.perf_counter() - started
     # Profiled after timing, so no profiler state can touch a timed call. The
     # judge answers once other judges' checks may share the GPU again (a
     # profile needs no GPU to itself, only no timing beside it). Records the
     # profiler loses are caught by the launch count (outcome.unrecorded_note).
     channel.ask("timed")
+    started = time.perf_counter()
     shares = {index: own_kernel_share(model, module, payload["candidates"][index], sets[0],
                                       launches)
               for index, (model, module, _) in loaded.items()}
@@ -110,7 +117,7 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any,
     channel.send("timing", measures=measures, measure=config.measure,
                  notes=baselines.notes + run.notes, flags=run.flags,
                  inconsistent=inconsistent, shares=shares, compile_s=baselines.compile_s,
-                 timing_s=time.perf_counter() - started,
+                 timing_s=timing_s, profile_s=time.perf_counter() - started,
                  tampered=snapshot.tampered(), device_name=torch.cuda.get_device_name(0),
                  versions={"torch": torch.__version__, "triton": _triton_version(),
                            "cuda": str(torch.version.cuda)})
