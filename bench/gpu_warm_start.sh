@@ -5,7 +5,7 @@
 # made), and bench/throughput.py's pools at one, two and three lanes.
 set -u
 cd "$(dirname "$0")/.."
-export PYTHONUNBUFFERED=1 KERNELEVO_CACHE_DIR=${KERNELEVO_CACHE_DIR:-/tmp/ke-cache} PYTHONPATH=src
+export PYTHONUNBUFFERED=1 KERNELEVO_CACHE_DIR=${KERNELEVO_CACHE_DIR:-/tmp/ke-cache} PYTHONPATH=src:bench
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/gpu.txt"
@@ -22,12 +22,19 @@ imports="import torch, torch._dynamo, torch._inductor.compile_fx"
 for run in 1 2; do
     echo "imports, plain, run $run: $( { time python -c "$imports" ; } 2>&1 ) s" >> "$OUT/gpu.txt"
 done
+python - >> "$OUT/gpu.txt" 2>&1 <<'PY'
+import os, sys, torch
+folder = os.path.join(os.path.dirname(torch.__file__), "__pycache__")
+print("PYTHONDONTWRITEBYTECODE:", os.environ.get("PYTHONDONTWRITEBYTECODE"),
+      "flag:", sys.flags.dont_write_bytecode, "prefix:", sys.pycache_prefix,
+      "torch/__pycache__:", os.listdir(folder)[:3] if os.path.isdir(folder) else "absent")
+PY
 for run in 1 2; do
-    echo "imports, PYTHONPYCACHEPREFIX, run $run: $( { time PYTHONPYCACHEPREFIX=/tmp/ke-pyc \
-        python -c "$imports" ; } 2>&1 ) s" >> "$OUT/gpu.txt"
+    echo "imports, bytecode written to /tmp/ke-pyc, run $run: $( { time python -c \
+        "import sys; sys.dont_write_bytecode = False; sys.pycache_prefix = '/tmp/ke-pyc'; $imports" ; } 2>&1 ) s" >> "$OUT/gpu.txt"
 done
 python -X importtime -c "import torch, torch._dynamo, torch._inductor.compile_fx" 2>&1 \
-    | sort -t'|' -k2 -n | tail -25 >> "$OUT/gpu.txt"
+    | sort -t"|" -k2 -n | tail -12 >> "$OUT/gpu.txt"
 timeout 150 python bench/warm_start.py --json "$OUT/warm_start.json" > "$OUT/warm_start.txt" 2>&1
 timeout 120 python -m pytest -m gpu -rA -p no:cacheprovider tests/test_fixtures.py \
     -k "illegal_address or gpu_oom or race_reduction" > "$OUT/pytest_fixtures.txt" 2>&1

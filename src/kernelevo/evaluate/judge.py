@@ -155,13 +155,18 @@ class Judge:
         """Judge in a session: the standby one when it fits, else one started now."""
         session = self._take_standby(task, time_them) or Session(self, task, time_them)
         try:
+            # The next evaluation's oracle and worker start now, beside this one:
+            # they make their contexts while this one checks and times, and
+            # run their warm-up's kernels when no timing phase holds the GPU.
+            self._start_standby()
             return session.run(candidates)
         finally:
             session.close()
-            if self.standby and not stopping():
-                # The next evaluation's oracle and worker start now, while the
-                # caller handles this verdict (or the LLM writes the next one).
-                self._standby = Session(self, self.task, self.config.time_candidates)
+            self._start_standby()
+
+    def _start_standby(self) -> None:
+        if self.standby and self._standby is None and not stopping():
+            self._standby = Session(self, self.task, self.config.time_candidates)
 
     def _take_standby(self, task: Task, time_them: bool) -> "Session | None":
         session, self._standby = self._standby, None

@@ -4,7 +4,7 @@ A `Session` starts the reference oracle and the candidate worker at once. The
 worker imports the task and warms the baselines, then asks for its
 candidates; the session answers once `run()` gives it some and the
 oracle's reference exists. A judge with standby on starts the next session
-as soon as one ends, so a new candidate finds both processes warm: the
+as soon as one begins, so a new candidate finds both processes warm: the
 seeds are still drawn before the candidate is known, and each candidate
 still runs in a fresh process.
 
