@@ -10,6 +10,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Optional
 
+from kernelevo.cache_dir import keep_bytecode
+
+keep_bytecode()  # before torch's imports (cache_dir.py says why)
+
 import typer
 from rich.console import Console
 from rich.markup import escape

@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import torch
 
+from kernelevo.cache_dir import default_cache_dir, keep_bytecode
 from kernelevo.candidate import Candidate
 from kernelevo.config import EvalConfig
 from kernelevo.errors import TaskError
@@ -29,11 +30,6 @@ from kernelevo.evaluate.worker import cache_environment, run_prebuild
 from kernelevo.task import Task, perturb_sizes, shrink_sizes
 
 Progress = Callable[[str], None]
-
-
-def default_cache_dir() -> Path:
-    root = os.environ.get("KERNELEVO_CACHE_DIR") or Path.home() / ".cache" / "kernelevo"
-    return Path(root)
 
 
 def resolve_device(config: EvalConfig) -> str:
@@ -52,7 +48,8 @@ class Judge:
                  gpu_index: int | None = None, standby: bool = False) -> None:
         self.config = config or EvalConfig()
         # With standby on, the next evaluation's oracle and worker start as soon
-        # as one ends, so the next candidate finds them warm (a service, a search).
+        # as one ends (or begins, once candidates come one after another), so
+        # the next candidate finds them warm (a service, a search).
         self.standby = standby
         self._standby: Session | None = None
         self.device = resolve_device(self.config)
@@ -80,6 +77,7 @@ class Judge:
         set_triton_mode(self.device == "cpu")
         for key, value in cache_environment(self.cache_dir).items():
             os.environ.setdefault(key, value)
+        keep_bytecode(self.cache_dir)  # for the forkserver, should it start after this
 
     def evaluate(self, candidate: Candidate) -> Any:
         return self.evaluate_many([candidate])[0]
@@ -153,12 +151,17 @@ class Judge:
 
     def _run(self, candidates: list[Candidate], task: Task, time_them: bool) -> list[Any]:
         """Judge in a session: the standby one when it fits, else one started now."""
-        session = self._take_standby(task, time_them) or Session(self, task, time_them)
+        standby = self._take_standby(task, time_them)
+        session = standby or Session(self, task, time_them)
         try:
-            # The next evaluation's oracle and worker start now, beside this one:
-            # they make their contexts while this one checks and times, and
-            # run their warm-up's kernels when no timing phase holds the GPU.
-            self._start_standby()
+            if standby is not None:
+                # Candidates come one after another (this one found a standby):
+                # the next evaluation's oracle and worker start now, beside this
+                # one. They make their contexts while it checks and times, and
+                # run their warm-up's kernels when no timing phase holds the GPU.
+                # A first evaluation starts none beside it: its compile would
+                # run twice at once, and a lone job would wait for both.
+                self._start_standby()
             return session.run(candidates)
         finally:
             session.close()

@@ -41,5 +41,17 @@ if torch.version.cuda is not None:
         except Exception:  # noqa: BLE001 - a missing or changed helper only costs time
             pass
 
+    # What a worker's first torch.compile imported last time (preload_modules.py).
+    import importlib
+
+    from kernelevo.cache_dir import default_cache_dir
+    from kernelevo.evaluate import preload_modules
+
+    for _name in preload_modules.read(default_cache_dir()):
+        try:
+            importlib.import_module(_name)
+        except Exception:  # noqa: BLE001 - a module that cannot load ahead loads later
+            pass
+
 if torch.cuda.is_initialized():  # pragma: no cover - a torch change would be caught here
     raise RuntimeError("preloading initialised CUDA; children of the forkserver could not use it")

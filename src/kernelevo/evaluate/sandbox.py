@@ -222,6 +222,9 @@ def _child_main(target: Callable[..., None], payload: dict[str, Any], connection
                 environment: dict[str, str], isolate_network: bool) -> None:
     """Entry point in the forked child: detach, confine, redirect output, run."""
     os.setsid()
+    # Bytecode of what the forkserver imported may be cached (cache_dir.py);
+    # a candidate's own modules, each in a new folder, would only pile up there.
+    sys.dont_write_bytecode = True
     release_forkserver()
     guard = start_guard(lifeline, marker)
     lifeline.close()

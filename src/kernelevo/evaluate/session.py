@@ -4,9 +4,9 @@ A `Session` starts the reference oracle and the candidate worker at once. The
 worker imports the task and warms the baselines, then asks for its
 candidates; the session answers once `run()` gives it some and the
 oracle's reference exists. A judge with standby on starts the next session
-as soon as one begins, so a new candidate finds both processes warm: the
-seeds are still drawn before the candidate is known, and each candidate
-still runs in a fresh process.
+as soon as one ends (as one begins, once a standby was used), so a new
+candidate finds both processes warm: the seeds are still drawn before the
+candidate is known, and each candidate still runs in a fresh process.
 
 Each session holds its GPU's gate (gate.py): shared while it runs kernels
 to warm up and check, released while it waits for work, exclusive while it
@@ -29,6 +29,7 @@ import torch
 from kernelevo.candidate import Candidate
 from kernelevo.config import tolerances
 from kernelevo.errors import TaskError
+from kernelevo.evaluate import preload_modules
 from kernelevo.evaluate.gate import Hold, gate_for
 from kernelevo.evaluate.oracle import run_oracle
 from kernelevo.evaluate.outcome import build_verdicts
@@ -275,6 +276,9 @@ class _WorkerState:
             # Where the worker's own warm-up went (done ahead, for a standby session).
             for step, seconds in dict(message.get("warmup") or {}).items():
                 self.phases[f"warmup_{step}"] = float(seconds)
+            imported = message.get("imported")
+            if imported and isinstance(imported, list):  # before any candidate ran
+                preload_modules.remember(self.judge.cache_dir, imported)
             return self._ready()
         elif kind == "failed":
             self.decisions[int(message["candidate"])] = ("failed", message)

@@ -8,6 +8,7 @@ it then times the candidates against the baselines in this same process.
 from __future__ import annotations
 
 import os
+import sys
 import time
 import traceback
 from pathlib import Path
@@ -53,12 +54,16 @@ def run_worker(payload: dict[str, Any], channel: Channel) -> None:
     # Baselines compile while the oracle computes the reference in its own
     # process; the candidate is loaded only once the reference is done.
     baselines = None
+    imported: list[str] = []
     if device == "cuda" and payload["time"]:
         channel.send("progress", phase="warming baselines")
+        before = set(sys.modules)
         baselines = warm_baselines(task, payload)
+        imported = sorted(set(sys.modules) - before)  # for the next forkserver to preload
         warmup.update(baselines.steps)
         channel.send("progress", phase="baselines warm")
-    reply = channel.ask("ready", warmup={k: round(v, 4) for k, v in warmup.items()})
+    reply = channel.ask("ready", warmup={k: round(v, 4) for k, v in warmup.items()},
+                        imported=imported)
     if reply.get("abort"):
         return
     payload.update(reply)

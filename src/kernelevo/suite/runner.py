@@ -279,6 +279,6 @@ def _append(out: Path, row: dict[str, Any]) -> None:
 
 
 def _cache_dir() -> Path:
-    from kernelevo.evaluate.judge import default_cache_dir
+    from kernelevo.cache_dir import default_cache_dir
 
     return default_cache_dir()
