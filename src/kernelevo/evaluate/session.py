@@ -56,6 +56,7 @@ class Session:
         self.error: BaseException | None = None
         self._given = threading.Event()
         self._closed = False
+        self._last_message = time.monotonic()
         self._threads = [threading.Thread(target=self.oracle.run, name="kernelevo-oracle",
                                           daemon=True),
                          threading.Thread(target=self._work, name="kernelevo-worker",
@@ -114,12 +115,15 @@ class Session:
                                   environment=judge.child_environment,
                                   isolate_network=judge.config.isolate_network,
                                   deadline=self.deadline)
+            if self.state is not None:  # from its last message to its end (a context torn down)
+                self.state.phases["exit"] = time.monotonic() - self._last_message
         except BaseException as exc:  # raised in the caller's thread by run()
             self.error = exc
         finally:
             self.hold.release()
 
     def _on_message(self, message: dict[str, Any]) -> dict[str, Any] | None:
+        self._last_message = time.monotonic()
         kind = message.get("kind")
         if kind == "gpu":  # about to run kernels (the warm-up): shared with other checks
             self._wait_for(self.hold.shared)
@@ -212,6 +216,7 @@ class _OracleRun:
         return self._reference_from(result, payload)
 
     def _on_message(self, message: dict[str, Any]) -> dict[str, Any] | None:
+        self._last_message = time.monotonic()
         kind = message.get("kind")
         if kind == "gpu":
             _wait_for(self.hold.shared, self.deadline)
@@ -287,7 +292,10 @@ class _WorkerState:
             index = int(message["candidate"])
             self.reports[index] = message
             self.judge.progress("judging outputs")
+            started = time.perf_counter()
             self.decisions[index] = judge_candidate(self, index, message)
+            self.phases["judging"] = self.phases.get("judging", 0.0) + (
+                time.perf_counter() - started)
             self.judge.progress("judged")
             return {}
         elif kind == "checked":
