@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# One device call (< 10 min): the GPU tests touched by this change, a first
-# `kernelevo eval` in empty caches (the fully cold figure; it also writes the
-# bytecode and learns the preload), then bench/throughput.py: pools of one, two
-# and three lanes, KernelBench's harness with and without its bytecode cached,
-# and the CLI (eval --local with caches warm and empty, eval via the service).
+# One device call (< 10 min): the crash fixtures through the judge's sessions,
+# a first `kernelevo eval` in empty caches (the fully cold figure; it also
+# writes the bytecode and learns the preload), then bench/throughput.py: pools
+# of one, two and three lanes, KernelBench's harness, and the CLI (eval --local
+# with caches warm and empty, eval via the service). Add the phase kb_bytecode
+# for KernelBench's harness with its bytecode cached (run 2026-12-01, third call).
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 KERNELEVO_CACHE_DIR=${KERNELEVO_CACHE_DIR:-/tmp/ke-cache} PYTHONPATH=src
