@@ -80,12 +80,9 @@ def test_a_standby_session_judges_the_next_candidate_alike_and_holds_no_gate_whi
         gate = gate_for(judge.device, judge.gpu_index)
         # The standby worker warms up, then waits for candidates without
         # holding the gate: a timing phase elsewhere could take it.
-        deadline = time.monotonic() + 120
-        while gate.holders() != (0, False) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert gate.holders() == (0, False)
         waiting = judge._standby
-        assert waiting is not None and waiting.alive()
+        assert waiting is not None and waiting.warm.wait(120) and waiting.oracle.done.wait(120)
+        assert gate.holders() == (0, False) and waiting.alive()
         second = judge.evaluate(candidate)
         assert judge._standby is not waiting  # used, and a new one started
     finally:

@@ -29,7 +29,7 @@ import torch
 from kernelevo.candidate import Candidate
 from kernelevo.config import tolerances
 from kernelevo.errors import TaskError
-from kernelevo.evaluate import preload_modules
+from kernelevo.evaluate import decide, preload_modules
 from kernelevo.evaluate.gate import Hold, gate_for
 from kernelevo.evaluate.oracle import run_oracle
 from kernelevo.evaluate.outcome import build_verdicts
@@ -55,6 +55,7 @@ class Session:
         self.result: JobResult | None = None
         self.error: BaseException | None = None
         self._given = threading.Event()
+        self.warm = threading.Event()  # set once the worker has warmed up and waits
         self._closed = False
         self._last_message = time.monotonic()
         self._threads = [threading.Thread(target=self.oracle.run, name="kernelevo-oracle",
@@ -147,6 +148,7 @@ class Session:
 
     def _ready(self, message: dict[str, Any]) -> dict[str, Any]:
         self.hold.release()  # idle until candidates come: others may time meanwhile
+        self.warm.set()
         while not self._given.wait(_POLL_S):
             if stopping():
                 return {"abort": True}
@@ -171,6 +173,21 @@ def _wait_for(take: Callable[[], None], deadline: Deadline) -> float:
     return waited
 
 
+def _check_trivial_answers(reference: dict[str, Any], device: str) -> None:
+    """Which trivial answers would pass, found while the worker still warms up.
+
+    A passing verdict needs it; done here it is off the candidate's path, and
+    it loads the comparison's kernels into this process ahead (0.5-0.8 s of a
+    cold `kernelevo eval` otherwise). Short of GPU memory, the judge finds it
+    later, on the CPU if need be (outcome.py).
+    """
+    try:
+        reference["trivial"] = (decide.trivial_answers_pass(
+            reference["outputs"], reference["tolerances"], device) + reference["passthrough"])
+    except torch.cuda.OutOfMemoryError:
+        torch.cuda.empty_cache()
+
+
 class _OracleRun:
     """Computes the reference in its own process; the judge keeps the outputs."""
 
@@ -185,7 +202,9 @@ class _OracleRun:
     def run(self) -> None:
         try:
             try:  # the child asks for a shared hold before it runs kernels
-                self.reference = self._compute()
+                reference = self._compute()
+                _check_trivial_answers(reference, self.judge.compare_device)
+                self.reference = reference
             finally:
                 self.hold.release()
         except Exception as exc:  # handed to the judge's thread, raised there
