@@ -48,23 +48,26 @@ class HarnessSnapshot:
 
 
 class ProcessWatch:
-    """Threads, child processes and files present before the candidate ran."""
+    """Threads, child processes and files that appear while a candidate runs.
+
+    snapshot() notes what exists now; new_since(snapshot) names what appeared
+    since, so in a job of several candidates each is charged only with what
+    appeared during its own steps.
+    """
 
     def __init__(self, workdir: Path) -> None:
         self._workdir = workdir
-        self._threads = {t.ident for t in threading.enumerate()}
-        self._files = self._listing()
-        self._children = set(self.children())
 
-    def new_threads(self) -> list[str]:
-        return [t.name for t in threading.enumerate()
-                if t.ident not in self._threads and t.is_alive()]
+    def snapshot(self) -> tuple[set[int | None], set[int], set[str]]:
+        return ({t.ident for t in threading.enumerate()}, set(self.children()),
+                self._listing())
 
-    def new_children(self) -> list[int]:
-        return sorted(set(self.children()) - self._children)
-
-    def new_files(self) -> list[str]:
-        return sorted(self._listing() - self._files)
+    def new_since(self, seen: tuple[set[int | None], set[int], set[str]]) -> dict[str, list]:
+        threads, children, files = seen
+        return {"threads": [t.name for t in threading.enumerate()
+                            if t.ident not in threads and t.is_alive()],
+                "children": sorted(set(self.children()) - children),
+                "files": sorted(self._listing() - files)}
 
     @staticmethod
     def children() -> list[int]:

@@ -7,12 +7,13 @@ it then times the candidates against the baselines in this same process.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -71,11 +72,22 @@ def run_worker(payload: dict[str, Any], channel: Channel) -> None:
     hook = LoadInlineHook(device == "cuda", switch)
     watch = guards.ProcessWatch(scratch / "work")  # after the baselines: their helpers are ours
     snapshot = guards.HarnessSnapshot(extra_modules=(guards, task_inputs))
-    loaded = []
+    # Every candidate's knockout runs before any candidate computes set 0
+    # (_SetRuns): a later candidate's knockout must not find an earlier
+    # one's right answer in freed memory.
+    started: dict[int, Any] = {}
     for index, candidate in enumerate(payload["candidates"]):
         try:
-            loaded.append(_check_candidate(index, candidate, task, payload, channel, switch,
-                                           hook, watch, snapshot))
+            started[index] = _start_candidate(index, candidate, task, payload, channel, switch,
+                                              hook, watch)
+        except Failure as failure:
+            channel.ask("failed", candidate=index, reason=failure.reason,
+                        message=failure.message)
+    loaded = []
+    for index in range(len(payload["candidates"])):
+        try:
+            loaded.append(_finish_candidate(started[index], payload, channel, hook, watch,
+                                            snapshot) if index in started else None)
         except Failure as failure:
             channel.ask("failed", candidate=index, reason=failure.reason,
                         message=failure.message)
@@ -105,35 +117,46 @@ def run_prebuild(payload: dict[str, Any], channel: Channel) -> None:
     channel.send("done", ok=ok, build_s=hook.build_s, wall_s=time.perf_counter() - started)
 
 
-def _check_candidate(index: int, candidate: dict[str, Any], task: Any, payload: dict[str, Any],
-                     channel: Channel, switch: Any, hook: LoadInlineHook, watch: Any,
-                     snapshot: Any) -> Any:
-    """Load, construct and run one candidate on every input set; returns its model."""
+def _start_candidate(index: int, candidate: dict[str, Any], task: Any, payload: dict[str, Any],
+                     channel: Channel, switch: Any, hook: LoadInlineHook,
+                     watch: Any) -> "_SetRuns":
+    """Load and construct one candidate, then its first step on the input sets."""
     device, dtype = payload["device"], getattr(torch, payload["dtype"])
     channel.send("progress", phase="compile", candidate=index)
+    seen = watch.snapshot()
     started = time.perf_counter()
+    setters = len(switch.cuda_setters)
     module = _load(candidate["source"], f"kernelevo_candidate_{index}", Path(payload["scratch"]))
     load_s = time.perf_counter() - started
     model = _construct(module, task, device, dtype)
+    runs = _SetRuns(index, model, module, task, payload, switch)
+    runs.report.update(load_s=load_s, build_s=hook.build_s,
+                       cuda_switchable=len(switch.cuda_setters) > setters)
     channel.send("progress", phase="correctness", candidate=index)
-    started = time.perf_counter()
-    report = _run_sets(model, task, payload, index, switch)
-    report.update(load_s=load_s, build_s=hook.build_s, check_s=time.perf_counter() - started,
-                  instrumented=hook.instrumented, uninstrumented=hook.uninstrumented)
+    runs.first()
+    runs.charge(watch.new_since(seen))
+    return runs
+
+
+def _finish_candidate(runs: "_SetRuns", payload: dict[str, Any], channel: Channel,
+                      hook: LoadInlineHook, watch: Any, snapshot: Any) -> Any:
+    """The candidate's second step on the input sets, its report to the judge; its model."""
+    seen = watch.snapshot()
+    report = runs.finish()
+    runs.charge(watch.new_since(seen))
+    report.update(instrumented=hook.instrumented, uninstrumented=hook.uninstrumented,
+                  **runs.found)
     report["tampered"] = snapshot.tampered()
-    report["threads"] = watch.new_threads()
-    report["children"] = watch.new_children()
-    report["files"] = watch.new_files()
     bundle = report.pop("bundle")
     verified = [bundle[f"set_{i}"] for i in range(len(payload["seeds"]))]
     if not payload["time"] or payload["device"] != "cuda":
         # Without a timing phase, repeated calls on rotated inputs stand in for
         # it, so caches and warm-up-only computation are still caught.
-        report["rotation_problem"] = rotation_check(model, task, payload, verified)
+        report["rotation_problem"] = rotation_check(runs.model, runs.task, payload, verified)
     # The judge copies the outputs while this process waits for its reply.
-    channel.ask("checked_candidate", candidate=index,
+    channel.ask("checked_candidate", candidate=runs.index,
                 bundle=export_bundle(bundle, Path(payload["scratch"])), **report)
-    return model, module, verified
+    return runs.model, runs.module, verified
 
 
 def _load(source: str, name: str, folder: Path) -> Any:
@@ -178,48 +201,86 @@ def _construct(module: Any, task: Any, device: str, dtype: torch.dtype) -> Any:
         raise Failure(*_classify(exc, "init_failed")) from None
 
 
-def _run_sets(model: Any, task: Any, payload: dict[str, Any], index: int,
-              switch: Any) -> dict[str, Any]:
-    """Outputs for every input set, a repeat of the first under the op log, and a knockout run."""
-    device, dtype = payload["device"], getattr(torch, payload["dtype"])
-    sets = list(zip(payload["seeds"], payload["variants"]))
-    problems: list[str] = []
-    outputs: dict[int, dict[str, Any]] = {}
-    first_call_s: list[float] = []  # the first call's time (a JIT compiles then)
+class _SetRuns:
+    """One candidate's calls on the input sets, in two steps.
 
-    def run_set(number: int) -> None:
+    first(): sets 1 and on (any autotuning is done with the kernels on), then
+    set 0 with the candidate's own kernels switched off (the knockout).
+    finish(): set 0, and a repeat of it under the op log. A job's candidates
+    all take their first step before any takes its second, so no knockout
+    runs after set 0 was computed in this process: no freed buffer can still
+    hold its right answer (on the CPU freed memory is not poisoned).
+    """
+
+    def __init__(self, index: int, model: Any, module: Any, task: Any, payload: dict[str, Any],
+                 switch: Any) -> None:
+        self.index, self.model, self.module, self.task = index, model, module, task
+        self.payload, self.switch = payload, switch
+        self.device, self.dtype = payload["device"], getattr(torch, payload["dtype"])
+        self.sets = list(zip(payload["seeds"], payload["variants"]))
+        self.problems: list[str] = []
+        self.outputs: dict[int, dict[str, Any]] = {}
+        self.first_call_s: list[float] = []  # the first call's time (a JIT compiles then)
+        self.knockout: dict[str, Any] | None = None
+        self.report: dict[str, Any] = {}
+        self.check_s = 0.0
+        self.launches = 0  # this candidate's own Triton launches (with the kernels on)
+        # threads, child processes and files that appeared during its own steps
+        self.found: dict[str, list] = {"threads": [], "children": [], "files": []}
+
+    def first(self) -> None:
+        with self._counted():
+            for number in range(1, len(self.sets)):
+                self._run_set(number)
+            self.switch.set(False)
+            try:
+                self.knockout = self._call(0, [], None, True)
+            except Failure:
+                self.knockout = None  # crashing without its kernels proves they matter
+            finally:
+                self.switch.set(True)
+
+    def finish(self) -> dict[str, Any]:
+        """Outputs for every input set, a repeat of the first, and the knockout's."""
+        ops: set[str] = set()
+        with self._counted():
+            self._run_set(0)
+            repeat = self._call(0, self.problems, ops)
+        ordered = [self.outputs[number] for number in range(len(self.sets))]
+        bundle = {f"set_{i}": entry["values"] for i, entry in enumerate(ordered)}
+        bundle["repeat"] = repeat["values"]
+        structures = {f"set_{i}": entry["structure"] for i, entry in enumerate(ordered)}
+        structures["repeat"] = repeat["structure"]
+        if self.knockout is not None:
+            bundle["knockout"] = self.knockout["values"]
+            structures["knockout"] = self.knockout["structure"]
+        return {**self.report, "bundle": bundle, "structures": structures,
+                "problems": self.problems, "ops": sorted(ops),
+                "first_call_s": self.first_call_s[0], "triton_launches": self.launches,
+                "check_s": self.check_s}
+
+    def charge(self, found: dict[str, list]) -> None:
+        for key, values in found.items():
+            self.found[key] += [v for v in values if v not in self.found[key]]
+
+    @contextlib.contextmanager
+    def _counted(self) -> Iterator[None]:
+        started, launches = time.perf_counter(), self.switch.launches
+        try:
+            yield
+        finally:
+            self.check_s += time.perf_counter() - started
+            self.launches += self.switch.launches - launches
+
+    def _run_set(self, number: int) -> None:
         started = time.perf_counter()
-        outputs[number] = _call_checked(model, task, *sets[number], device, dtype, problems)
-        first_call_s.append(time.perf_counter() - started)
+        self.outputs[number] = self._call(number, self.problems)
+        self.first_call_s.append(time.perf_counter() - started)
 
-    # Set 0 is judged with the kernels switched off before the candidate ever
-    # computed it here, so no freed buffer can still hold its right answer (on
-    # the CPU freed memory is not poisoned). The other sets run first: any
-    # autotuning is done with the kernels on.
-    for number in range(1, len(sets)):
-        run_set(number)
-    switch.set(False)
-    try:
-        knockout = _call_checked(model, task, *sets[0], device, dtype, [], None, True)
-    except Failure:
-        knockout = None  # crashing without its kernels is proof enough that they matter
-    finally:
-        switch.set(True)
-    run_set(0)
-    ops: set[str] = set()
-    repeat = _call_checked(model, task, *sets[0], device, dtype, problems, ops)
-    ordered = [outputs[number] for number in range(len(sets))]
-    bundle = {f"set_{i}": entry["values"] for i, entry in enumerate(ordered)}
-    bundle["repeat"] = repeat["values"]
-    structures = {f"set_{i}": entry["structure"] for i, entry in enumerate(ordered)}
-    structures["repeat"] = repeat["structure"]
-    if knockout is not None:
-        bundle["knockout"] = knockout["values"]
-        structures["knockout"] = knockout["structure"]
-    return {"bundle": bundle, "structures": structures, "problems": problems,
-            "ops": sorted(ops), "first_call_s": first_call_s[0],
-            "triton_launches": switch.launches,
-            "cuda_switchable": bool(switch.cuda_setters)}
+    def _call(self, number: int, problems: list[str], ops: set[str] | None = None,
+              quiet: bool = False) -> dict[str, Any]:
+        return _call_checked(self.model, self.task, *self.sets[number], self.device,
+                             self.dtype, problems, ops, quiet)
 
 
 def _call_checked(model: Any, task: Any, seed: int, variant: Any, device: str,
