@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One short device call: `kernelevo eval --local` of the softmax example on a
 # fresh machine (first: empty caches), then three more with the caches warm.
+# Run once (2026-12-01, call 5) with the forkserver started at the command's
+# start; that was slower, and the command starts it when the judge needs it.
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 KERNELEVO_CACHE_DIR=${KERNELEVO_CACHE_DIR:-/tmp/ke-cache} PYTHONPATH=src
