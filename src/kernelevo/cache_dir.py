@@ -1,22 +1,28 @@
-"""KernelEvo's cache folder, and Python bytecode kept in it where the environment forbids writing it.
+"""KernelEvo's cache folder, and Python bytecode kept in it where none is shipped or written.
 
 Light on purpose (the standard library only): the command line calls
-`keep_bytecode()` before it imports torch.
+`keep_bytecode()` before it imports torch, and the judges' forkserver
+before its own imports.
 
-On a machine that sets PYTHONDONTWRITEBYTECODE and ships no bytecode (the GPU
-machine here: torch's imports then take 13-14 s in every new process, 5.5 s
-once their bytecode exists; bench/RESULTS.md), Python compiles every module
-of torch, dynamo and inductor from source in each process. `keep_bytecode`
-keeps that bytecode under the cache folder instead (sys.pycache_prefix), so
-nothing is written beside any source. It changes nothing where bytecode may
-be written or a prefix is set; KERNELEVO_BYTECODE_CACHE=0 turns it off.
+On a machine that sets PYTHONDONTWRITEBYTECODE and ships torch without
+bytecode (the GPU machine here: torch's imports then take 13-14 s in every
+new process, 5.5 s once their bytecode exists; bench/RESULTS.md), Python
+compiles every module of torch, dynamo and inductor from source in each
+process. `keep_bytecode` keeps that bytecode under the cache folder instead
+(sys.pycache_prefix), so nothing is written beside any source. It changes
+nothing where bytecode may be written, where torch's own bytecode is there
+to read (a prefix would hide it), or where a prefix is set already;
+KERNELEVO_BYTECODE_CACHE=0 turns it off.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 from pathlib import Path
+
+_OURS = "KERNELEVO_PYCACHE"  # the folder, as set for this process's children
 
 
 def default_cache_dir() -> Path:
@@ -24,12 +30,18 @@ def default_cache_dir() -> Path:
     return Path(root)
 
 
-def keep_bytecode(cache_dir: Path | None = None) -> Path | None:
-    """Write bytecode under the cache folder where it would not be written; the folder used."""
+def keep_bytecode(cache_dir: Path | None = None, probe: str = "torch") -> Path | None:
+    """Read and write bytecode under the cache folder where it would be neither; the folder."""
     if os.environ.get("KERNELEVO_BYTECODE_CACHE", "1") == "0":
         return None
-    if not sys.flags.dont_write_bytecode or sys.pycache_prefix:
-        return None  # bytecode is written already (beside sources, or where the user said)
+    if sys.pycache_prefix:
+        if os.environ.get(_OURS) != sys.pycache_prefix:
+            return None  # the user's own prefix
+        # A child of a process that set it up (multiprocessing passes -B on).
+        sys.dont_write_bytecode = False
+        return Path(sys.pycache_prefix)
+    if not sys.flags.dont_write_bytecode or _shipped(probe):
+        return None
     folder = (cache_dir or default_cache_dir()) / "pycache"
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -38,6 +50,17 @@ def keep_bytecode(cache_dir: Path | None = None) -> Path | None:
     sys.pycache_prefix = str(folder)
     sys.dont_write_bytecode = False
     # Python processes started from here (the forkserver of the judges) do the same.
-    os.environ["PYTHONPYCACHEPREFIX"] = str(folder)
+    os.environ["PYTHONPYCACHEPREFIX"] = os.environ[_OURS] = str(folder)
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     return folder
+
+
+def _shipped(module: str) -> bool:
+    """Whether the module's bytecode lies beside its source (found without importing it)."""
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return False
+    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+        return False
+    return os.path.exists(importlib.util.cache_from_source(spec.origin))

@@ -9,6 +9,10 @@ times the torch.compile baseline would otherwise pay that again.
 
 import os
 
+from kernelevo.cache_dir import keep_bytecode
+
+keep_bytecode()  # the judge's bytecode folder, written here too (cache_dir.py)
+
 # Read when inductor's config is imported: one compile thread, no pool of
 # compile processes (seconds to start, and they would look like spawned
 # processes); is_available(), should an import ask, answered by NVML rather
