@@ -33,3 +33,15 @@ def test_an_honest_candidate_judged_after_another_keeps_its_verdict():
         first, second = judge.evaluate_many([load_candidate(HONEST), load_candidate(HONEST)],
                                             timed=False)
         assert first.reason == second.reason == "passed", (first.message, second.message)
+
+
+def test_a_candidate_is_not_charged_with_another_ones_patch_of_the_harness():
+    """The second candidate patches torch.allclose while it loads; only it is rejected."""
+    patching = HONEST.read_text().replace(
+        "import torch\n", "import torch\ntorch.allclose = lambda *a, **k: True\n", 1)
+    judge = Judge(load_task(str(TASK)), EvalConfig(static_checks=False))
+    honest, patcher = judge.evaluate_many(
+        [load_candidate(HONEST), Candidate(source=patching, backend="triton", name="patcher")],
+        timed=False)
+    assert patcher.reason == "harness_tampered", patcher.message
+    assert honest.reason == "passed", honest.message

@@ -79,7 +79,7 @@ def run_worker(payload: dict[str, Any], channel: Channel) -> None:
     for index, candidate in enumerate(payload["candidates"]):
         try:
             started[index] = _start_candidate(index, candidate, task, payload, channel, switch,
-                                              hook, watch)
+                                              hook, watch, snapshot)
         except Failure as failure:
             channel.ask("failed", candidate=index, reason=failure.reason,
                         message=failure.message)
@@ -118,12 +118,12 @@ def run_prebuild(payload: dict[str, Any], channel: Channel) -> None:
 
 
 def _start_candidate(index: int, candidate: dict[str, Any], task: Any, payload: dict[str, Any],
-                     channel: Channel, switch: Any, hook: LoadInlineHook,
-                     watch: Any) -> "_SetRuns":
+                     channel: Channel, switch: Any, hook: LoadInlineHook, watch: Any,
+                     snapshot: Any) -> "_SetRuns":
     """Load and construct one candidate, then its first step on the input sets."""
     device, dtype = payload["device"], getattr(torch, payload["dtype"])
     channel.send("progress", phase="compile", candidate=index)
-    seen = watch.snapshot()
+    seen, patched = watch.snapshot(), set(snapshot.tampered())
     started = time.perf_counter()
     setters = len(switch.cuda_setters)
     module = _load(candidate["source"], f"kernelevo_candidate_{index}", Path(payload["scratch"]))
@@ -134,19 +134,18 @@ def _start_candidate(index: int, candidate: dict[str, Any], task: Any, payload: 
                        cuda_switchable=len(switch.cuda_setters) > setters)
     channel.send("progress", phase="correctness", candidate=index)
     runs.first()
-    runs.charge(watch.new_since(seen))
+    runs.charge(watch.new_since(seen), snapshot.tampered(), patched)
     return runs
 
 
 def _finish_candidate(runs: "_SetRuns", payload: dict[str, Any], channel: Channel,
                       hook: LoadInlineHook, watch: Any, snapshot: Any) -> Any:
     """The candidate's second step on the input sets, its report to the judge; its model."""
-    seen = watch.snapshot()
+    seen, patched = watch.snapshot(), set(snapshot.tampered())
     report = runs.finish()
-    runs.charge(watch.new_since(seen))
+    runs.charge(watch.new_since(seen), snapshot.tampered(), patched)
     report.update(instrumented=hook.instrumented, uninstrumented=hook.uninstrumented,
                   **runs.found)
-    report["tampered"] = snapshot.tampered()
     bundle = report.pop("bundle")
     verified = [bundle[f"set_{i}"] for i in range(len(payload["seeds"]))]
     if not payload["time"] or payload["device"] != "cuda":
@@ -225,8 +224,10 @@ class _SetRuns:
         self.report: dict[str, Any] = {}
         self.check_s = 0.0
         self.launches = 0  # this candidate's own Triton launches (with the kernels on)
-        # threads, child processes and files that appeared during its own steps
-        self.found: dict[str, list] = {"threads": [], "children": [], "files": []}
+        # threads, child processes, files and harness patches that appeared
+        # during its own steps
+        self.found: dict[str, list] = {"threads": [], "children": [], "files": [],
+                                       "tampered": []}
 
     def first(self) -> None:
         with self._counted():
@@ -259,7 +260,9 @@ class _SetRuns:
                 "first_call_s": self.first_call_s[0], "triton_launches": self.launches,
                 "check_s": self.check_s}
 
-    def charge(self, found: dict[str, list]) -> None:
+    def charge(self, found: dict[str, list], tampered: list[str], before: set[str]) -> None:
+        """Add what appeared during one step (patches: those not there before it)."""
+        found = {**found, "tampered": [name for name in tampered if name not in before]}
         for key, values in found.items():
             self.found[key] += [v for v in values if v not in self.found[key]]
 
