@@ -94,6 +94,30 @@ def test_a_standby_session_judges_the_next_candidate_alike_and_holds_no_gate_whi
     assert first.errors is not None and second.errors is not None
 
 
+def test_a_first_evaluation_starts_its_standby_once_its_candidates_are_checked(monkeypatch):
+    """Not at its end: the next candidate's worker warms up while this one is timed."""
+    task, candidate = _softmax()
+    judge = Judge(task, EvalConfig(), standby=True)
+    calls = []
+    start = judge._start_standby
+
+    def recorded():
+        calls.append((threading.current_thread().name, judge._standby is None))
+        start()
+
+    monkeypatch.setattr(judge, "_start_standby", recorded)
+    try:
+        verdict = judge.evaluate(candidate)
+        assert verdict.reason == "passed"
+        # The first call came from the evaluation's own worker thread, on the
+        # worker's "checked" message, and it started the standby then.
+        assert calls[0] == ("kernelevo-worker", True)
+        assert all(empty is False for _, empty in calls[1:])  # none started twice
+        assert judge._standby is not None and judge._standby.warm.wait(120)
+    finally:
+        judge.close()
+
+
 def test_children_take_the_gate_only_once_their_task_is_imported(tmp_path):
     """Process start and the task's import run no kernels: a timing phase elsewhere goes on."""
     slow, imported = tmp_path / "task.py", tmp_path / "imported"

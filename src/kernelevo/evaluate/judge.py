@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -48,10 +49,11 @@ class Judge:
                  gpu_index: int | None = None, standby: bool = False) -> None:
         self.config = config or EvalConfig()
         # With standby on, the next evaluation's oracle and worker start as soon
-        # as one ends (or begins, once candidates come one after another), so
-        # the next candidate finds them warm (a service, a search).
+        # as one has checked its candidates (or begins, once candidates come one
+        # after another), so the next candidate finds them warm (a service, a search).
         self.standby = standby
         self._standby: Session | None = None
+        self._standby_lock = threading.Lock()
         self.device = resolve_device(self.config)
         # Children are confined to one GPU; the judge compares on that same GPU.
         self.gpu_index = gpu_index if self.device == "cuda" else None
@@ -152,27 +154,32 @@ class Judge:
     def _run(self, candidates: list[Candidate], task: Task, time_them: bool) -> list[Any]:
         """Judge in a session: the standby one when it fits, else one started now."""
         standby = self._take_standby(task, time_them)
-        session = standby or Session(self, task, time_them)
+        if standby is not None:
+            # Candidates come one after another (this one found a standby): the
+            # next evaluation's oracle and worker start now, beside this one.
+            # They make their contexts while it checks and times, and run their
+            # warm-up's kernels when no timing phase holds the GPU.
+            self._start_standby()
+            session = standby
+        else:
+            # A first evaluation starts the next once its own checks are done:
+            # started beside it, their baseline compiles would run twice at once.
+            ahead = self._start_standby if task is self.task else None
+            session = Session(self, task, time_them, on_checked=ahead)
         try:
-            if standby is not None:
-                # Candidates come one after another (this one found a standby):
-                # the next evaluation's oracle and worker start now, beside this
-                # one. They make their contexts while it checks and times, and
-                # run their warm-up's kernels when no timing phase holds the GPU.
-                # A first evaluation starts none beside it: its compile would
-                # run twice at once, and a lone job would wait for both.
-                self._start_standby()
             return session.run(candidates)
         finally:
             session.close()
             self._start_standby()
 
     def _start_standby(self) -> None:
-        if self.standby and self._standby is None and not stopping():
-            self._standby = Session(self, self.task, self.config.time_candidates)
+        with self._standby_lock:  # also called from a session's thread (on_checked)
+            if self.standby and self._standby is None and not stopping():
+                self._standby = Session(self, self.task, self.config.time_candidates)
 
     def _take_standby(self, task: Task, time_them: bool) -> "Session | None":
-        session, self._standby = self._standby, None
+        with self._standby_lock:
+            session, self._standby = self._standby, None
         if session is None:
             return None
         if session.task is task and (session.time_them or not time_them) and session.alive():
@@ -182,7 +189,8 @@ class Judge:
 
     def close(self) -> None:
         """Stop the standby session, if any (its processes end)."""
-        session, self._standby = self._standby, None
+        with self._standby_lock:
+            session, self._standby = self._standby, None
         if session is not None:
             session.close()
 

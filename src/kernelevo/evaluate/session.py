@@ -4,8 +4,8 @@ A `Session` starts the reference oracle and the candidate worker at once. The
 worker imports the task and warms the baselines, then asks for its
 candidates; the session answers once `run()` gives it some and the
 oracle's reference exists. A judge with standby on starts the next session
-as soon as one ends (as one begins, once a standby was used), so a new
-candidate finds both processes warm: the seeds are still drawn before the
+as soon as one has checked its candidates (as one begins, once a standby was
+used), so a new candidate finds both processes warm: the seeds are still drawn before the
 candidate is known, and each candidate still runs in a fresh process.
 
 Each session holds its GPU's gate (gate.py): shared while it runs kernels
@@ -44,8 +44,10 @@ _POLL_S = 0.25  # how often a waiting worker looks whether the process is stoppi
 class Session:
     """The oracle and the worker of one evaluation of `task` by `judge`."""
 
-    def __init__(self, judge: Any, task: Task, time_them: bool) -> None:
+    def __init__(self, judge: Any, task: Task, time_them: bool,
+                 on_checked: Callable[[], None] | None = None) -> None:
         self.judge, self.task, self.time_them = judge, task, time_them
+        self._on_checked = on_checked  # called once the candidates are checked (before timing)
         self.scratch = Path(tempfile.mkdtemp(prefix="kernelevo-"))
         gate = gate_for(judge.device, judge.gpu_index)
         self.oracle = _OracleRun(judge, task, self.scratch / "oracle", Hold(gate))
@@ -139,6 +141,8 @@ class Session:
         reply = self.state.on_message(message)
         if kind == "checked" and reply is not None:
             self.hold.release()
+            if self._on_checked is not None:
+                self._on_checked()
             if reply.get("time"):  # timing runs alone on the GPU
                 self.state.phases["gate_wait"] = self._wait_for(self.hold.exclusive)
         return reply
