@@ -347,6 +347,67 @@ def test_a_cuda_compile_error_comes_back_with_nvccs_message(tmp_path):
     assert done.stderr.count("missing_value\" is undefined") == 1  # reported once, not twice
 
 
+def _torch_headers(tmp_path: Path) -> Path:
+    """torch/types.h and a torch/extension.h that declares more, as torch's do."""
+    include = tmp_path / "light_include"
+    (include / "torch").mkdir(parents=True)
+    (include / "torch" / "types.h").write_text("#pragma once\nstruct Tensor { float* data; int n; };\n")
+    (include / "torch" / "extension.h").write_text(
+        "#pragma once\n#include <torch/types.h>\nint from_the_full_header();\n")
+    return include
+
+
+@needs_nvcc
+@pytest.mark.slow
+@pytest.mark.parametrize("extra, attempts", [
+    ("", ["light"]),  # torch/types.h is all it uses
+    ("int use() { return from_the_full_header(); }\n", ["light", "as_written"]),
+])
+def test_a_cuda_file_is_tried_with_torch_types_h_and_else_built_as_written(
+        tmp_path, monkeypatch, extra, attempts):
+    include, times = _torch_headers(tmp_path), tmp_path / "times.jsonl"
+    monkeypatch.setenv("KERNELEVO_BUILD_TIMES", str(times))
+    source, built = tmp_path / "k.cu", tmp_path / "k.o"
+    source.write_text("#include <torch/extension.h>\n" + KERNEL
+                      + "void take(Tensor t) { launch(t.data, t.n); }\n" + extra)
+    done = compile_cuda(shutil.which("nvcc"), ["-isystem", str(include), "-c", str(source),
+                                               "-o", str(built)])
+    assert done is not None and done.returncode == 0, done and done.stderr
+    entries = [json.loads(line) for line in times.read_text().splitlines()]
+    assert [e["attempt"] for e in entries] == attempts
+    assert "failed" not in entries[-1]
+    # The object built as written calls what only the full header declares.
+    assert any("from_the_full_header" in name for name in _symbols(built)) == bool(extra)
+
+
+@needs_nvcc
+@pytest.mark.slow
+def test_a_file_that_fails_both_ways_reports_the_compile_as_written(tmp_path, monkeypatch):
+    include = _torch_headers(tmp_path)
+    monkeypatch.setenv("KERNELEVO_CUDA_LIGHT_HEADER", "1")
+    source = tmp_path / "bad.cu"
+    source.write_text("#include <torch/extension.h>\n"
+                      + KERNEL.replace("2.0f * v", "2.0f * missing_value"))
+    done = compile_cuda(shutil.which("nvcc"), ["-isystem", str(include), "-c", str(source),
+                                               "-o", str(tmp_path / "b.o")])
+    assert done is not None and done.returncode != 0
+    assert done.stderr.count('identifier "missing_value" is undefined') == 1
+    assert "kernelevo-light-" not in done.stderr  # the messages of the source as written
+
+
+def test_only_a_cuda_file_that_includes_torch_extension_h_is_tried_light(tmp_path, monkeypatch):
+    source = tmp_path / "k.cu"
+    for text, wanted in (("#include <torch/extension.h>\n", True),
+                         ("  #  include \"torch/extension.h\"\n", True),
+                         ("#include <torch/types.h>\n", False),
+                         ("// #include <torch/extension.h>\n", False)):
+        source.write_text(text + KERNEL)
+        assert cuda_shims.light_header_wanted(source) is wanted, text
+    source.write_text("#include <torch/extension.h>\n")
+    monkeypatch.setenv("KERNELEVO_CUDA_LIGHT_HEADER", "0")
+    assert not cuda_shims.light_header_wanted(source)
+
+
 def _symbols(path: Path) -> list[str]:
     names = subprocess.run(["nm", str(path)], capture_output=True, text=True).stdout
     return sorted(line.split()[-1] for line in names.splitlines())

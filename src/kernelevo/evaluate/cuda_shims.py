@@ -1,4 +1,4 @@
-"""Compiler stand-ins that make a load_inline build cheaper without changing what it compiles.
+"""Compiler stand-ins that make a load_inline build cheaper without changing what it means.
 
 torch's cpp_extension runs `$CXX` on the host file (main.cpp) and
 `$PYTORCH_NVCC` on the CUDA file. LoadInlineHook points both at small scripts
@@ -16,6 +16,9 @@ starts in milliseconds):
   both give to anonymous namespaces). The stand-in asks nvcc for its own plan
   (--dryrun), writes the module id itself, runs the two chains at once, then
   nvcc's final host compile: nvcc's own commands, in a different order.
+  A CUDA file that includes torch/extension.h is tried first with
+  torch/types.h in its place (the part of torch a kernel file uses), and
+  built as written if that does not compile.
 
 A call either stand-in does not recognise runs the real compiler unchanged.
 """
@@ -296,12 +299,53 @@ def _output(args: list[str]) -> str | None:
 
 
 def compile_cuda(nvcc: str, args: list[str]) -> subprocess.CompletedProcess | None:
-    """Run nvcc's plan with the two front ends at once; None where it must run as usual."""
+    """Run nvcc's plan with the two front ends at once; None where it must run as usual.
+
+    A CUDA file that includes torch/extension.h is first compiled with
+    torch/types.h in its place (see `LIGHT_HEADER`); if that fails, it is
+    compiled as written, and that compile's messages are the ones reported.
+    """
     kept, depfile = _split_arguments(args)
     output = _output(kept)  # None for an empty `kept`: nvcc runs as usual
     sources = [a for a in kept if a.endswith(".cu") and not a.startswith("-")]
     if "-c" not in kept or output is None or len(sources) != 1 or _NO_SPLIT & set(kept):
         return None
+    module_id = _module_id(sources[0], kept)
+    if light_header_wanted(Path(sources[0])):
+        with tempfile.TemporaryDirectory(prefix="kernelevo-light-") as folder:
+            header = Path(folder) / HEADER
+            header.parent.mkdir()
+            header.write_text(LIGHT_HEADER)
+            done = _compile_split(nvcc, [f"-I{folder}", *kept], depfile, output, module_id,
+                                  "light")
+        if done is None or done.returncode == 0:
+            return done
+    return _compile_split(nvcc, kept, depfile, output, module_id, "as_written")
+
+
+# What a kernel file uses of torch/extension.h (tensors, their methods, the
+# ATen operators and factories, TORCH_CHECK, AT_DISPATCH) is in torch/types.h,
+# which load_inline itself puts before every CUDA source; the rest (the C++
+# frontend's nn, optim, data and serialize, pybind11 and Python.h) is about a
+# third of the parse, done three times by nvcc (cudafe++, cicc, the host
+# compile). A file that needs more fails to compile and is built as written.
+LIGHT_HEADER = "#pragma once\n#include <torch/types.h>\n"
+_INCLUDES_HEADER = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"]torch/extension\.h[>\"]",
+                              re.MULTILINE)
+
+
+def light_header_wanted(source: Path) -> bool:
+    """Whether to try torch/types.h for torch/extension.h (KERNELEVO_CUDA_LIGHT_HEADER=0: never)."""
+    if os.environ.get("KERNELEVO_CUDA_LIGHT_HEADER", "1") == "0":
+        return False
+    try:
+        return bool(_INCLUDES_HEADER.search(source.read_text(errors="replace")))
+    except OSError:
+        return False
+
+
+def _compile_split(nvcc: str, kept: list[str], depfile: str | None, output: str,
+                   module_id: str, attempt: str) -> subprocess.CompletedProcess | None:
     with tempfile.TemporaryDirectory(prefix="kernelevo-nvcc-") as scratch:
         environment = {**os.environ, "TMPDIR": scratch}  # nvcc's intermediates: ours alone
         dry = subprocess.run([nvcc, *kept, "--dryrun"], capture_output=True, text=True,
@@ -310,12 +354,12 @@ def compile_cuda(nvcc: str, args: list[str]) -> subprocess.CompletedProcess | No
         if plan is None:
             return None
         environment.update(plan.environment)
-        Path(plan.module_id_file).write_text(_module_id(sources[0], kept))
+        Path(plan.module_id_file).write_text(module_id)
         host = plan.host
         if depfile:  # what nvcc -MD writes, from the host preprocessing
             host = [f"{host[0]} -MD -MF {shlex.quote(depfile)} -MT {shlex.quote(output)}",
                     *host[1:]]
-        return _run_chains(host, plan.device, plan.final, environment, Path(scratch))
+        return _run_chains(host, plan.device, plan.final, environment, Path(scratch), attempt)
 
 
 def _module_id(source: str, args: list[str]) -> str:
@@ -325,7 +369,7 @@ def _module_id(source: str, args: list[str]) -> str:
 
 
 def _run_chains(host: list[str], device: list[str], final: str, environment: dict[str, str],
-                scratch: Path) -> subprocess.CompletedProcess:
+                scratch: Path, attempt: str) -> subprocess.CompletedProcess:
     """Host and device chains side by side, then the final step; logs in nvcc's order."""
     started = time.perf_counter()
     chains = {}
@@ -356,13 +400,14 @@ def _run_chains(host: list[str], device: list[str], final: str, environment: dic
         text += chain["log"].read()
         chain["log"].close()
         if chain["process"].returncode:
-            record({"role": "nvcc", "failed": chain["name"], **times})
+            record({"role": "nvcc", "attempt": attempt, "failed": chain["name"], **times})
             return subprocess.CompletedProcess([], chain["process"].returncode, "", text)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run(["sh", "-c", final], env=environment, capture_output=True, text=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     final_cpu_s = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    record({"role": "nvcc", **times, "final_s": round(time.perf_counter() - started, 3),
+    record({"role": "nvcc", "attempt": attempt, **times,
+            "final_s": round(time.perf_counter() - started, 3),
             "final_cpu_s": round(final_cpu_s, 3)})
     return subprocess.CompletedProcess([], done.returncode, "", text + done.stdout + done.stderr)
 
