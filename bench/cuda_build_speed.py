@@ -5,7 +5,9 @@
 
 Variants: `plain` is the old path (KERNELEVO_COMPILER_SHIMS=0: torch's own
 compilers, as the judge built before issue 9); `fast` is the judge as it is
-(the compiler stand-ins of `kernelevo.evaluate.cuda_shims`). Each variant gets
+(the compiler stand-ins of `kernelevo.evaluate.cuda_shims`); `as_written` is
+`fast` without the try of torch/types.h for torch/extension.h
+(KERNELEVO_CUDA_LIGHT_HEADER=0). Each variant gets
 a fresh cache folder. In it every candidate is built cold (nothing built yet;
 under `fast` the first one also builds the precompiled torch header), in a
 fresh process with no GPU visible, as the judge's prebuild does; then each is
@@ -187,6 +189,7 @@ def _environment(cache_dir: Path, variant: str) -> dict[str, str]:
 
     environment = {**os.environ, **cache_environment(cache_dir)}
     environment["KERNELEVO_COMPILER_SHIMS"] = "0" if variant == "plain" else "1"
+    environment["KERNELEVO_CUDA_LIGHT_HEADER"] = "0" if variant == "as_written" else "1"
     environment.setdefault("TORCH_CUDA_ARCH_LIST", _device_arch())
     environment["PYTHONPATH"] = os.pathsep.join(
         [str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])])
@@ -233,7 +236,8 @@ def _step_s(result: dict[str, Any], suffix: str) -> float | None:
 
 def _row(variant: str, name: str, kind: str, result: dict[str, Any]) -> dict[str, Any]:
     events = result.get("shim_events", [])
-    nvcc = next((e for e in events if e.get("role") == "nvcc"), {})
+    attempts = [e for e in events if e.get("role") == "nvcc"]
+    nvcc = attempts[-1] if attempts else {}
     pch = next((e for e in events if e.get("role") == "cxx"), {})
     return {"variant": variant, "candidate": name, "kind": kind,
             "build_s": result.get("build_s"), "process_s": result.get("process_s"),
@@ -245,6 +249,8 @@ def _row(variant: str, name: str, kind: str, result: dict[str, Any]) -> dict[str
             "nvcc_host_chain_cpu_s": nvcc.get("host_cpu_s"),
             "nvcc_device_chain_cpu_s": nvcc.get("device_cpu_s"),
             "nvcc_final_cpu_s": nvcc.get("final_cpu_s"),
+            "nvcc_attempts": [e.get("attempt") + (" failed" if "failed" in e else "")
+                              for e in attempts if e.get("attempt")],
             "check": result.get("check"), "error": result.get("error", "")[-600:],
             "build_folder": next((s["folder"] for s in result.get("steps", [])), None)}
 
@@ -281,12 +287,13 @@ def format_row(row: dict[str, Any]) -> str:
 
     text = (f"| {row['variant']} | {row['candidate']} | {row['kind']} | {cell(row['build_s'])} | "
             f"{cell(row['compiler_cpu_s'])} | {cell(row['host_cpp_s'])} | {cell(row['nvcc_s'])} | "
-            f"{cell(row['link_s'])} | {row['pch'] or '-'} | {row['check'] or '-'} |")
+            f"{cell(row['link_s'])} | {row['pch'] or '-'} | {', '.join(row['nvcc_attempts']) or '-'} "
+            f"| {row['check'] or '-'} |")
     return text + (f" error: {row['error'][-200:]!r}" if row["error"] else "")
 
 
 HEADER = ("| variant | candidate | kind | load_inline s | compiler CPU s | main.cpp s | "
-          "cuda.cu s | link s | pch | check |\n|---|---|---|---|---|---|---|---|---|---|")
+          "cuda.cu s | link s | pch | nvcc | check |\n|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def _machine() -> dict[str, Any]:
@@ -312,7 +319,9 @@ def main() -> None:
     parser.add_argument("--candidates", nargs="+", default=DEFAULT_CANDIDATES,
                         help="add_one, an example's name (gelu) or a candidate file")
     parser.add_argument("--variants", nargs="+", default=["plain", "fast"],
-                        choices=["plain", "fast"], help="plain: the old path; fast: the judge's")
+                        choices=["plain", "as_written", "fast"],
+                        help="plain: torch's compilers; as_written: the stand-ins without the "
+                             "torch/types.h try; fast: the judge's")
     parser.add_argument("--cache-dir", type=Path,
                         help="cache folder, one subfolder per variant (default: a fresh one)")
     parser.add_argument("--timeout-s", type=float, default=600.0, help="limit per build (s)")
