@@ -367,17 +367,23 @@ def test_a_cuda_file_is_tried_with_torch_types_h_and_else_built_as_written(
         tmp_path, monkeypatch, extra, attempts):
     include, times = _torch_headers(tmp_path), tmp_path / "times.jsonl"
     monkeypatch.setenv("KERNELEVO_BUILD_TIMES", str(times))
-    source, built = tmp_path / "k.cu", tmp_path / "k.o"
+    source, built, depfile = tmp_path / "k.cu", tmp_path / "k.o", tmp_path / "k.o.d"
     source.write_text("#include <torch/extension.h>\n" + KERNEL
                       + "void take(Tensor t) { launch(t.data, t.n); }\n" + extra)
-    done = compile_cuda(shutil.which("nvcc"), ["-isystem", str(include), "-c", str(source),
-                                               "-o", str(built)])
+    light = cuda_shims.write_light_header(tmp_path / "light")
+    done = compile_cuda(shutil.which("nvcc"), ["-MD", "-MF", str(depfile), "-isystem", str(include),
+                                               "-c", str(source), "-o", str(built)], light)
     assert done is not None and done.returncode == 0, done and done.stderr
     entries = [json.loads(line) for line in times.read_text().splitlines()]
     assert [e["attempt"] for e in entries] == attempts
     assert "failed" not in entries[-1]
     # The object built as written calls what only the full header declares.
     assert any("from_the_full_header" in name for name in _symbols(built)) == bool(extra)
+    # Every file the object depends on is still there, or ninja builds it
+    # again each time the extension is loaded.
+    needed = depfile.read_text().replace("\\\n", " ").split()[1:]
+    assert needed and all(Path(path).is_file() for path in needed), needed
+    assert (str(light / "torch" / "extension.h") in needed) == (not extra)
 
 
 @needs_nvcc
@@ -388,11 +394,12 @@ def test_a_file_that_fails_both_ways_reports_the_compile_as_written(tmp_path, mo
     source = tmp_path / "bad.cu"
     source.write_text("#include <torch/extension.h>\n"
                       + KERNEL.replace("2.0f * v", "2.0f * missing_value"))
+    light = cuda_shims.write_light_header(tmp_path / "light")
     done = compile_cuda(shutil.which("nvcc"), ["-isystem", str(include), "-c", str(source),
-                                               "-o", str(tmp_path / "b.o")])
+                                               "-o", str(tmp_path / "b.o")], light)
     assert done is not None and done.returncode != 0
     assert done.stderr.count('identifier "missing_value" is undefined') == 1
-    assert "kernelevo-light-" not in done.stderr  # the messages of the source as written
+    assert str(light) not in done.stderr  # the messages of the source as written
 
 
 def test_only_a_cuda_file_that_includes_torch_extension_h_is_tried_light(tmp_path, monkeypatch):
@@ -406,6 +413,15 @@ def test_only_a_cuda_file_that_includes_torch_extension_h_is_tried_light(tmp_pat
     source.write_text("#include <torch/extension.h>\n")
     monkeypatch.setenv("KERNELEVO_CUDA_LIGHT_HEADER", "0")
     assert not cuda_shims.light_header_wanted(source)
+
+
+def test_the_light_header_is_written_once_and_left_alone(tmp_path):
+    light = cuda_shims.write_light_header(tmp_path / "light")
+    header = light / "torch" / "extension.h"
+    assert header.read_text() == cuda_shims.LIGHT_HEADER
+    os.utime(header, (1, 1))  # an older file: rewriting it would make ninja build again
+    cuda_shims.write_light_header(tmp_path / "light")
+    assert header.stat().st_mtime == 1
 
 
 def _symbols(path: Path) -> list[str]:

@@ -22,6 +22,8 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from kernelevo.evaluate.cuda_shims import write_light_header
+
 SWITCH = "KERNELEVO_COMPILER_SHIMS"
 _SHIMS = Path(__file__).with_name("cuda_shims.py")
 _installed: dict[Path, dict[str, str]] = {}
@@ -70,7 +72,8 @@ def install_shims(folder: Path) -> dict[str, str]:
         if cxx:  # named g++ so that torch's compiler check recognises it
             found["CXX"] = write_script(folder / "g++", "cxx", cxx, str(folder / "pch"))
         if "PYTORCH_NVCC" not in os.environ and nvcc.is_file():
-            found["PYTORCH_NVCC"] = write_script(folder / "nvcc", "nvcc", str(nvcc))
+            light = write_light_header(folder / "light")
+            found["PYTORCH_NVCC"] = write_script(folder / "nvcc", "nvcc", str(nvcc), str(light))
     except OSError:
         found = {}  # a folder we cannot write to: torch's own compilers, as they are
     _installed[folder] = found

@@ -298,12 +298,15 @@ def _output(args: list[str]) -> str | None:
     return None
 
 
-def compile_cuda(nvcc: str, args: list[str]) -> subprocess.CompletedProcess | None:
+def compile_cuda(nvcc: str, args: list[str],
+                 light: Path | None = None) -> subprocess.CompletedProcess | None:
     """Run nvcc's plan with the two front ends at once; None where it must run as usual.
 
-    A CUDA file that includes torch/extension.h is first compiled with
-    torch/types.h in its place (see `LIGHT_HEADER`); if that fails, it is
-    compiled as written, and that compile's messages are the ones reported.
+    With `light` (a folder written by `write_light_header`), a CUDA file that
+    includes torch/extension.h is first compiled with torch/types.h in its
+    place; if that fails, it is compiled as written, and that compile's
+    messages are the ones reported. The folder stays: ninja finds it among
+    the object's dependencies when the build is loaded again.
     """
     kept, depfile = _split_arguments(args)
     output = _output(kept)  # None for an empty `kept`: nvcc runs as usual
@@ -311,13 +314,8 @@ def compile_cuda(nvcc: str, args: list[str]) -> subprocess.CompletedProcess | No
     if "-c" not in kept or output is None or len(sources) != 1 or _NO_SPLIT & set(kept):
         return None
     module_id = _module_id(sources[0], kept)
-    if light_header_wanted(Path(sources[0])):
-        with tempfile.TemporaryDirectory(prefix="kernelevo-light-") as folder:
-            header = Path(folder) / HEADER
-            header.parent.mkdir()
-            header.write_text(LIGHT_HEADER)
-            done = _compile_split(nvcc, [f"-I{folder}", *kept], depfile, output, module_id,
-                                  "light")
+    if light is not None and (light / HEADER).is_file() and light_header_wanted(Path(sources[0])):
+        done = _compile_split(nvcc, [f"-I{light}", *kept], depfile, output, module_id, "light")
         if done is None or done.returncode == 0:
             return done
     return _compile_split(nvcc, kept, depfile, output, module_id, "as_written")
@@ -332,6 +330,17 @@ def compile_cuda(nvcc: str, args: list[str]) -> subprocess.CompletedProcess | No
 LIGHT_HEADER = "#pragma once\n#include <torch/types.h>\n"
 _INCLUDES_HEADER = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"]torch/extension\.h[>\"]",
                               re.MULTILINE)
+
+
+def write_light_header(folder: Path) -> Path:
+    """`folder`/torch/extension.h holding LIGHT_HEADER, rewritten only if it differs; `folder`."""
+    header = folder / HEADER
+    if not header.is_file() or header.read_text() != LIGHT_HEADER:
+        header.parent.mkdir(parents=True, exist_ok=True)
+        partial = header.with_name(f".extension.h.{os.getpid()}")
+        partial.write_text(LIGHT_HEADER)
+        os.replace(partial, header)
+    return folder
 
 
 def light_header_wanted(source: Path) -> bool:
@@ -427,9 +436,9 @@ def record(entry: dict) -> None:
             handle.write(json.dumps(entry) + "\n")
 
 
-def run_nvcc(nvcc: str, args: list[str]) -> None:
+def run_nvcc(nvcc: str, light: Path, args: list[str]) -> None:
     """Stand-in for nvcc: the split plan where it applies, else nvcc itself."""
-    done = compile_cuda(nvcc, args)
+    done = compile_cuda(nvcc, args, light)
     if done is None:
         os.execv(nvcc, [nvcc, *args])
     sys.stderr.write(done.stderr)
@@ -441,7 +450,7 @@ def main(argv: list[str]) -> None:
     if role == "cxx":
         run_host(real, Path(argv[3]), argv[4:])
     elif role == "nvcc":
-        run_nvcc(real, argv[3:])
+        run_nvcc(real, Path(argv[3]), argv[4:])
     else:
         raise SystemExit(f"unknown role {role!r}: expected cxx or nvcc")
 
