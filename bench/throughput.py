@@ -13,6 +13,8 @@ keeps what finished):
   pool2  the same corpus with two jobs at once on the GPU (lanes=2): checks
          overlap, timing takes turns; per-candidate GPU medians compared
          with pool1's (pipelining must not change them)
+  pool1w, pool3w, ...  the same, a task's first evaluation starting its
+         standby once its worker is warm (Judge.standby_after = "warm")
   kb     KernelBench's harness, one fresh process per candidate
          (bench/kb_harness.py: eval_kernel_against_ref), on --kb-sample
          honest candidates, the rate extrapolated per candidate
@@ -69,13 +71,18 @@ def _timed_work_s(verdict, call_loop_ms: float = 2.0) -> float:
     return total / 1e3
 
 
-def pool_phase(entries: list[dict], problems: dict, lanes: int, out: Path) -> dict:
+def pool_phase(entries: list[dict], problems: dict, phase: str, out: Path) -> dict:
     from kernelevo.candidate import load_candidate
     from kernelevo.config import EvalConfig
+    from kernelevo.evaluate.judge import Judge
     from kernelevo.evaluate.protocol import JudgeJob
     from kernelevo.evaluate.service import JudgePool, ServiceSettings
     from kernelevo.task import load_task
 
+    lanes = int(phase[4:].rstrip("w"))
+    # poolNw: a task's first evaluation starts its standby once its worker is
+    # warm, not once its candidates are checked (the judge's default).
+    Judge.standby_after = "warm" if phase.endswith("w") else "checked"
     pool = JudgePool(ServiceSettings(gpus=[0], lanes=lanes, max_judges=64))
 
     def one(entry: dict) -> dict:
@@ -88,7 +95,7 @@ def pool_phase(entries: list[dict], problems: dict, lanes: int, out: Path) -> di
             return {"file": entry["file"], "reason": f"error: {exc}"[:200]}
         wall = time.perf_counter() - started
         gpu = verdict.measures.get("gpu", {}).get("candidate")
-        return {"phase": f"pool{lanes}", "file": entry["file"], "problem": entry["problem"],
+        return {"phase": phase, "file": entry["file"], "problem": entry["problem"],
                 "kind": entry["kind"],
                 "reason": verdict.reason, "right": verdict.reason in entry["expect_reasons"],
                 "wall_s": round(wall, 3), "timed_work_s": round(_timed_work_s(verdict), 3),
@@ -105,7 +112,7 @@ def pool_phase(entries: list[dict], problems: dict, lanes: int, out: Path) -> di
         for row in executor.map(one, ordered):
             rows.append(row)
             _log(out, row)
-            print(f"pool{lanes} {row['file']:46} {row['reason']:22} {row.get('wall_s', 0):6.2f}s",
+            print(f"{phase} {row['file']:46} {row['reason']:22} {row.get('wall_s', 0):6.2f}s",
                   flush=True)
     total = time.perf_counter() - started
     pool.close()
@@ -241,7 +248,7 @@ def main() -> None:
     result: dict = {"corpus": len(entries), "problems": len(problems)}
     for phase in args.phases:
         if phase.startswith("pool"):  # pool1, pool2, pool4: jobs at once on the GPU
-            result[phase] = pool_phase(entries, problems, int(phase[4:]), args.out)
+            result[phase] = pool_phase(entries, problems, phase, args.out)
         elif phase in ("kb", "kb_bytecode"):
             result[phase] = kb_phase(entries, problems, args.kb_sample, args.kb, args.out,
                                      bytecode=phase == "kb_bytecode")

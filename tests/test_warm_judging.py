@@ -94,9 +94,12 @@ def test_a_standby_session_judges_the_next_candidate_alike_and_holds_no_gate_whi
     assert first.errors is not None and second.errors is not None
 
 
-def test_a_first_evaluation_starts_its_standby_once_its_candidates_are_checked(monkeypatch):
+@pytest.mark.parametrize("after", ["checked", "warm"])
+def test_a_first_evaluation_starts_its_standby_once_its_candidates_are_checked(monkeypatch,
+                                                                               after):
     """Not at its end: the next candidate's worker warms up while this one is timed."""
     task, candidate = _softmax()
+    monkeypatch.setattr(Judge, "standby_after", after)
     judge = Judge(task, EvalConfig(), standby=True)
     calls = []
     start = judge._start_standby
@@ -110,7 +113,7 @@ def test_a_first_evaluation_starts_its_standby_once_its_candidates_are_checked(m
         verdict = judge.evaluate(candidate)
         assert verdict.reason == "passed"
         # The first call came from the evaluation's own worker thread, on the
-        # worker's "checked" message, and it started the standby then.
+        # worker's "checked" (or "ready") message, and it started the standby then.
         assert calls[0] == ("kernelevo-worker", True)
         assert all(empty is False for _, empty in calls[1:])  # none started twice
         assert judge._standby is not None and judge._standby.warm.wait(120)

@@ -44,6 +44,10 @@ def resolve_device(config: EvalConfig) -> str:
 class Judge:
     """Evaluates candidates of one task under one configuration."""
 
+    # When a first evaluation starts the standby: once its candidates are
+    # "checked", or once its worker is "warm" (bench/throughput.py compares).
+    standby_after = "checked"
+
     def __init__(self, task: Task, config: EvalConfig | None = None,
                  progress: Progress | None = None, cache_dir: Path | None = None,
                  gpu_index: int | None = None, standby: bool = False) -> None:
@@ -163,9 +167,11 @@ class Judge:
             session = standby
         else:
             # A first evaluation starts the next once its own checks are done:
-            # started beside it, their baseline compiles would run twice at once.
-            ahead = self._start_standby if task is self.task else None
-            session = Session(self, task, time_them, on_checked=ahead)
+            # started beside it, their baseline compiles would run twice at
+            # once; started once it is warm, the next one's warm-up holds the
+            # GPU while this one waits to time its candidate.
+            ahead = (self.standby_after, self._start_standby) if task is self.task else None
+            session = Session(self, task, time_them, ahead)
         try:
             return session.run(candidates)
         finally:

@@ -45,9 +45,11 @@ class Session:
     """The oracle and the worker of one evaluation of `task` by `judge`."""
 
     def __init__(self, judge: Any, task: Task, time_them: bool,
-                 on_checked: Callable[[], None] | None = None) -> None:
+                 ahead: tuple[str, Callable[[], None]] | None = None) -> None:
         self.judge, self.task, self.time_them = judge, task, time_them
-        self._on_checked = on_checked  # called once the candidates are checked (before timing)
+        # (when, what): called once the worker is "warm" (waits for candidates)
+        # or has "checked" its candidates (before timing them)
+        self._ahead = ahead
         self.scratch = Path(tempfile.mkdtemp(prefix="kernelevo-"))
         gate = gate_for(judge.device, judge.gpu_index)
         self.oracle = _OracleRun(judge, task, self.scratch / "oracle", Hold(gate))
@@ -141,8 +143,7 @@ class Session:
         reply = self.state.on_message(message)
         if kind == "checked" and reply is not None:
             self.hold.release()
-            if self._on_checked is not None:
-                self._on_checked()
+            self._call_ahead("checked")
             if reply.get("time"):  # timing runs alone on the GPU
                 self.state.phases["gate_wait"] = self._wait_for(self.hold.exclusive)
         return reply
@@ -150,9 +151,14 @@ class Session:
     def _wait_for(self, take: Callable[[], None]) -> float:
         return _wait_for(take, self.deadline)
 
+    def _call_ahead(self, when: str) -> None:
+        if self._ahead is not None and self._ahead[0] == when:
+            self._ahead[1]()
+
     def _ready(self, message: dict[str, Any]) -> dict[str, Any]:
         self.hold.release()  # idle until candidates come: others may time meanwhile
         self.warm.set()
+        self._call_ahead("warm")
         while not self._given.wait(_POLL_S):
             if stopping():
                 return {"abort": True}
