@@ -13,8 +13,9 @@ keeps what finished):
   pool2  the same corpus with two jobs at once on the GPU (lanes=2): checks
          overlap, timing takes turns; per-candidate GPU medians compared
          with pool1's (pipelining must not change them)
-  pool1w, pool3w, ...  the same, a task's first evaluation starting its
-         standby once its worker is warm (Judge.standby_after = "warm")
+  pool1c, pool3c, ...  the same, a task's first evaluation starting its
+         standby once its candidates are checked, not once its worker is warm
+         (Judge.standby_after; 2026-12-01 runs named the warm ones pool1w)
   kb     KernelBench's harness, one fresh process per candidate
          (bench/kb_harness.py: eval_kernel_against_ref), on --kb-sample
          honest candidates, the rate extrapolated per candidate
@@ -79,10 +80,10 @@ def pool_phase(entries: list[dict], problems: dict, phase: str, out: Path) -> di
     from kernelevo.evaluate.service import JudgePool, ServiceSettings
     from kernelevo.task import load_task
 
-    lanes = int(phase[4:].rstrip("w"))
-    # poolNw: a task's first evaluation starts its standby once its worker is
-    # warm, not once its candidates are checked (the judge's default).
-    Judge.standby_after = "warm" if phase.endswith("w") else "checked"
+    lanes = int(phase[4:].rstrip("wc"))
+    # poolNc: a task's first evaluation starts its standby once its candidates
+    # are checked; poolN, poolNw: once its worker is warm (the judge's default).
+    Judge.standby_after = "checked" if phase.endswith("c") else "warm"
     pool = JudgePool(ServiceSettings(gpus=[0], lanes=lanes, max_judges=64))
 
     def one(entry: dict) -> dict:

@@ -4,8 +4,8 @@ A `Session` starts the reference oracle and the candidate worker at once. The
 worker imports the task and warms the baselines, then asks for its
 candidates; the session answers once `run()` gives it some and the
 oracle's reference exists. A judge with standby on starts the next session
-as soon as one has checked its candidates (as one begins, once a standby was
-used), so a new candidate finds both processes warm: the seeds are still drawn before the
+as soon as one has warmed up (as one begins, once a standby was used), so a
+new candidate finds both processes warm: the seeds are still drawn before the
 candidate is known, and each candidate still runs in a fresh process.
 
 Each session holds its GPU's gate (gate.py): shared while it runs kernels
