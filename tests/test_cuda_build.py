@@ -572,11 +572,14 @@ def test_a_candidate_built_through_the_stand_ins_runs_right_and_loads_from_the_c
     monkeypatch.setenv("KERNELEVO_BUILD_TIMES", str(times))
     monkeypatch.setattr(cpp_extension, "load_inline", cpp_extension.load_inline)  # restored
     cpp, cuda = _add_one_sources()
+    cuda = "#include <torch/extension.h>\n" + cuda  # as most candidates write it
     switch = KernelSwitch()
     module = LoadInlineHook(True, switch).load_inline("ke_add_one", cpp, cuda, ["add_one"])
     events = [json.loads(line) for line in times.read_text().splitlines()]
     assert {"cxx", "nvcc"} <= {e["role"] for e in events}  # both stand-ins did the build
     assert not any("failed" in e or e.get("pch") == "failed" for e in events)
+    # built with torch/types.h for torch/extension.h, at the first try
+    assert [e["attempt"] for e in events if e["role"] == "nvcc"] == ["light"]
     x = torch.randn(1000, 1000, device="cuda")
     expected, computed = x + 1, module.add_one(x)  # both kept: no freed block holds x + 1
     assert torch.equal(computed, expected)
