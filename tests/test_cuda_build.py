@@ -407,7 +407,9 @@ def test_only_a_cuda_file_that_includes_torch_extension_h_is_tried_light(tmp_pat
     for text, wanted in (("#include <torch/extension.h>\n", True),
                          ("  #  include \"torch/extension.h\"\n", True),
                          ("#include <torch/types.h>\n", False),
-                         ("// #include <torch/extension.h>\n", False)):
+                         ("// #include <torch/extension.h>\n", False),
+                         # its own binding needs pybind11: the try could only fail
+                         ("#include <torch/extension.h>\nPYBIND11_MODULE(m, m) {}\n", False)):
         source.write_text(text + KERNEL)
         assert cuda_shims.light_header_wanted(source) is wanted, text
     source.write_text("#include <torch/extension.h>\n")

@@ -1,7 +1,8 @@
 """The gelu example with its Python binding written in the CUDA source (as many
 
 KernelBench kernels do): the .cu needs torch/extension.h's pybind11 part, so
-the judge's try with torch/types.h fails and it is built as written.
+the judge builds it as written, without the torch/types.h try (which failed,
+costing 7 s, before the stand-in learned to skip it for such files).
 """
 
 import torch

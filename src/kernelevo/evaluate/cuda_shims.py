@@ -330,6 +330,7 @@ def compile_cuda(nvcc: str, args: list[str],
 LIGHT_HEADER = "#pragma once\n#include <torch/types.h>\n"
 _INCLUDES_HEADER = re.compile(r"^[ \t]*#[ \t]*include[ \t]*[<\"]torch/extension\.h[>\"]",
                               re.MULTILINE)
+_USES_PYBIND = re.compile(r"\bPYBIND11_|\bpybind11\b|\bpy::")  # such a try would only fail
 
 
 def write_light_header(folder: Path) -> Path:
@@ -348,9 +349,10 @@ def light_header_wanted(source: Path) -> bool:
     if os.environ.get("KERNELEVO_CUDA_LIGHT_HEADER", "1") == "0":
         return False
     try:
-        return bool(_INCLUDES_HEADER.search(source.read_text(errors="replace")))
+        text = source.read_text(errors="replace")
     except OSError:
         return False
+    return bool(_INCLUDES_HEADER.search(text)) and not _USES_PYBIND.search(text)
 
 
 def _compile_split(nvcc: str, kept: list[str], depfile: str | None, output: str,
