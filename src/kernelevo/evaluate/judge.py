@@ -181,7 +181,7 @@ class Judge:
             self._start_standby()
 
     def _start_standby(self) -> None:
-        with self._standby_lock:  # also called from a session's thread (on_checked)
+        with self._standby_lock:  # also called from a session's thread (its `ahead`)
             if self.standby and self._standby is None and not stopping():
                 self._standby = Session(self, self.task, self.config.time_candidates)
 
