@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -85,20 +86,39 @@ LOCAL_OPTION = typer.Option(False, "--local", help="judge in this process even w
                             "evaluation service (kernelevo serve) is running")
 
 
-def _judge(task: Any, config: Any, progress: Any, local: bool) -> Any:
-    """The running evaluation service's judge, or (none, or --local) one in this process."""
+def _service_or_forkserver(local: bool, device: Any) -> Any:
+    """The running evaluation service to judge on; without one, the forkserver starts now.
+
+    Started before this process imports torch, the forkserver's own imports
+    (torch, dynamo, inductor) run beside this process's instead of after them:
+    a cold `eval --local` on the H200 took 8.1-9.7 s instead of 10.6-11.7 s,
+    in pairs in one call (bench/gpu_cold_eval_ab.sh). Its Triton mode is
+    guessed from the driver's device file; a wrong guess costs a restart
+    (sandbox._ensure_forkserver).
+    """
     if not local:
-        from kernelevo.evaluate.service_client import ServiceJudge, find_service
+        from kernelevo.evaluate.service_client import find_service
 
         service = find_service()
         if service is not None:
-            log.info("judging on the evaluation service at %s", service.url)
-            return ServiceJudge(service, task, config, progress)
+            return service
+    from kernelevo.evaluate.sandbox import start_forkserver
+
+    wanted = choice_value(device)
+    start_forkserver(wanted == "cpu" or (wanted in (None, "auto")
+                                         and not os.path.exists("/dev/nvidiactl")))
+    return None
+
+
+def _judge(task: Any, config: Any, progress: Any, service: Any) -> Any:
+    """A judge on the running evaluation service, or (none, or --local) one in this process."""
+    if service is not None:
+        from kernelevo.evaluate.service_client import ServiceJudge
+
+        log.info("judging on the evaluation service at %s", service.url)
+        return ServiceJudge(service, task, config, progress)
     from kernelevo.evaluate.judge import Judge
 
-    # The forkserver is not started early in a thread here: it shortened no
-    # measured cold eval (bench/RESULTS.md), and a SIGTERM'd eval then
-    # sometimes aborted at exit.
     return Judge(task, config, progress=progress)
 
 
@@ -125,6 +145,7 @@ def eval_command(
     config_file: Optional[str] = CONFIG_OPTION,
 ) -> None:
     """Judge one candidate: correctness, honesty and speed against eager and torch.compile."""
+    service = _service_or_forkserver(local, device)
     from kernelevo.candidate import load_candidate
     from kernelevo.render import print_verdict
     from kernelevo.task import load_task
@@ -136,7 +157,7 @@ def eval_command(
         loaded_task = load_task(task, kernelbench_dir)
         loaded = load_candidate(candidate, choice_value(backend))
         with _stopped_by_sigterm(), console.status("starting") as status:
-            judge = _judge(loaded_task, config, _progress(status), local)
+            judge = _judge(loaded_task, config, _progress(status), service)
             verdict = judge.evaluate(loaded)
     except KernelEvoError as exc:
         _fail(exc)
@@ -164,6 +185,7 @@ def compare_command(
     config_file: Optional[str] = CONFIG_OPTION,
 ) -> None:
     """Judge two candidates under the same protocol, timed interleaved, and say which is faster."""
+    service = _service_or_forkserver(local, device)
     from kernelevo.candidate import load_candidate
     from kernelevo.evaluate.compare import compare_candidates
     from kernelevo.render import print_comparison
@@ -178,7 +200,7 @@ def compare_command(
         with _stopped_by_sigterm(), console.status("starting") as status:
             progress = _progress(status)
             result = compare_candidates(loaded_task, a, b, config, progress=progress,
-                                        judge=_judge(loaded_task, config, progress, local))
+                                        judge=_judge(loaded_task, config, progress, service))
     except KernelEvoError as exc:
         _fail(exc)
     if as_json:
