@@ -88,3 +88,19 @@ def test_export_over_an_existing_file_exits_2_and_names_it(tmp_path):
                      "--force", "--runs-dir", str(tmp_path / "runs"))
     assert done.returncode == 0, done.stderr
     assert "ModelNew" in taken.read_text()
+
+
+def test_eval_starts_the_forkserver_before_the_command_imports_torch():
+    """Its imports (torch, dynamo, inductor: seconds) then run beside the command's own."""
+    probe = (
+        "import sys\n"
+        "from multiprocessing import forkserver\n"
+        "import kernelevo.cli as cli\n"
+        "assert 'torch' not in sys.modules, 'the command line imports torch at its start'\n"
+        "assert cli._service_or_forkserver(True, None) is None\n"
+        "assert forkserver._forkserver._forkserver_pid is not None\n"
+        "assert 'torch' not in sys.modules\n"
+        "print('ok')\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
