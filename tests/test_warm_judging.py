@@ -95,9 +95,8 @@ def test_a_standby_session_judges_the_next_candidate_alike_and_holds_no_gate_whi
 
 
 @pytest.mark.parametrize("after", ["checked", "warm"])
-def test_a_first_evaluation_starts_its_standby_once_its_candidates_are_checked(monkeypatch,
-                                                                               after):
-    """Not at its end: the next candidate's worker warms up while this one is timed."""
+def test_a_first_evaluation_starts_its_standby_before_it_ends(monkeypatch, after):
+    """Once warm or checked: the next candidate's worker warms up while this one runs."""
     task, candidate = _softmax()
     monkeypatch.setattr(Judge, "standby_after", after)
     judge = Judge(task, EvalConfig(), standby=True)
