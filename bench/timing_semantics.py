@@ -133,7 +133,10 @@ def judged_times(task, candidate_path: Path) -> dict:
         return {"reason": verdict.reason, "message": verdict.message[:300]}
     measures = {m: {name: (s.mean_ms if m == "kernelbench" else s.median_ms)
                     for name, s in stats.items()} for m, stats in verdict.measures.items()}
-    return {"reason": verdict.reason, "measures": measures}
+    spread = {m: {name: {"iqr_ms": s.iqr_ms, "samples": s.samples} for name, s in stats.items()}
+              for m, stats in verdict.measures.items()}
+    return {"reason": verdict.reason, "measures": measures, "spread": spread,
+            "notes": [n for n in verdict.notes if "stress set" in n]}
 
 
 def _case(example: str, changes: dict):
@@ -201,6 +204,13 @@ def main() -> None:
               f"{a['do_bench_speedup']:.2f}|{a['kernels_speedup']:.2f} "
               f"{a['call_speedup']:.2f}|{a['loop_speedup']:.2f} "
               f"{a['kernelbench_speedup']:.2f}|{a['kb_event_speedup']:.2f}")
+    print("GPU-time IQR, % of the median (samples): candidate, eager; stress-set notes")
+    for row in rows:
+        if "spread" in row:
+            gpu, med = row["spread"]["gpu"], row["measures"]["gpu"]
+            cells = ", ".join(f"{100 * gpu[n]['iqr_ms'] / med[n]:.1f} % ({gpu[n]['samples']})"
+                              for n in ("candidate", "eager"))
+            print(f"{row['example']} {row['sizes']}"[:34].ljust(34), cells, row["notes"])
 
 
 if __name__ == "__main__":

@@ -54,3 +54,47 @@ def test_large_kernels_agree_across_gpu_and_call_time():
     gpu, call = verdict.measures["gpu"]["candidate"], verdict.measures["call"]["candidate"]
     # At 8192 x 8192 the launch is hidden behind the work: both measure the kernel.
     assert call.median_ms == pytest.approx(gpu.median_ms, rel=0.1)
+
+
+def test_times_count_the_tasks_own_sets_and_a_value_dependent_one_is_named():
+    import torch
+
+    from kernelevo.evaluate.timing import time_contestants
+
+    def steady(x):
+        x.abs().max().item()
+        return x * 2
+
+    def value_dependent(x):  # the same, with ten more passes over large values
+        y = x * 2
+        if x.abs().max().item() > 50:
+            for _ in range(10):
+                y = y * 1.0001
+        return y
+
+    normal = [torch.randn(4096, 4096, device="cuda") for _ in range(2)]
+    sets = [[normal[0]], [normal[1]], [normal[0] * 64]]
+    seen = []
+    run = time_contestants({"steady": steady, "dependent": value_dependent}, sets,
+                           TimingConfig(measure="kernelbench"),
+                           lambda name, measure, index, out: seen.append((measure, index)),
+                           counted=[0, 1])
+    assert {i for m, i in seen if m == "gpu"} == {0, 1, 2}  # the stress set still rotates
+    assert {i for m, i in seen if m == "kernelbench"} == {0, 1}
+    gpu = run.measures["gpu"]
+    assert gpu["dependent"].median_ms == pytest.approx(gpu["steady"].median_ms, rel=0.15)
+    assert gpu["dependent"].iqr_ms < 0.2 * gpu["dependent"].median_ms
+    assert any(note.startswith("dependent: ") for note in run.notes), run.notes
+    assert not any(note.startswith("steady: ") for note in run.notes), run.notes
+
+
+def test_the_softmax_reference_is_timed_on_the_tasks_own_values():
+    # Eager softmax takes 1.3-2.5x as long on the stress set (do_bench, H200):
+    # counted in, its IQR read 30-130 % of its median.
+    softmax = ROOT / "examples" / "softmax"
+    verdict = Judge(load_task(str(softmax / "task.py")), EvalConfig()).evaluate(
+        load_candidate(softmax / "triton_candidate.py"))
+    assert verdict.reason == "passed", verdict.message
+    for name in ("candidate", "eager", "compile"):
+        stats = verdict.measures["gpu"][name]
+        assert stats.iqr_ms < 0.1 * stats.median_ms, (name, stats)

@@ -12,7 +12,11 @@
 - kernelbench: KernelBench's harness protocol (256 MB cache clear, events
   around a call made right after it, mean of 100 trials), so results compare
   with numbers published under it.
-Samples of every contestant interleave, so drift affects all alike.
+Samples of every contestant interleave, so drift affects all alike. Every
+input set rotates through the timed calls, the stress set too (its outputs
+are checked as well), but only the sets of the task's own distribution make
+the statistics: a reference can take twice as long on rescaled values
+(eager softmax on an H200), which would read as spread, not as its time.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import gc
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -52,6 +56,47 @@ def summarize(samples_ms: list[float], method: str) -> TimingStats:
         iqr = ordered[-1] - ordered[0]
     return TimingStats(statistics.median(ordered), iqr, ordered[0], len(ordered), method,
                        statistics.fmean(ordered))
+
+
+# A contestant this much slower or faster on the stress set than on the
+# task's own sets is named in a note: its time depends on the values.
+_STRESS_NOTE_RATIO = 1.25
+
+
+class _Rotation:
+    """Which input set each round uses, and which rounds count in the statistics."""
+
+    def __init__(self, set_count: int, counted: Sequence[int] | None) -> None:
+        self.set_count = set_count
+        self.counted = sorted(set(counted)) if counted else list(range(set_count))
+        if not set(self.counted) <= set(range(set_count)):
+            raise ValueError(f"counted sets {self.counted} outside 0..{set_count - 1}")
+
+    def set_of(self, round_index: int) -> int:
+        return round_index % self.set_count
+
+    def rounds(self, wanted: int, at_least: int) -> int:
+        """`wanted` rounds, more if fewer than `at_least` of them would count."""
+        total = wanted
+        while sum(self.set_of(i) in self.counted for i in range(total)) < at_least:
+            total += 1
+        return total
+
+    def split(self, samples: list[tuple[int, float]]) -> tuple[list[float], list[float]]:
+        """(times on counted sets, times on the others) of (set, time) samples."""
+        mine = [t for s, t in samples if s in self.counted]
+        return mine, [t for s, t in samples if s not in self.counted]
+
+
+def stress_note(name: str, counted_ms: list[float], other_ms: list[float]) -> str | None:
+    """A note when a contestant's time on the uncounted (stress) set differs by 25 % or more."""
+    if not counted_ms or not other_ms:
+        return None
+    ratio = statistics.median(other_ms) / max(statistics.median(counted_ms), 1e-9)
+    if 1 / _STRESS_NOTE_RATIO < ratio < _STRESS_NOTE_RATIO:
+        return None
+    return (f"{name}: {ratio:.2f}x its time on the stress set (rescaled values) against the "
+            "task's own sets; its time counts the task's own sets only")
 
 
 def load_set(arena: list[Any], source: list[Any]) -> None:
@@ -174,9 +219,15 @@ def _rotated(names: list[str], index: int) -> list[str]:
 
 
 def time_contestants(contestants: dict[str, Contestant], sets: list[list[Any]],
-                     config: Any, after: AfterSample) -> TimingRun:
-    """Every measure of every contestant; `after(name, measure, set, output)` sees outputs."""
+                     config: Any, after: AfterSample,
+                     counted: Sequence[int] | None = None) -> TimingRun:
+    """Every measure of every contestant; `after(name, measure, set, output)` sees outputs.
+
+    `counted`: the sets whose times make the statistics (the task's own
+    distribution; all when None). The others rotate through the calls too.
+    """
     run = TimingRun()
+    rotation = _Rotation(len(sets), counted)
     arena = [x.clone() if isinstance(x, torch.Tensor) else x for x in sets[0]]
     sampler = _Sampler(arena, sets)
     calls, graphed = _calls(contestants, arena, config, run)
@@ -186,11 +237,11 @@ def time_contestants(contestants: dict[str, Contestant], sets: list[list[Any]],
     collecting = gc.isenabled()
     gc.disable()
     try:
-        run.measures["gpu"] = _gpu_time(calls, warm, graphed, sampler, len(sets), config,
+        run.measures["gpu"] = _gpu_time(calls, warm, graphed, sampler, rotation, config,
                                         after, run)
-        run.measures["call"] = _call_time(calls, warm, sampler, len(sets), config, after)
+        run.measures["call"] = _call_time(calls, warm, sampler, rotation, config, after)
         if config.measure == "kernelbench":
-            run.measures["kernelbench"] = _kernelbench_time(calls, sampler, len(sets), after)
+            run.measures["kernelbench"] = _kernelbench_time(calls, sampler, rotation, after)
     finally:
         if collecting:
             gc.enable()
@@ -198,42 +249,49 @@ def time_contestants(contestants: dict[str, Contestant], sets: list[list[Any]],
 
 
 def _gpu_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, float]],
-              graphed: set[str], sampler: _Sampler, set_count: int, config: Any,
+              graphed: set[str], sampler: _Sampler, rotation: _Rotation, config: Any,
               after: AfterSample, run: TimingRun) -> dict[str, TimingStats]:
     slowest = max(per_call for per_call, _ in warm.values())
     count = int(min(config.max_samples, max(config.min_samples, config.target_ms / slowest)))
     # Twice the host's queueing time, so the call is queued before the sleep ends.
     hold_ms = {name: min(0.05 + 2 * queue_ms, 20.0) for name, (_, queue_ms) in warm.items()}
-    events: dict[str, list[float]] = {name: [] for name in calls}
-    tails: dict[str, list[float]] = {name: [] for name in calls}
-    for index in range(count):
-        set_index = index % set_count
+    events: dict[str, list[tuple[int, float]]] = {name: [] for name in calls}
+    tails: dict[str, list[tuple[int, float]]] = {name: [] for name in calls}
+    for index in range(rotation.rounds(count, config.min_samples)):
+        set_index = rotation.set_of(index)
         for name in _rotated(list(calls), index):
             event_ms, tail_ms, output = sampler.sample(calls[name], set_index, hold_ms[name])
-            events[name].append(event_ms)
-            tails[name].append(tail_ms)
+            events[name].append((set_index, event_ms))
+            tails[name].append((set_index, tail_ms))
             after(name, "gpu", set_index, output)
-    return {name: _choose(name, events[name], tails[name],
-                          "cuda_graph" if name in graphed else "events", run)
-            for name in calls}
+    stats = {}
+    for name in calls:
+        counted_events, other_events = rotation.split(events[name])
+        note = stress_note(name, counted_events, other_events)
+        if note:
+            run.notes.append(note)
+        stats[name] = _choose(name, counted_events, rotation.split(tails[name])[0],
+                              "cuda_graph" if name in graphed else "events", run)
+    return stats
 
 
 def _call_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, float]],
-               sampler: _Sampler, set_count: int, config: Any,
+               sampler: _Sampler, rotation: _Rotation, config: Any,
                after: AfterSample) -> dict[str, TimingStats]:
     """Loops of back-to-back calls (at least 2 ms each), interleaved; median per call."""
     per_loop = {name: int(min(1000, max(3, config.call_loop_ms / per_call)))
                 for name, (per_call, _) in warm.items()}
     slowest_loop = max(per_loop[name] * warm[name][0] for name in calls)
     loops = int(min(30, max(5, config.call_target_ms / slowest_loop)))
-    samples: dict[str, list[float]] = {name: [] for name in calls}
-    for index in range(loops):
-        set_index = index % set_count
+    samples: dict[str, list[tuple[int, float]]] = {name: [] for name in calls}
+    for index in range(rotation.rounds(loops, 5)):
+        set_index = rotation.set_of(index)
         for name in _rotated(list(calls), index):
             per_call_ms, output = sampler.loop(calls[name], set_index, per_loop[name])
-            samples[name].append(per_call_ms)
+            samples[name].append((set_index, per_call_ms))
             after(name, "call", set_index, output)
-    return {name: summarize(values, "call_loop") for name, values in samples.items()}
+    return {name: summarize(rotation.split(values)[0], "call_loop")
+            for name, values in samples.items()}
 
 
 # KernelBench's harness: 3 warm-up calls, a 256 MB cache clear before each
@@ -242,13 +300,14 @@ _KERNELBENCH_TRIALS = 100
 _KERNELBENCH_CLEAR_BYTES = 256 << 20
 
 
-def _kernelbench_time(calls: dict[str, Callable[[], Any]], sampler: _Sampler, set_count: int,
-                      after: AfterSample) -> dict[str, TimingStats]:
+def _kernelbench_time(calls: dict[str, Callable[[], Any]], sampler: _Sampler,
+                      rotation: _Rotation, after: AfterSample) -> dict[str, TimingStats]:
+    """KernelBench's protocol on the task's own sets only (it times the task's inputs)."""
     clear = torch.empty(_KERNELBENCH_CLEAR_BYTES // 8, dtype=torch.int64, device="cuda")
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     samples: dict[str, list[float]] = {name: [] for name in calls}
     for index in range(_KERNELBENCH_TRIALS + 1):
-        set_index = index % set_count
+        set_index = rotation.counted[index % len(rotation.counted)]
         for name in _rotated(list(calls), index):
             torch.cuda.synchronize()
             load_set(sampler.arena, sampler.sets[set_index])

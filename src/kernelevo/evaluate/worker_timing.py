@@ -92,8 +92,11 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any,
             if measure == "call":  # the loop's earlier outputs were freed unpoisoned
                 guards.poison_allocator(device)
 
+    # The stress set rotates through the timed calls too, but times count on
+    # the task's own sets only (a reference's time can depend on the values).
+    counted = [i for i, variant in enumerate(payload["variants"]) if variant is None]
     with torch.no_grad():
-        run = time_contestants(contestants, sets, config, after)
+        run = time_contestants(contestants, sets, config, after, counted or None)
     timing_s = time.perf_counter() - started
     # Profiled after timing, so no profiler state can touch a timed call. The
     # judge answers once other judges' checks may share the GPU again (a
