@@ -120,6 +120,28 @@ def test_a_first_evaluation_starts_its_standby_before_it_ends(monkeypatch, after
         judge.close()
 
 
+def test_the_worker_goes_on_while_the_oracle_exits_and_the_judge_checks_trivial_answers(
+        monkeypatch):
+    """The reference is handed on as the oracle's last message comes, not after both."""
+    from kernelevo.evaluate import session
+
+    task, candidate = _softmax()
+    worker_went_on = threading.Event()
+    seen = {}
+
+    def slow_check(reference, device):  # holds the oracle's thread until the worker goes on
+        seen["worker_first"] = worker_went_on.wait(30)
+        reference["trivial"] = []
+
+    monkeypatch.setattr(session, "_check_trivial_answers", slow_check)
+    judge = Judge(task, EvalConfig(), progress=lambda phase: (
+        worker_went_on.set() if phase == "loading candidate" else None))
+    verdict = judge.evaluate(candidate)
+    assert seen == {"worker_first": True}
+    assert verdict.reason == "passed", verdict.message
+    assert {"trivial_check", "oracle_exit"} <= set(verdict.phases_s)
+
+
 def test_children_take_the_gate_only_once_their_task_is_imported(tmp_path):
     """Process start and the task's import run no kernels: a timing phase elsewhere goes on."""
     slow, imported = tmp_path / "task.py", tmp_path / "imported"

@@ -73,6 +73,7 @@ def _judge_on(state: Any, index: int, report: dict[str, Any],
     if honesty.reason:
         return "failed", {"reason": honesty.reason, "message": honesty.message,
                           "metrics": correctness.metrics}
+    state.oracle.done.wait()  # the judge's trivial-answer check runs beside the worker
     if "trivial" not in ref:
         ref["trivial"] = (decide.trivial_answers_pass(ref["outputs"], ref["tolerances"], device)
                           + ref.get("passthrough", []))

@@ -88,6 +88,7 @@ class Session:
         if self.oracle.error is not None:
             raise self.oracle.error
         assert self.result is not None
+        self.state.phases.update(self.oracle.phases)
         return build_verdicts(self.state, self.result, self.judge)
 
     def kill(self) -> None:
@@ -199,39 +200,54 @@ def _check_trivial_answers(reference: dict[str, Any], device: str) -> None:
 
 
 class _OracleRun:
-    """Computes the reference in its own process; the judge keeps the outputs."""
+    """Computes the reference in its own process; the judge keeps the outputs.
+
+    `ready` is set once the reference is here (or cannot come), as the
+    oracle's last message arrives: the worker goes on while the oracle's
+    process exits and the judge checks which trivial answers pass. `done` is
+    set once that check is done too.
+    """
 
     def __init__(self, judge: Any, task: Task, scratch: Path, hold: Hold) -> None:
         self.judge, self.task, self.scratch, self.hold = judge, task, scratch, hold
         self.deadline = Deadline()
+        self.ready = threading.Event()
         self.done = threading.Event()
         self.reference: dict[str, Any] | None = None
         self.error: Exception | None = None
+        self.phases: dict[str, float] = {}  # judge-side steps after the reference came
         self._bundle: dict[str, list[Any]] | None = None
+        self._payload: dict[str, Any] = {}
+        self._done_at: float | None = None
 
     def run(self) -> None:
         try:
             try:  # the child asks for a shared hold before it runs kernels
-                reference = self._compute()
-                _check_trivial_answers(reference, self.judge.compare_device)
-                self.reference = reference
+                self._compute()
+                self.ready.set()
+                assert self.reference is not None
+                started = time.monotonic()
+                _check_trivial_answers(self.reference, self.judge.compare_device)
+                self.phases["trivial_check"] = time.monotonic() - started
             finally:
                 self.hold.release()
         except Exception as exc:  # handed to the judge's thread, raised there
             kept = (TaskError, torch.cuda.OutOfMemoryError)  # the judge makes a verdict of OOM
             self.error = exc if isinstance(exc, kept) else TaskError(
                 f"the reference oracle failed: {type(exc).__name__}: {exc}")
+            self.reference = None
         finally:
+            self.ready.set()
             self.done.set()
 
-    def _compute(self) -> dict[str, Any]:
+    def _compute(self) -> None:
         config, count = self.judge.config, self.judge.config.input_sets
         # One set is a stress set (scaled by s in [32, 128], structure kept) so
         # shortcuts that only hold for the task's input distribution fail:
         # randn inputs then reach beyond 100, where exp() without a max
         # subtraction overflows.
         variant_scale = 2 ** (5 + secrets.randbelow(2000) / 1000)
-        payload = {
+        self._payload = payload = {
             "task_source": self.task.source, "device": self.judge.device,
             "dtype": config.dtype_name, "scratch": str(self.scratch),
             "task_folder": self.task.folder,
@@ -242,10 +258,12 @@ class _OracleRun:
                          config.output_limit_bytes, on_message=self._on_message,
                          environment=self.judge.child_environment,
                          isolate_network=config.isolate_network, deadline=self.deadline)
-        return self._reference_from(result, payload)
+        if self._done_at is not None:  # from its last message until its process had ended
+            self.phases["oracle_exit"] = time.monotonic() - self._done_at
+        if self.reference is None:
+            _raise_oracle_failure(result)
 
     def _on_message(self, message: dict[str, Any]) -> dict[str, Any] | None:
-        self._last_message = time.monotonic()
         kind = message.get("kind")
         if kind == "gpu":
             _wait_for(self.hold.shared, self.deadline)
@@ -256,17 +274,15 @@ class _OracleRun:
             self._bundle = import_bundle(message.get("bundle"), self.judge.compare_device,
                                          self.judge.gpu_index)
             return {}
+        elif kind == "done" and self._bundle is not None:
+            # The last message: the worker may go on while this process exits.
+            self._done_at = time.monotonic()
+            self.reference = self._reference_from(message, self._payload)
+            self.ready.set()
         return None
 
-    def _reference_from(self, result: JobResult, payload: dict[str, Any]) -> dict[str, Any]:
-        final = result.final
-        errors = [m for m in result.messages if m.get("kind") == "task_error"]
-        if errors:
-            raise TaskError(errors[0].get("message", "the reference failed"))
-        if final is None or self._bundle is None:
-            why = ("ran past the time limit" if result.timed_out else
-                   f"died ({result.signal_name or f'exit code {result.exit_code}'})")
-            raise TaskError(f"the reference oracle {why}:\n{result.log_tail[-2000:]}")
+    def _reference_from(self, final: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
+        assert self._bundle is not None
         kept = final["kept_sets"]
         outputs = [self._bundle[f"set_{i}"] for i in range(len(kept))]
         return {
@@ -281,6 +297,16 @@ class _OracleRun:
             "tolerances": [tolerances(name, final["atol"], final["rtol"], self.judge.config)
                            for name in final["output_dtypes"]],
         }
+
+
+def _raise_oracle_failure(result: JobResult) -> None:
+    """The TaskError of an oracle that sent no reference: its own report, or how it ended."""
+    errors = [m for m in result.messages if m.get("kind") == "task_error"]
+    if errors:
+        raise TaskError(errors[0].get("message", "the reference failed"))
+    why = ("ran past the time limit" if result.timed_out else
+           f"died ({result.signal_name or f'exit code {result.exit_code}'})")
+    raise TaskError(f"the reference oracle {why}:\n{result.log_tail[-2000:]}")
 
 
 class _WorkerState:
@@ -338,7 +364,7 @@ class _WorkerState:
         """Release the worker once the reference exists (or tell it to stop)."""
         asked = time.perf_counter()
         self.phases["worker_start"] = asked - self.started
-        self.oracle.done.wait()
+        self.oracle.ready.wait()
         self.phases["reference_wait"] = time.perf_counter() - asked
         if self.oracle.reference is None:
             return {"abort": True}
