@@ -13,8 +13,9 @@ from kernelevo.evaluate.sandbox import run_job
 
 
 def report_start(payload, channel):
-    channel.send("start", preloaded=sorted(m for m in ("torch._dynamo", "torch._inductor.compile_fx")
-                                           if m in sys.modules),
+    wanted = ("torch._dynamo", "torch._inductor.compile_fx", "torch.utils.cpp_extension",
+              "triton.runtime.interpreter")
+    channel.send("start", preloaded=sorted(m for m in wanted if m in sys.modules),
                  tempdir=tempfile.gettempdir(), taken=payload["taken"])
 
 
@@ -64,7 +65,9 @@ def test_children_start_with_imports_done_and_their_own_temporary_folder(tmp_pat
     (message,) = [m for m in result.messages if m["kind"] == "start"]
     # Inductor only where torch is built for CUDA: only GPU timing compiles.
     gpu_build = torch.version.cuda is not None
-    assert message["preloaded"] == ["torch._dynamo"] + ["torch._inductor.compile_fx"] * gpu_build
+    # What a worker imports once its candidates come, too (load_inline's hook, the knockout switch).
+    assert message["preloaded"] == (["torch._dynamo"] + ["torch._inductor.compile_fx"] * gpu_build
+                                    + ["torch.utils.cpp_extension", "triton.runtime.interpreter"])
     assert message["tempdir"].startswith(str(tmp_path / "job" / "work"))
     assert result.exit_code == 0 and not result.timed_out
 

@@ -133,6 +133,19 @@ def decide_honesty(report: dict[str, Any], outputs: dict[str, Any], reference: l
     return decision
 
 
+def warm_comparisons(device: str) -> None:
+    """Run the comparisons once on tiny tensors, so their kernels are loaded on `device`.
+
+    The first comparisons of a fresh process load a few dozen kernels and make
+    its CUDA context: 0.65-0.9 s of a cold `eval` on an H200 when the first
+    trivial-answer check paid for them (bench/cold_timeline.py).
+    """
+    reference = torch.randn(2, 64, device=device)
+    trivial_answers_pass([[reference], [reference * 2]], [(1e-4, 1e-4)], device)
+    compare_tensor(reference * (1 + 1e-7), reference, 1e-4, 1e-4)
+    torch.cuda.synchronize(device)
+
+
 def trivial_answers_pass(references: list[list[torch.Tensor]],
                          tolerances: list[tuple[float, float]], device: str) -> list[str]:
     """Names of trivial answers (zeros, another set's output) that would pass."""

@@ -24,13 +24,16 @@ from kernelevo.cache_dir import default_cache_dir, keep_bytecode
 from kernelevo.candidate import Candidate
 from kernelevo.config import EvalConfig
 from kernelevo.errors import TaskError
-from kernelevo.evaluate import static
+from kernelevo.evaluate import decide, static
+from kernelevo.evaluate.gate import gate_for
 from kernelevo.evaluate.sandbox import run_job, set_triton_mode, stopping
 from kernelevo.evaluate.session import Session
 from kernelevo.evaluate.worker import cache_environment, run_prebuild
+from kernelevo.logs import get_logger
 from kernelevo.task import Task, perturb_sizes, shrink_sizes
 
 Progress = Callable[[str], None]
+log = get_logger(__name__)
 
 
 def resolve_device(config: EvalConfig) -> str:
@@ -39,6 +42,32 @@ def resolve_device(config: EvalConfig) -> str:
             raise TaskError("--device cuda was asked for but no CUDA GPU is visible")
         return config.device
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+_warmed: set[str] = set()
+_warmed_lock = threading.Lock()
+
+
+def _warm_comparisons_ahead(device: str, gpu_index: int | None) -> None:
+    """This process's comparisons warmed on `device` in a thread, once per process.
+
+    A judge made by `eval` waits seconds for its forkserver's imports; its own
+    CUDA context and comparison kernels are made meanwhile, not on the
+    reference's path. Tiny kernels, under a shared hold on the GPU's gate.
+    """
+    with _warmed_lock:
+        if device in _warmed:
+            return
+        _warmed.add(device)
+
+    def warm() -> None:
+        try:
+            with gate_for("cuda", gpu_index).shared():
+                decide.warm_comparisons(device)
+        except Exception:  # noqa: BLE001 - only a head start: the first comparison pays instead
+            log.debug("warming the comparisons on %s failed", device, exc_info=True)
+
+    threading.Thread(target=warm, name="kernelevo-warm-comparisons", daemon=True).start()
 
 
 class Judge:
@@ -86,6 +115,8 @@ class Judge:
         for key, value in cache_environment(self.cache_dir).items():
             os.environ.setdefault(key, value)
         keep_bytecode(self.cache_dir)  # for the forkserver, should it start after this
+        if self.device == "cuda":
+            _warm_comparisons_ahead(self.compare_device, self.gpu_index)
 
     def evaluate(self, candidate: Candidate) -> Any:
         return self.evaluate_many([candidate])[0]

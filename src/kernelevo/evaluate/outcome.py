@@ -221,6 +221,8 @@ def _phases(report: dict[str, Any] | None, timing: dict[str, Any] | None,
             judged: dict[str, float] | None = None) -> dict[str, float]:
     phases = dict(judged or {})
     if report:
+        if "setup_s" in report:
+            phases["setup"] = report["setup_s"]
         phases["build"] = report.get("build_s", 0.0)
         phases["load"] = report.get("load_s", 0.0) - report.get("build_s", 0.0)
         phases["first_call"] = report.get("first_call_s", 0.0)

@@ -25,8 +25,14 @@ import torch._dynamo  # noqa: E402,F401
 
 try:
     import triton  # noqa: F401
+    import triton.runtime.interpreter  # noqa: F401 - the knockout switch patches it (guards.py)
 except ImportError:  # Triton is optional
     pass
+
+# What a worker imports once its candidates come, before it loads the first
+# (load_inline's hook, cuda_build.py): setuptools and torch's extension
+# builder, otherwise on the candidate's path.
+import torch.utils.cpp_extension  # noqa: E402,F401
 
 # Only the timing phase compiles the baseline, and only on a GPU: a CPU-only
 # build of torch (torch.version.cuda None) never needs inductor here. Asking

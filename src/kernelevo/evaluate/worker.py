@@ -68,6 +68,7 @@ def run_worker(payload: dict[str, Any], channel: Channel) -> None:
     if reply.get("abort"):
         return
     payload.update(reply)
+    setup_started = time.perf_counter()
     switch = guards.KernelSwitch()
     hook = LoadInlineHook(device == "cuda", switch)
     watch = guards.ProcessWatch(scratch / "work")  # after the baselines: their helpers are ours
@@ -76,10 +77,12 @@ def run_worker(payload: dict[str, Any], channel: Channel) -> None:
     # (_SetRuns): a later candidate's knockout must not find an earlier
     # one's right answer in freed memory.
     started: dict[int, Any] = {}
+    setup_s = time.perf_counter() - setup_started
     for index, candidate in enumerate(payload["candidates"]):
         try:
             started[index] = _start_candidate(index, candidate, task, payload, channel, switch,
                                               hook, watch, snapshot)
+            started[index].report["setup_s"] = setup_s  # the guards' set-up, before any loads
         except Failure as failure:
             channel.ask("failed", candidate=index, reason=failure.reason,
                         message=failure.message)
