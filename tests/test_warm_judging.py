@@ -103,9 +103,9 @@ def test_a_first_evaluation_starts_its_standby_before_it_ends(monkeypatch, after
     calls = []
     start = judge._start_standby
 
-    def recorded():
+    def recorded(**kwargs):
         calls.append((threading.current_thread().name, judge._standby is None))
-        start()
+        start(**kwargs)
 
     monkeypatch.setattr(judge, "_start_standby", recorded)
     try:
@@ -140,6 +140,41 @@ def test_the_worker_goes_on_while_the_oracle_exits_and_the_judge_checks_trivial_
     assert seen == {"worker_first": True}
     assert verdict.reason == "passed", verdict.message
     assert {"trivial_check", "oracle_exit"} <= set(verdict.phases_s)
+
+
+def test_a_standby_runs_no_kernels_until_the_evaluation_beside_it_has_timed():
+    """Else its warm-up holds the GPU when that evaluation is ready to time (gate_wait)."""
+    from types import SimpleNamespace
+
+    from kernelevo.evaluate.session import Session
+
+    task, candidate = _softmax()
+    judge = Judge(task, EvalConfig())
+    task = judge.task  # shrunk for the CPU, as the judge's own sessions have it
+    gate = gate_for(judge.device, judge.gpu_index)
+    beside = SimpleNamespace(past_timing=threading.Event())
+    standby = Session(judge, task, True, yield_to=beside)
+    try:
+        # Its children start and import the task, then wait before their first kernels.
+        assert standby._yield.waiting.wait(120)
+        time.sleep(0.5)
+        assert not standby.warm.is_set() and not standby.oracle.ready.is_set()
+        assert gate.holders() == (0, False)
+        beside.past_timing.set()  # the evaluation beside it has timed its candidates
+        assert standby.warm.wait(120) and standby.oracle.ready.wait(120)
+        (verdict,) = standby.run([candidate])
+    finally:
+        standby.close()
+    assert verdict.reason == "passed", verdict.message
+    assert verdict.phases_s["warmup_yield"] > 0.1  # its worker waited, too
+    # A job that takes a standby still waiting ends the wait: its worker warms up now.
+    waiting = Session(judge, task, True, yield_to=SimpleNamespace(past_timing=threading.Event()))
+    try:
+        assert waiting._yield.waiting.wait(120)
+        (verdict,) = waiting.run([candidate])
+    finally:
+        waiting.close()
+    assert verdict.reason == "passed", verdict.message
 
 
 def test_children_take_the_gate_only_once_their_task_is_imported(tmp_path):

@@ -198,15 +198,17 @@ class Judge:
             # Candidates come one after another (this one found a standby): the
             # next evaluation's oracle and worker start now, beside this one.
             # They make their contexts while it checks and times, and run their
-            # warm-up's kernels when no timing phase holds the GPU.
-            self._start_standby()
+            # warm-up's kernels once it has timed (Session.past_timing).
+            self._start_standby(beside=standby)
             session = standby
         else:
             # A first evaluation starts the next once it is warm: started
             # beside it, their baseline compiles would run twice at once. The
             # next one's warm-up may then hold the GPU a while when this one
-            # is ready to time its candidate (gate_wait).
-            ahead = (self.standby_after, self._start_standby) if task is self.task else None
+            # is ready to time its candidate, unless it waits for that timing
+            # (Session.past_timing).
+            ahead = ((self.standby_after, lambda running: self._start_standby(beside=running))
+                     if task is self.task else None)
             session = Session(self, task, time_them, ahead)
         try:
             return session.run(candidates)
@@ -214,10 +216,12 @@ class Judge:
             session.close()
             self._start_standby()
 
-    def _start_standby(self) -> None:
+    def _start_standby(self, beside: Session | None = None) -> None:
+        """Start the next evaluation's session; its warm-up's kernels wait for `beside`'s timing."""
         with self._standby_lock:  # also called from a session's thread (its `ahead`)
             if self.standby and self._standby is None and not stopping():
-                self._standby = Session(self, self.task, self.config.time_candidates)
+                self._standby = Session(self, self.task, self.config.time_candidates,
+                                        yield_to=beside)
 
     def _take_standby(self, task: Task, time_them: bool) -> "Session | None":
         with self._standby_lock:

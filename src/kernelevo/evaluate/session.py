@@ -45,22 +45,30 @@ class Session:
     """The oracle and the worker of one evaluation of `task` by `judge`."""
 
     def __init__(self, judge: Any, task: Task, time_them: bool,
-                 ahead: tuple[str, Callable[[], None]] | None = None) -> None:
+                 ahead: tuple[str, Callable[["Session"], None]] | None = None,
+                 yield_to: "Session | None" = None) -> None:
         self.judge, self.task, self.time_them = judge, task, time_them
-        # (when, what): called once the worker is "warm" (waits for candidates)
-        # or has "checked" its candidates (before timing them)
+        # (when, what): called with this session once the worker is "warm"
+        # (waits for candidates) or has "checked" its candidates (before timing)
         self._ahead = ahead
         self.scratch = Path(tempfile.mkdtemp(prefix="kernelevo-"))
         gate = gate_for(judge.device, judge.gpu_index)
-        self.oracle = _OracleRun(judge, task, self.scratch / "oracle", Hold(gate))
-        self.hold = Hold(gate)
         self.deadline = Deadline()
         self.state: _WorkerState | None = None
         self.result: JobResult | None = None
         self.error: BaseException | None = None
         self._given = threading.Event()
         self.warm = threading.Event()  # set once the worker has warmed up and waits
+        # Set once this session needs the GPU alone no more: timed, nothing to
+        # time, or ended. A standby started beside it runs its warm-up's
+        # kernels only then (or once given candidates itself): else that
+        # warm-up holds the GPU when this one is ready to time (gate_wait).
+        self.past_timing = threading.Event()
+        self._yield = _Yield(yield_to, self._given)
+        self.oracle = _OracleRun(judge, task, self.scratch / "oracle", Hold(gate), self._yield)
+        self.hold = Hold(gate)
         self._closed = False
+        self._yielded_s: float | None = None
         self._last_message = time.monotonic()
         self._threads = [threading.Thread(target=self.oracle.run, name="kernelevo-oracle",
                                           daemon=True),
@@ -89,6 +97,8 @@ class Session:
             raise self.oracle.error
         assert self.result is not None
         self.state.phases.update(self.oracle.phases)
+        if self._yielded_s is not None:  # a standby's warm-up, behind the evaluation it stood by
+            self.state.phases["warmup_yield"] = self._yielded_s
         return build_verdicts(self.state, self.result, self.judge)
 
     def kill(self) -> None:
@@ -127,11 +137,15 @@ class Session:
             self.error = exc
         finally:
             self.hold.release()
+            self.past_timing.set()
 
     def _on_message(self, message: dict[str, Any]) -> dict[str, Any] | None:
         self._last_message = time.monotonic()
         kind = message.get("kind")
         if kind == "gpu":  # about to run kernels (the warm-up): shared with other checks
+            waited = self._yield.wait(self.deadline)
+            if waited is not None:
+                self._yielded_s = waited
             self._wait_for(self.hold.shared)
             return {}
         if kind == "ready":
@@ -140,6 +154,7 @@ class Session:
             return None  # progress of a warm-up nobody waits for yet
         if kind == "timed":  # timing done; profiling next: checks elsewhere may run
             self._wait_for(self.hold.shared)
+            self.past_timing.set()
             return {}
         reply = self.state.on_message(message)
         if kind == "checked" and reply is not None:
@@ -147,6 +162,8 @@ class Session:
             self._call_ahead("checked")
             if reply.get("time"):  # timing runs alone on the GPU
                 self.state.phases["gate_wait"] = self._wait_for(self.hold.exclusive)
+            else:
+                self.past_timing.set()
         return reply
 
     def _wait_for(self, take: Callable[[], None]) -> float:
@@ -154,7 +171,7 @@ class Session:
 
     def _call_ahead(self, when: str) -> None:
         if self._ahead is not None and self._ahead[0] == when:
-            self._ahead[1]()
+            self._ahead[1](self)
 
     def _ready(self, message: dict[str, Any]) -> dict[str, Any]:
         self.hold.release()  # idle until candidates come: others may time meanwhile
@@ -173,6 +190,31 @@ class Session:
         reply["candidates"] = [{"source": c.source, "backend": c.backend}
                                for c in self.state.candidates]
         return reply
+
+
+class _Yield:
+    """A standby's wait, before its first kernels, for the session it stands beside.
+
+    It ends once that session needs the GPU alone no more, or once this
+    standby is given candidates (a job waits for it now), or the judge stops.
+    """
+
+    def __init__(self, beside: "Session | None", given: threading.Event) -> None:
+        self.beside, self.given = beside, given
+        self.waiting = threading.Event()  # set once a child waited here
+
+    def wait(self, deadline: Deadline) -> float | None:
+        """Seconds waited (not counted against the job's limit); None with nothing to wait for."""
+        if self.beside is None or self.beside.past_timing.is_set() or self.given.is_set():
+            return None
+        self.waiting.set()
+        started = time.monotonic()
+        while not self.beside.past_timing.wait(0.02):
+            if self.given.is_set() or stopping():
+                break
+        waited = time.monotonic() - started
+        deadline.at += waited
+        return waited
 
 
 def _wait_for(take: Callable[[], None], deadline: Deadline) -> float:
@@ -208,8 +250,10 @@ class _OracleRun:
     set once that check is done too.
     """
 
-    def __init__(self, judge: Any, task: Task, scratch: Path, hold: Hold) -> None:
+    def __init__(self, judge: Any, task: Task, scratch: Path, hold: Hold,
+                 yielding: "_Yield") -> None:
         self.judge, self.task, self.scratch, self.hold = judge, task, scratch, hold
+        self._yield = yielding
         self.deadline = Deadline()
         self.ready = threading.Event()
         self.done = threading.Event()
@@ -266,6 +310,7 @@ class _OracleRun:
     def _on_message(self, message: dict[str, Any]) -> dict[str, Any] | None:
         kind = message.get("kind")
         if kind == "gpu":
+            self._yield.wait(self.deadline)
             _wait_for(self.hold.shared, self.deadline)
             return {}
         if kind == "progress":
