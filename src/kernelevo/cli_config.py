@@ -29,7 +29,9 @@ def config_command(
     rtol: Optional[float] = typer.Option(None, help="relative tolerance override"),
     sets: Optional[int] = typer.Option(None, help="input sets per evaluation"),
     timeout: Optional[float] = typer.Option(None, help="wall-clock limit per process, seconds"),
-    vary_shapes: bool = typer.Option(False, help="re-check at perturbed sizes"),
+    vary_shapes: Optional[bool] = typer.Option(
+        None, "--vary-shapes/--no-vary-shapes",
+        help="also check at other sizes of the task (default: on)"),
     cuda_graph: bool = typer.Option(False, help="time with CUDA graphs"),
     timing: Optional[Timing] = TIMING_OPTION,
     no_compile: bool = typer.Option(False, help="skip the torch.compile baseline"),

@@ -93,13 +93,13 @@ def fail(exc: Exception) -> NoReturn:
 def eval_overrides(precision: Any = None, device: Any = None, policy: Any = None,
                    atol: float | None = None, rtol: float | None = None,
                    sets: int | None = None, timeout: float | None = None,
-                   vary_shapes: bool = False, cuda_graph: bool = False,
+                   vary_shapes: bool | None = None, cuda_graph: bool = False,
                    no_compile: bool = False, no_static: bool = False,
                    measure: Any = None) -> dict[str, dict[str, Any]]:
     """The evaluation flags as overrides by table; flags left out are None (the file decides)."""
     return {"eval": {"precision": choice_value(precision), "device": choice_value(device),
                      "policy": choice_value(policy), "atol": atol, "rtol": rtol, "input_sets": sets,
-                     "timeout_s": timeout, "vary_shapes": vary_shapes or None,
+                     "timeout_s": timeout, "vary_shapes": vary_shapes,
                      "static_checks": False if no_static else None},
             "eval.timing": {"cuda_graph": cuda_graph or None, "measure": choice_value(measure),
                             "baselines": ("eager",) if no_compile else None}}
@@ -112,9 +112,10 @@ KERNELBENCH_OPTION = typer.Option(None, "--kernelbench-dir", envvar="KERNELBENCH
                                   help="KernelBench checkout for kernelbench:levelN/M tasks")
 CONFIG_OPTION = typer.Option(None, "--config", help="TOML file of settings: [eval], "
                              "[eval.timing], [search], [llm], [budget]; given flags override it")
-TIMING_OPTION = typer.Option(None, "--timing", help="the measure speedups use: gpu (device "
-                             "time per call, as do_bench; default), call (host time per call "
-                             "in a loop of calls) or kernelbench (KernelBench's harness protocol)")
+TIMING_OPTION = typer.Option(None, "--timing", help="the measure speedups use: call (host "
+                             "time per call in a loop of calls, what a user calling the model "
+                             "waits; default), gpu (device time per call, launch gaps hidden) "
+                             "or kernelbench (KernelBench's harness protocol)")
 
 
 def eval_settings(config_file: str | None, overrides: dict[str, dict[str, Any]]) -> Any:

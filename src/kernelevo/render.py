@@ -49,6 +49,9 @@ def print_verdict(console: Console, name: str, verdict: Verdict) -> None:
             table.add_row(escape(contestant), _timing_text(values),
                           f"{gain:.2f}x" if gain else "")
         console.print(table)
+    timed_under = verdict.environment.get("timed_under")
+    if timed_under and measures:
+        console.print(f"[dim]timed under {escape(timed_under)}[/]")
     for flag in verdict.flags:
         console.print(f"[yellow]flag:[/] {escape(flag)}")
     for note in verdict.notes:

@@ -19,6 +19,7 @@ from rich.text import Text
 from kernelevo.candidate import Candidate
 from kernelevo.config import EvalConfig, TimingConfig
 from kernelevo.errors import ConfigError
+from kernelevo.export_guard import GUARD_SOURCE, needs_guard
 from kernelevo.evaluate.verdict import Verdict
 from kernelevo.render import print_verdict
 from kernelevo.run_lock import status_now
@@ -255,6 +256,8 @@ def standalone_source(info: RunInfo, stored: StoredCandidate) -> str:
     support = ["", "", SECTION_RULE, f"# From the task {info.task_name}: its sizes and inputs"
                " (the reference Model is left out).", SECTION_RULE, "",
                task_support_source(info.task_source, candidate.source)]
+    if stored.verdict is not None and needs_guard(stored.verdict.flags):
+        support.append(GUARD_SOURCE)
     # A candidate chosen by id is written as stored, even if it does not parse:
     # the user asked for it, often to see why it failed.
     return "\n".join(header) + candidate.source.rstrip("\n") + "\n" + "\n".join(support)

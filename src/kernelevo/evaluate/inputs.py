@@ -49,6 +49,28 @@ def set_reference_precision() -> None:
     torch.backends.cudnn.benchmark = False
 
 
+def set_user_backend(conv_tf32: bool) -> str:
+    """PyTorch's default backend settings, as a user's process runs; returns them in words.
+
+    Strict numerics (deterministic cuDNN) are for the reference's correctness:
+    timed under them, cuDNN's transposed 3-D convolutions ran 35x slower than
+    a user's. `conv_tf32` is PyTorch's own default for fp32 convolutions; off,
+    the contestants compute in the fp32 the verdict checks (matmuls stay fp32
+    either way, as PyTorch's default has them).
+    """
+    torch.backends.cudnn.deterministic = False
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.allow_tf32 = conv_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return user_backend_words(conv_tf32)
+
+
+def user_backend_words(conv_tf32: bool) -> str:
+    """The contestants' backend settings, as verdicts state them."""
+    return ("PyTorch defaults (cudnn.deterministic=False, cudnn.benchmark=False, "
+            f"cudnn.allow_tf32={conv_tf32}, matmul.allow_tf32=False)")
+
+
 def build_model(cls: type, init_inputs: list[Any], device: str, dtype: torch.dtype) -> Any:
     """Construct under the KernelBench seed, then move to the device and precision."""
     torch.manual_seed(WEIGHT_SEED)

@@ -241,22 +241,33 @@ class Judge:
             session.close()
 
     def _vary_shapes(self, candidates: list[Candidate], verdicts: list[Any]) -> list[Any]:
-        changes = perturb_sizes(self.task.constants)
+        """Re-check passing candidates at other sizes of the task, in a session of their own."""
         passing = [i for i, v in enumerate(verdicts) if v.ok]
-        if not changes or not passing:
+        if not passing:
             return verdicts
-        self.progress("re-checking with perturbed sizes")
-        varied = self.task.with_constants(changes)
+        changes = perturb_sizes(self.task.constants)
         described = ", ".join(f"{k}={v}" for k, v in changes.items())
-        try:
-            rechecked = self._run_guarded([candidates[i] for i in passing], varied, False)
-        except TaskError as exc:
-            self.notes.append(f"shape variation skipped: the reference fails at {described}: {exc}")
-            return verdicts
+        note = None
+        if not changes:
+            note = ("shapes not varied: the task has no size constant (a module-level int "
+                    ">= 16) to change")
+        else:
+            self.progress("re-checking at other sizes")
+            try:
+                rechecked = self._run_guarded([candidates[i] for i in passing],
+                                              self.task.with_constants(changes), False)
+            except TaskError as exc:
+                note = f"shapes not varied: the reference fails at {described}: {exc}"
+        from dataclasses import replace
+
         from kernelevo.evaluate.outcome import shape_variation_verdict
 
-        for i, verdict in zip(passing, rechecked):
-            verdicts[i] = shape_variation_verdict(verdicts[i], verdict, described)
+        verdicts = list(verdicts)
+        for position, i in enumerate(passing):
+            if note:
+                verdicts[i] = replace(verdicts[i], notes=verdicts[i].notes + (note,))
+            else:
+                verdicts[i] = shape_variation_verdict(verdicts[i], rechecked[position], described)
         return verdicts
 
 

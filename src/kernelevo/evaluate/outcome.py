@@ -11,8 +11,8 @@ from kernelevo.evaluate import decide
 from kernelevo.evaluate.floor import compute_floor
 from kernelevo.evaluate.sandbox import JobResult
 from kernelevo.evaluate.transfer import TransferError, import_bundle
-from kernelevo.evaluate.verdict import (NO_CUSTOM_KERNEL_FLAG, TimingStats, Verdict, speedup,
-                                         verdict_for)
+from kernelevo.evaluate.verdict import (NO_CUSTOM_KERNEL_FLAG, SPECIALISED_FLAG, TimingStats,
+                                         Verdict, speedup, verdict_for)
 
 ISOLATION = ("own process group, wall-clock kill, output cap, scratch cwd, fresh CUDA context, "
              "network {network}")
@@ -241,13 +241,31 @@ def _environment(judge: Any, timing: dict[str, Any] | None) -> dict[str, str]:
     if timing:
         environment["gpu"] = timing.get("device_name", "")
         environment.update(timing.get("versions", {}))
+        if timing.get("backend"):
+            environment["timed_under"] = timing["backend"]
     return environment
 
 
+# Refusing other sizes with an error of its own, at init or in forward.
+_REFUSALS = ("init_failed", "forward_failed")
+
+
 def shape_variation_verdict(original: Verdict, varied: Verdict, described: str) -> Verdict:
-    """Keep the original verdict unless the candidate fails at perturbed sizes."""
+    """The verdict once the candidate has also run at other sizes (`described`).
+
+    Correct there: unchanged, with a note. Raising an error of its own there
+    (a specialised kernel that says so): it passes, flagged. Anything else
+    (wrong numbers, NaN, a crash): not a pass, as it would hand a user wrong
+    numbers the day a size changes.
+    """
     if varied.ok:
         return replace(original, notes=original.notes + (f"also correct at {described}",))
+    if varied.reason in _REFUSALS:
+        first_line = (varied.message.strip().splitlines() or [""])[-1][:200]
+        return replace(original, flags=original.flags + (SPECIALISED_FLAG,),
+                       notes=original.notes + (f"refuses other sizes ({described}): "
+                                               f"{first_line}; export guards the task's "
+                                               "shapes",))
     return verdict_for("shape_specialised", f"at sizes {described}: {varied.status} "
                        f"({varied.reason}): {varied.message}", errors=varied.errors,
                        logs=varied.logs)

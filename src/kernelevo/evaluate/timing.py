@@ -32,7 +32,10 @@ import torch
 from kernelevo.evaluate.verdict import TimingStats
 
 Contestant = Callable[..., Any]
-AfterSample = Callable[[str, str, int, Any], None]  # (contestant, measure, set, output)
+# (contestant, measure, set, output) -> a problem that ends that contestant's
+# timing at once (its outputs are already wrong), or None
+AfterSample = Callable[[str, str, int, Any], "str | None"]
+LaunchCount = Callable[[], int]  # own kernel launches so far in this process
 
 
 MEASURES = ("gpu", "call", "kernelbench")
@@ -45,6 +48,20 @@ class TimingRun:
     measures: dict[str, dict[str, TimingStats]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     flags: list[str] = field(default_factory=list)
+    # contestants whose timing ended early, with why (wrong outputs, skipped work)
+    dropped: dict[str, str] = field(default_factory=dict)
+    # fewest own launches per call, by measure and contestant (with a LaunchCount)
+    launches: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def drop(self, calls: dict[str, Any], name: str, problem: str | None) -> None:
+        """End `name`'s timing when `problem` is given: no more samples, no stats."""
+        if problem and name in calls:
+            del calls[name]
+            self.dropped[name] = problem
+
+    def count_launches(self, measure: str, name: str, per_call: float) -> None:
+        by_name = self.launches.setdefault(measure, {})
+        by_name[name] = min(by_name.get(name, per_call), per_call)
 
 
 def summarize(samples_ms: list[float], method: str) -> TimingStats:
@@ -220,13 +237,18 @@ def _rotated(names: list[str], index: int) -> list[str]:
 
 def time_contestants(contestants: dict[str, Contestant], sets: list[list[Any]],
                      config: Any, after: AfterSample,
-                     counted: Sequence[int] | None = None) -> TimingRun:
+                     counted: Sequence[int] | None = None,
+                     launches: LaunchCount | None = None) -> TimingRun:
     """Every measure of every contestant; `after(name, measure, set, output)` sees outputs.
 
     `counted`: the sets whose times make the statistics (the task's own
     distribution; all when None). The others rotate through the calls too.
+    A contestant whose output `after` calls wrong is timed no further.
+    `launches` counts own kernel launches, so a caller can tell work skipped
+    in a loop of calls (an output cached on the unchanged inputs) from work done.
     """
     run = TimingRun()
+    count = launches or (lambda: 0)
     rotation = _Rotation(len(sets), counted)
     arena = [x.clone() if isinstance(x, torch.Tensor) else x for x in sets[0]]
     sampler = _Sampler(arena, sets)
@@ -238,10 +260,12 @@ def time_contestants(contestants: dict[str, Contestant], sets: list[list[Any]],
     gc.disable()
     try:
         run.measures["gpu"] = _gpu_time(calls, warm, graphed, sampler, rotation, config,
-                                        after, run)
-        run.measures["call"] = _call_time(calls, warm, sampler, rotation, config, after)
+                                        after, run, count)
+        run.measures["call"] = _call_time(calls, warm, sampler, rotation, config, after, run,
+                                          count)
         if config.measure == "kernelbench":
-            run.measures["kernelbench"] = _kernelbench_time(calls, sampler, rotation, after)
+            run.measures["kernelbench"] = _kernelbench_time(calls, sampler, rotation, after,
+                                                            run)
     finally:
         if collecting:
             gc.enable()
@@ -250,7 +274,8 @@ def time_contestants(contestants: dict[str, Contestant], sets: list[list[Any]],
 
 def _gpu_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, float]],
               graphed: set[str], sampler: _Sampler, rotation: _Rotation, config: Any,
-              after: AfterSample, run: TimingRun) -> dict[str, TimingStats]:
+              after: AfterSample, run: TimingRun,
+              count: LaunchCount) -> dict[str, TimingStats]:
     slowest = max(per_call for per_call, _ in warm.values())
     count = int(min(config.max_samples, max(config.min_samples, config.target_ms / slowest)))
     # Twice the host's queueing time, so the call is queued before the sleep ends.
@@ -260,10 +285,14 @@ def _gpu_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, 
     for index in range(rotation.rounds(count, config.min_samples)):
         set_index = rotation.set_of(index)
         for name in _rotated(list(calls), index):
+            if name not in calls:
+                continue
+            before = count()
             event_ms, tail_ms, output = sampler.sample(calls[name], set_index, hold_ms[name])
+            run.count_launches("gpu", name, count() - before)
             events[name].append((set_index, event_ms))
             tails[name].append((set_index, tail_ms))
-            after(name, "gpu", set_index, output)
+            run.drop(calls, name, after(name, "gpu", set_index, output))
     stats = {}
     for name in calls:
         counted_events, other_events = rotation.split(events[name])
@@ -277,8 +306,11 @@ def _gpu_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, 
 
 def _call_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, float]],
                sampler: _Sampler, rotation: _Rotation, config: Any,
-               after: AfterSample) -> dict[str, TimingStats]:
+               after: AfterSample, run: TimingRun,
+               count: LaunchCount) -> dict[str, TimingStats]:
     """Loops of back-to-back calls (at least 2 ms each), interleaved; median per call."""
+    if not calls:
+        return {}
     per_loop = {name: int(min(1000, max(3, config.call_loop_ms / per_call)))
                 for name, (per_call, _) in warm.items()}
     slowest_loop = max(per_loop[name] * warm[name][0] for name in calls)
@@ -287,11 +319,14 @@ def _call_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float,
     for index in range(rotation.rounds(loops, 5)):
         set_index = rotation.set_of(index)
         for name in _rotated(list(calls), index):
+            if name not in calls:
+                continue
+            before = count()
             per_call_ms, output = sampler.loop(calls[name], set_index, per_loop[name])
+            run.count_launches("call", name, (count() - before) / per_loop[name])
             samples[name].append((set_index, per_call_ms))
-            after(name, "call", set_index, output)
-    return {name: summarize(rotation.split(values)[0], "call_loop")
-            for name, values in samples.items()}
+            run.drop(calls, name, after(name, "call", set_index, output))
+    return {name: summarize(rotation.split(samples[name])[0], "call_loop") for name in calls}
 
 
 # KernelBench's harness: 3 warm-up calls, a 256 MB cache clear before each
@@ -301,7 +336,8 @@ _KERNELBENCH_CLEAR_BYTES = 256 << 20
 
 
 def _kernelbench_time(calls: dict[str, Callable[[], Any]], sampler: _Sampler,
-                      rotation: _Rotation, after: AfterSample) -> dict[str, TimingStats]:
+                      rotation: _Rotation, after: AfterSample,
+                      run: TimingRun) -> dict[str, TimingStats]:
     """KernelBench's protocol on the task's own sets only (it times the task's inputs)."""
     clear = torch.empty(_KERNELBENCH_CLEAR_BYTES // 8, dtype=torch.int64, device="cuda")
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -309,6 +345,8 @@ def _kernelbench_time(calls: dict[str, Callable[[], Any]], sampler: _Sampler,
     for index in range(_KERNELBENCH_TRIALS + 1):
         set_index = rotation.counted[index % len(rotation.counted)]
         for name in _rotated(list(calls), index):
+            if name not in calls:
+                continue
             torch.cuda.synchronize()
             load_set(sampler.arena, sampler.sets[set_index])
             clear.fill_(42)
@@ -318,8 +356,8 @@ def _kernelbench_time(calls: dict[str, Callable[[], Any]], sampler: _Sampler,
             torch.cuda.synchronize()
             if index:
                 samples[name].append(start.elapsed_time(end))
-            after(name, "kernelbench", set_index, output)
-    return {name: summarize(values, "kernelbench") for name, values in samples.items()}
+            run.drop(calls, name, after(name, "kernelbench", set_index, output))
+    return {name: summarize(samples[name], "kernelbench") for name in calls}
 
 
 def _choose(name: str, events_ms: list[float], tails_ms: list[float], method: str,

@@ -81,6 +81,9 @@ REASONS: dict[str, tuple[str, str]] = {
 
 # The flag of a verdict whose candidate launched no kernel of a custom backend.
 NO_CUSTOM_KERNEL_FLAG = "no_custom_kernel"
+# A kernel that refuses other sizes of the task with an error of its own:
+# correct where it runs, exported with a guard that raises at other shapes.
+SPECIALISED_FLAG = "specialised_to_task_sizes"
 
 
 @dataclass(frozen=True)

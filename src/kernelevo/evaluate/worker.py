@@ -38,7 +38,9 @@ class Failure(Exception):
 def run_worker(payload: dict[str, Any], channel: Channel) -> None:
     """Child entry point: warm the baselines, wait for the reference, check, then time."""
     device = payload["device"]
-    task_inputs.set_reference_precision()
+    # The candidate and the baselines run as a user's process runs them: the
+    # reference's strict numerics live in the oracle only.
+    task_inputs.set_user_backend(conv_tf32=False)
     scratch = Path(payload["scratch"])
     started = time.perf_counter()
     task = task_inputs.import_source(payload["task_source"], "kernelevo_task", scratch,

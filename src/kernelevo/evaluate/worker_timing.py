@@ -79,24 +79,35 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any,
     for index, (model, _, _) in loaded.items():
         contestants[f"candidate_{index}"] = model
     kept: dict[str, dict[tuple[str, int], Any]] = {}
+    verified = {f"candidate_{index}": outputs for index, (_, _, outputs) in loaded.items()}
 
-    def after(name: str, measure: str, set_index: int, output: Any) -> None:
+    def after(name: str, measure: str, set_index: int, output: Any) -> str | None:
         values, _ = task_inputs.flatten_outputs(output)
         if name.startswith("candidate_"):
-            kept.setdefault(measure, {})[(name, set_index)] = [
+            outputs = kept.setdefault(measure, {})
+            first = (name, set_index) not in outputs
+            outputs[(name, set_index)] = [
                 v.detach().clone() if isinstance(v, torch.Tensor) else v for v in values]
+            if first:  # wrong already: its timing ends now, not after every sample
+                return _consistency(name, {(name, set_index): outputs[(name, set_index)]},
+                                    verified[name], tolerances)
         else:  # a freed reference result must not be there for a candidate to find
             for value in values:
                 if isinstance(value, torch.Tensor) and value.is_floating_point():
                     value.fill_(float("nan"))
             if measure == "call":  # the loop's earlier outputs were freed unpoisoned
                 guards.poison_allocator(device)
+        return None
 
     # The stress set rotates through the timed calls too, but times count on
     # the task's own sets only (a reference's time can depend on the values).
     counted = [i for i, variant in enumerate(payload["variants"]) if variant is None]
+    backend = task_inputs.set_user_backend(getattr(config, "conv_tf32", False))
+    tolerances = payload["tolerances"]
+    if getattr(config, "conv_tf32", False):  # TF32 rounds to 10 mantissa bits
+        tolerances = [[max(atol, 1e-2), max(rtol, 1e-2)] for atol, rtol in tolerances]
     with torch.no_grad():
-        run = time_contestants(contestants, sets, config, after, counted or None)
+        run = time_contestants(contestants, sets, config, after, counted or None, launches)
     timing_s = time.perf_counter() - started
     # Profiled after timing, so no profiler state can touch a timed call. The
     # judge answers once other judges' checks may share the GPU again (a
@@ -108,22 +119,38 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any,
                                       launches)
               for index, (model, module, _) in loaded.items()}
     inconsistent = {}
-    for index, (_, _, verified) in loaded.items():
+    for index, (_, _, outputs_verified) in loaded.items():
+        name = f"candidate_{index}"
+        problem = run.dropped.get(name) or skipped_work(run.launches, name)
         for measure, outputs in kept.items():
-            problem = _consistency(f"candidate_{index}", outputs, verified,
-                                   payload["tolerances"])
+            problem = problem or _consistency(name, outputs, outputs_verified, tolerances)
             if problem:
-                inconsistent[index] = f"while timing {measure} time: {problem}"
                 break
+        if problem:
+            inconsistent[index] = f"while timing: {problem}"
     measures = {measure: {name: vars(stats) for name, stats in by_name.items()}
                 for measure, by_name in run.measures.items()}
     channel.send("timing", measures=measures, measure=config.measure,
                  notes=baselines.notes + run.notes, flags=run.flags,
                  inconsistent=inconsistent, shares=shares, compile_s=baselines.compile_s,
-                 timing_s=timing_s, profile_s=time.perf_counter() - started,
+                 timing_s=timing_s, profile_s=time.perf_counter() - started, backend=backend,
                  tampered=snapshot.tampered(), device_name=torch.cuda.get_device_name(0),
                  versions={"torch": torch.__version__, "triton": _triton_version(),
                            "cuda": str(torch.version.cuda)})
+
+
+def skipped_work(launches: dict[str, dict[str, float]], name: str) -> str | None:
+    """Why a contestant's loop of calls did less of its own work than single calls, if it did.
+
+    Inputs stay unchanged through a loop of calls (the call measure), so an
+    output cached on them would make every call after the first free.
+    """
+    single = launches.get("gpu", {}).get(name, 0)
+    looped = launches.get("call", {}).get(name, single)
+    if single > 0 and looped < single:
+        return (f"{looped:.2f} own kernel launches per call in a loop of calls against "
+                f"{single:g} in single calls: work skipped on repeated inputs")
+    return None
 
 
 class _TimingSettings:

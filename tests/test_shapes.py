@@ -1,0 +1,134 @@
+"""Shapes beyond the task's own, checked by default: a general kernel passes, one
+that refuses other sizes passes flagged (and exports with a guard), one that is
+silently wrong at other sizes does not pass."""
+
+import pytest
+import torch
+
+from kernelevo.candidate import Candidate
+from kernelevo.config import EvalConfig, TimingConfig
+from kernelevo.evaluate.judge import Judge
+from kernelevo.evaluate.verdict import SPECIALISED_FLAG
+from kernelevo.export_guard import GUARD_SOURCE
+from kernelevo.task import task_from_source
+
+# Small enough for the interpreter as it is (no shrinking): 16 x 32 = 512
+# elements, 32-wide blocks divide it exactly; perturbed sizes are 15 x 29.
+TASK = '''
+import torch
+import torch.nn as nn
+
+rows = 16
+cols = 32
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x, y):
+        return x * 2.0 + y
+
+
+def get_inputs():
+    return [torch.randn(rows, cols), torch.randn(rows, cols)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+KERNEL = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def axpy(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    {mask}
+    x = tl.load(x_ptr + offsets, {load_mask})
+    y = tl.load(y_ptr + offsets, {load_mask})
+    tl.store(out_ptr + offsets, x * 2.0 + y, {load_mask})
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x, y):
+        {refuse}
+        out = torch.empty_like(x)
+        n = x.numel()
+        axpy[({grid},)](x, y, out, n, BLOCK=32)
+        return out
+'''
+
+GENERAL = KERNEL.format(mask="mask = offsets < n", load_mask="mask=mask", refuse="",
+                        grid="triton.cdiv(n, 32)")
+SILENTLY_WRONG = KERNEL.format(mask="", load_mask="", refuse="", grid="n // 32")
+REFUSES = KERNEL.format(mask="", load_mask="", grid="n // 32", refuse=(
+    "if x.shape != (16, 32):\n"
+    "            raise ValueError(f'built for 16 x 32 only, got {tuple(x.shape)}')"))
+
+
+def _judge(**changes) -> Judge:
+    config = EvalConfig(device="cpu", shrink_on_cpu=False, timeout_s=60.0,
+                        timing=TimingConfig(baselines=("eager",)), **changes)
+    return Judge(task_from_source(TASK, name="axpy"), config)
+
+
+def _verdict(source: str, **changes):
+    return _judge(**changes).evaluate(Candidate(source=source, backend="triton", name="c"))
+
+
+def test_shapes_are_varied_by_default():
+    assert EvalConfig().vary_shapes is True
+
+
+def test_general_kernel_passes_and_says_where_it_was_checked():
+    verdict = _verdict(GENERAL)
+    assert verdict.reason == "passed", verdict.message
+    assert SPECIALISED_FLAG not in verdict.flags
+    assert any("also correct at rows=15, cols=29" in note for note in verdict.notes)
+
+
+def test_kernel_silently_wrong_at_other_sizes_does_not_pass():
+    verdict = _verdict(SILENTLY_WRONG)
+    assert not verdict.ok
+    assert verdict.reason == "shape_specialised"
+    assert "rows=15, cols=29" in verdict.message
+
+
+def test_kernel_silently_wrong_at_other_sizes_passes_with_variation_off():
+    # The task's own size is a multiple of the block: only another size shows it.
+    assert _verdict(SILENTLY_WRONG, vary_shapes=False).reason == "passed"
+
+
+def test_kernel_that_refuses_other_sizes_passes_flagged():
+    verdict = _verdict(REFUSES)
+    assert verdict.reason == "passed", verdict.message
+    assert SPECIALISED_FLAG in verdict.flags
+    assert any("refuses other sizes" in note and "built for 16 x 32 only" in note
+               for note in verdict.notes)
+
+
+def test_export_guard_raises_at_other_shapes_and_runs_at_the_task_s():
+    # The guard wraps whatever forward the exported module has; a plain torch
+    # ModelNew keeps this test about the guard. The task's part (sizes and
+    # get_inputs, the reference Model left out) follows it, as in an export.
+    model_new = (
+        "import torch\nimport torch.nn as nn\n\n"
+        "class ModelNew(nn.Module):\n"
+        "    def forward(self, x, y):\n"
+        "        return x * 2.0 + y\n")
+    task_part = TASK.replace("    def forward(self, x, y):\n        return x * 2.0 + y\n", "")
+    namespace: dict = {}
+    exec(model_new + task_part + GUARD_SOURCE, namespace)
+    model = namespace["ModelNew"]()
+    x, y = torch.randn(16, 32), torch.randn(16, 32)
+    assert torch.equal(model(x, y), x * 2.0 + y)
+    with pytest.raises(ValueError, match="specialised to input shapes"):
+        model(torch.randn(15, 32), torch.randn(15, 32))
