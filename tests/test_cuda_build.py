@@ -353,7 +353,8 @@ def _torch_headers(tmp_path: Path) -> Path:
     (include / "torch").mkdir(parents=True)
     (include / "torch" / "types.h").write_text("#pragma once\nstruct Tensor { float* data; int n; };\n")
     (include / "torch" / "extension.h").write_text(
-        "#pragma once\n#include <torch/types.h>\nint from_the_full_header();\n")
+        "#pragma once\n#include <torch/types.h>\n"
+        "namespace torch { namespace nn { int from_the_full_header(); } }\n")
     return include
 
 
@@ -361,7 +362,7 @@ def _torch_headers(tmp_path: Path) -> Path:
 @pytest.mark.slow
 @pytest.mark.parametrize("extra, attempts", [
     ("", ["light"]),  # torch/types.h is all it uses
-    ("int use() { return from_the_full_header(); }\n", ["light", "as_written"]),
+    ("int use() { return torch::nn::from_the_full_header(); }\n", ["light", "as_written"]),
 ])
 def test_a_cuda_file_is_tried_with_torch_types_h_and_else_built_as_written(
         tmp_path, monkeypatch, extra, attempts):
@@ -388,9 +389,10 @@ def test_a_cuda_file_is_tried_with_torch_types_h_and_else_built_as_written(
 
 @needs_nvcc
 @pytest.mark.slow
-def test_a_file_that_fails_both_ways_reports_the_compile_as_written(tmp_path, monkeypatch):
-    include = _torch_headers(tmp_path)
+def test_a_file_broken_as_written_is_compiled_once_and_reports_its_error(tmp_path, monkeypatch):
+    include, times = _torch_headers(tmp_path), tmp_path / "times.jsonl"
     monkeypatch.setenv("KERNELEVO_CUDA_LIGHT_HEADER", "1")
+    monkeypatch.setenv("KERNELEVO_BUILD_TIMES", str(times))
     source = tmp_path / "bad.cu"
     source.write_text("#include <torch/extension.h>\n"
                       + KERNEL.replace("2.0f * v", "2.0f * missing_value"))
@@ -399,7 +401,9 @@ def test_a_file_that_fails_both_ways_reports_the_compile_as_written(tmp_path, mo
                                                "-o", str(tmp_path / "b.o")], light)
     assert done is not None and done.returncode != 0
     assert done.stderr.count('identifier "missing_value" is undefined') == 1
-    assert str(light) not in done.stderr  # the messages of the source as written
+    # Its error names nothing torch/extension.h adds: no second compile.
+    attempts = [json.loads(line)["attempt"] for line in times.read_text().splitlines()]
+    assert attempts == ["light"]
 
 
 def test_only_a_cuda_file_that_includes_torch_extension_h_is_tried_light(tmp_path, monkeypatch):
@@ -591,3 +595,48 @@ def test_a_candidate_built_through_the_stand_ins_runs_right_and_loads_from_the_c
     built = _objects(extensions)
     load_s = _load_in_a_fresh_process(extensions, "ke_add_one", cpp, cuda, "add_one")
     assert _objects(extensions) == built and load_s < 0.5
+
+
+def _failing_hook(tmp_path, monkeypatch, message):
+    from torch.utils import cpp_extension
+
+    from kernelevo.evaluate.cuda_build import LoadInlineHook
+    from kernelevo.evaluate.guards import KernelSwitch
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setattr(cpp_extension, "load_inline", cpp_extension.load_inline)  # restored
+    hook = LoadInlineHook(True, KernelSwitch())
+    calls = []
+
+    def build(name, *args, **kwargs):
+        calls.append(name)
+        raise RuntimeError(f"Error building extension '{name}': {message}")
+
+    hook._original = build
+    return hook, calls
+
+
+def test_a_source_the_compiler_refused_is_not_compiled_again(tmp_path, monkeypatch):
+    hook, calls = _failing_hook(tmp_path, monkeypatch, "k.cu(3): error: expected a \";\"")
+    for _ in range(2):  # the second time: at once, with the first time's message
+        with pytest.raises(RuntimeError, match='expected a ";"'):
+            hook.load_inline("ext", "void f();", "__global__ void k() { x }", ["f"])
+    # One build: the instrumented one. Its error is the source's own, so
+    # neither the plain source nor the second load compiles again.
+    assert len(calls) == 1
+
+
+def test_a_failure_the_instrumentation_caused_builds_the_plain_source(tmp_path, monkeypatch):
+    hook, calls = _failing_hook(tmp_path, monkeypatch,
+                                "error: kernelevo_knockout_flag redeclared")
+    with pytest.raises(RuntimeError):
+        hook.load_inline("ext", "void f();", "__global__ void k() { }", ["f"])
+    assert len(calls) == 2 and calls[0] != calls[1]
+
+
+def test_a_build_cut_short_is_not_remembered(tmp_path, monkeypatch):
+    hook, calls = _failing_hook(tmp_path, monkeypatch, "error: No space left on device")
+    for _ in range(2):
+        with pytest.raises(RuntimeError):
+            hook.load_inline("ext", "void f();", "__global__ void k() { }", ["f"])
+    assert len(calls) == 2

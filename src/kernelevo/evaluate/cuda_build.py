@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kernelevo.evaluate.cuda_compilers import compiler_shims
+from kernelevo.evaluate.cuda_compilers import compiler_shims, extensions_root
 from kernelevo.evaluate.cuda_shims import compile_cuda
 
 # load_inline arguments that change what it prints, not what it builds.
@@ -104,8 +104,13 @@ class LoadInlineHook:
             declared = cpp + [f"void {_SETTER}(int64_t value);"]
             try:
                 module = self._call(name, declared, instrumented, [*names, _SETTER], kwargs)
-            except RuntimeError:
-                module = None  # the instrumented source did not build; fall back below
+            except RuntimeError as exc:
+                # Only a failure the instrumentation caused is worth a second
+                # build: a broken source fails as written too, and its
+                # message is the one to report (no second compile).
+                if not _caused_by_instrumentation(str(exc)):
+                    raise
+                module = None
             if module is not None:
                 self.instrumented += 1
                 self._switch.cuda_setters.append(getattr(module, _SETTER))
@@ -116,9 +121,43 @@ class LoadInlineHook:
     def _call(self, name: str, cpp: list[str], cuda: list[str], functions: Any,
               kwargs: dict[str, Any]) -> Any:
         unique = f"{name}_{build_key(cpp, cuda, functions, kwargs)}"
-        with compiler_shims():
-            return self._original(unique, cpp, cuda_sources=cuda or None, functions=functions,
-                                  **kwargs)
+        failed = _failure_file(unique)
+        if failed.is_file():  # built before (ahead, or by another run) and failed
+            raise RuntimeError(f"Error building extension '{unique}' (the same source and "
+                               f"flags failed before):\n{failed.read_text(errors='replace')}")
+        try:
+            with compiler_shims():
+                return self._original(unique, cpp, cuda_sources=cuda or None,
+                                      functions=functions, **kwargs)
+        except RuntimeError as exc:
+            _remember_failure(failed, str(exc))
+            raise
+
+
+def _caused_by_instrumentation(log: str) -> bool:
+    return _FLAG in log or _SETTER in log
+
+
+def _failure_file(unique: str) -> Path:
+    """Where a failed build's log is kept, beside the builds, keyed as they are."""
+    return extensions_root() / "kernelevo-failed" / f"{unique}.log"
+
+
+def _remember_failure(path: Path, log: str) -> None:
+    """Keep a compiler's verdict on a source, so it is never compiled again to fail again.
+
+    Only a build the compiler or linker refused counts: a build cut short (a
+    kill, a full disk) says nothing about the source.
+    """
+    if "error" not in log.lower() or "No space left" in log or "Killed" in log:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".{path.name}.{os.getpid()}")
+        partial.write_text(log[-20000:])
+        os.replace(partial, path)
+    except OSError:
+        pass  # a cache that cannot be written costs a rebuild, not a verdict
 
 
 def build_key(cpp: list[str], cuda: list[str], functions: Any, kwargs: dict[str, Any]) -> str:

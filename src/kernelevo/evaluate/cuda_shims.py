@@ -316,9 +316,23 @@ def compile_cuda(nvcc: str, args: list[str],
     module_id = _module_id(sources[0], kept)
     if light is not None and (light / HEADER).is_file() and light_header_wanted(Path(sources[0])):
         done = _compile_split(nvcc, [f"-I{light}", *kept], depfile, output, module_id, "light")
-        if done is None or done.returncode == 0:
-            return done
+        if done is None or done.returncode == 0 or not lighter_header_to_blame(done.stderr):
+            return done  # a source broken as written is not compiled twice to fail twice
     return _compile_split(nvcc, kept, depfile, output, module_id, "as_written")
+
+
+# What torch/extension.h holds beyond torch/types.h. Errors that name none of
+# it are the source's own, and compiling it as written would only repeat them.
+_TORCH_ALL = r"(?:nn|optim|data|serialize|jit|autograd|cuda|fft|linalg|nested|sparse|special)"
+_BEYOND_TYPES_H = re.compile(r"pybind11|\bpy::|PYBIND11|Py[A-Z]\w+|Python\.h|"
+                             rf"torch::{_TORCH_ALL}\b|\"torch\" has no member \"{_TORCH_ALL}\"|"
+                             r"torch/(?:extension|all|python)\.h")
+
+
+def lighter_header_to_blame(log: str) -> bool:
+    """Whether a failed compile with torch/types.h could build with torch/extension.h."""
+    # The whole log: nvcc quotes each failing source line under its message.
+    return bool(_BEYOND_TYPES_H.search(log)) or "error" not in log.lower()
 
 
 # What a kernel file uses of torch/extension.h (tensors, their methods, the
