@@ -17,6 +17,7 @@ from kernelevo.llm import (
     Completion,
     LLMClient,
     LLMError,
+    LLMUnavailable,
     ModelPool,
     OpenAICompatClient,
     PoolMember,
@@ -108,13 +109,24 @@ def test_429_waits_as_long_as_retry_after_says():
     assert second.received_at_s - first.received_at_s >= 0.2
 
 
-def test_retry_after_is_capped_by_config():
+def test_a_retry_after_in_the_past_is_no_wait():
     past = email.utils.formatdate(time.time() - 60, usegmt=True)
-    script = [Status(429, retry_after="30"), Status(429, retry_after=past), "ok"]
     started_s = time.monotonic()
-    with FakeOpenAIServer(script) as server:
+    with FakeOpenAIServer([Status(429, retry_after=past), "ok"]) as server:
         completion = ask(make_client(server))
-    assert completion.attempts == 3
+    assert completion.attempts == 2
+    assert time.monotonic() - started_s < 2.0
+
+
+def test_a_retry_after_longer_than_the_config_allows_ends_the_call_saying_so():
+    started_s = time.monotonic()
+    with FakeOpenAIServer([Status(429, retry_after="30")], default="never") as server:
+        client = make_client(server)
+        with pytest.raises(LLMUnavailable) as raised:
+            ask(client)
+    error = raised.value
+    assert error.fatal and "30 s (Retry-After)" in str(error) and "retry_after_max_s = 0.05" in str(error)
+    assert len(server.requests) == 1 and client.breaker.open
     assert time.monotonic() - started_s < 2.0
 
 

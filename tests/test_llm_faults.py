@@ -414,15 +414,15 @@ def test_a_call_cancelled_in_flight_is_charged_its_worst_case(tmp_path):
             asyncio.run(cut_off())
     (call,) = store.llm_calls()
     worst = input_token_bound(call.prompt["messages"])
-    assert call.state == "failed" and "charged its worst case" in call.error
+    assert call.state == "failed" and "charged the call's worst case" in call.error
     assert (call.input_tokens, call.output_tokens) == (worst, 256)
     assert call.prompt["max_input_tokens"] == worst
     assert budget.usage().tokens == worst + 256 and budget.usage().outstanding == 0
 
 
-def test_usage_above_the_worst_case_is_charged_and_flagged(tmp_path):
+def test_usage_above_the_worst_case_is_charged_the_worst_case_and_flagged(tmp_path):
     budget = Budget(tokens=1_000_000)
-    # A server that ignores max_tokens: far more than the prompt's bound plus 256.
+    # A server that ignores max_tokens, or lies: more than the prompt's bound plus 256.
     greedy = Reply("no code in this answer", prompt_tokens=50, completion_tokens=20_000)
     with FakeOpenAIServer([greedy], default="no code") as server:
         evolution, store, pool = make_run(tmp_path, server.base_url, in_flight=1,
@@ -439,12 +439,13 @@ def test_usage_above_the_worst_case_is_charged_and_flagged(tmp_path):
 
         asyncio.run(one())
     (call,) = store.llm_calls()
-    assert (call.input_tokens, call.output_tokens) == (50, 20_000)  # never lost
-    (flag,) = store.events("llm_overshoot")
-    worst = input_token_bound(call.prompt["messages"]) + 256
-    assert flag.payload["tokens"] == 20_050 and flag.payload["worst_case_tokens"] == worst
-    assert budget.usage().tokens == 20_050
-    assert budget.usage().overshoot_tokens == 20_050 - worst
+    worst_input = input_token_bound(call.prompt["messages"])
+    assert (call.input_tokens, call.output_tokens) == (worst_input, 256)
+    assert "20,000 output tokens" in call.error and "worst case" in call.error
+    (flag,) = store.events("llm_usage_flagged")
+    assert flag.payload["charged_tokens"] == flag.payload["worst_case_tokens"] == worst_input + 256
+    assert budget.usage().tokens == worst_input + 256 and budget.usage().overshoot_tokens == 0
+    assert store.totals().estimated_tokens == worst_input + 256
 
 
 CHILD = """

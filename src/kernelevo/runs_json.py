@@ -89,7 +89,10 @@ def _spend(totals: Totals) -> dict[str, Any]:
             "candidates_by_status": dict(totals.candidates_by_status),
             "tokens_in": totals.tokens_in, "tokens_out": totals.tokens_out,
             "cost_usd": totals.cost_usd, "llm_calls": totals.llm_calls,
-            "llm_calls_in_flight": totals.llm_calls_in_flight}
+            "llm_calls_in_flight": totals.llm_calls_in_flight,
+            # Of tokens_in + tokens_out and cost_usd: charged as a bound, not billed.
+            "estimated_tokens": totals.estimated_tokens,
+            "estimated_usd": totals.estimated_usd}
 
 
 def _entry(entry: RankEntry | None) -> dict[str, Any] | None:

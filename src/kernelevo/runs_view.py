@@ -116,7 +116,13 @@ def _run_row(run_id: str, path: Path, problem: str) -> list[str]:
             # Both columns are the one best kernel's, never two different candidates.
             _speedup(best.speedup_vs_eager if best else None),
             _speedup(best.speedup_vs_compile if best else None),
-            f"{totals.tokens_in + totals.tokens_out:,}", _usd(totals.cost_usd)]
+            tokens_text(totals.tokens_in + totals.tokens_out, totals.estimated_tokens),
+            _usd(totals.cost_usd)]
+
+
+def tokens_text(tokens: int, estimated_tokens: int) -> str:
+    """Tokens charged, with the part that is an estimate (calls cut off) named apart."""
+    return f"{tokens:,}" + (f" ({estimated_tokens:,} est.)" if estimated_tokens else "")
 
 
 def show_run(console: Console, runs_dir: Path, run: str) -> None:
@@ -136,6 +142,11 @@ def show_run(console: Console, runs_dir: Path, run: str) -> None:
                  f"{_usd(totals.in_flight_cost_bound_usd)})" if totals.llm_calls_in_flight else "")
     console.print(f"tokens: {totals.tokens_in:,} in, {totals.tokens_out:,} out; "
                   f"cost {_usd(totals.cost_usd)}; LLM calls {totals.llm_calls}{in_flight}")
+    if totals.estimated_tokens or totals.estimated_usd:
+        console.print(f"  of which billed {totals.billed_tokens:,} tokens; estimated "
+                      f"{totals.estimated_tokens:,} tokens, {_usd(totals.estimated_usd)} "
+                      "(calls cut off after sending, charged their worst case, or usage a "
+                      "server reported wrong)")
     by_status = ", ".join(f"{status} {count}"
                           for status, count in sorted(totals.candidates_by_status.items()))
     console.print(f"candidates: {len(candidates)} ({by_status or 'none yet'})")

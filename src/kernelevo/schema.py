@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import types
 import typing
 from collections.abc import Mapping
@@ -110,6 +111,9 @@ def check_value(hint: Any, value: Any) -> Any:
     converted = _convert(bare, value)
     if converted is _WRONG:
         raise ConfigError(f"expected {describe(hint)}, got {value!r}")
+    if isinstance(converted, float) and not math.isfinite(converted):
+        # NaN passes every comparison's test by failing it; infinity is no setting either.
+        raise ConfigError(f"expected {describe(hint)}, got {value!r}: give a finite number")
     for constraint in constraints:
         if isinstance(constraint, Bound) and not constraint.holds(converted):
             raise ConfigError(f"expected {describe(hint)}, got {value!r}")

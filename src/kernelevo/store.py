@@ -152,7 +152,10 @@ class RunStore:
     # -- run ---------------------------------------------------------------
 
     def run_info(self) -> RunInfo:
-        rows = self._database.query("SELECT * FROM run")
+        """The run's row; a run that ended `llm_failed` or `error` shows that as its status."""
+        rows = self._database.query(
+            "SELECT *, (SELECT json_extract(payload_json, '$.status') FROM events"
+            " WHERE kind = 'stop' ORDER BY id DESC LIMIT 1) AS outcome FROM run")
         if len(rows) != 1:
             raise StoreError(f"{self.path} holds {len(rows)} runs, expected exactly one")
         return run_info_from_row(rows[0])
@@ -304,15 +307,17 @@ class RunStore:
         cost_usd: float,
         latency_s: float,
         candidate_id: str | None = None,
+        note: str = "",
     ) -> None:
-        """Record the reply, its token counts and its price in dollars."""
+        """Record the reply, the tokens and dollars it is charged, and a `note` if an estimate."""
         with self._database.transaction() as db:
+            # A finished call's `error` holds the note: why its tokens are an estimate.
             cursor = db.execute(
                 "UPDATE llm_call SET state = 'finished', response_text = ?, input_tokens = ?,"
                 " output_tokens = ?, cost_usd = ?, latency_s = ?, candidate_id = ?,"
-                " finished_at = ? WHERE id = ? AND state = 'started'",
+                " finished_at = ?, error = ? WHERE id = ? AND state = 'started'",
                 (response_text, input_tokens, output_tokens, cost_usd, latency_s,
-                 candidate_id, time.time(), call_id),
+                 candidate_id, time.time(), note or None, call_id),
             )
             _require_row(cursor, "started LLM call", call_id)
 

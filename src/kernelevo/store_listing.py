@@ -38,4 +38,5 @@ def _summarise(path: Path) -> RunSummary:
         best_id=best.id if best else None,
         cost_usd=totals.cost_usd,
         tokens=totals.tokens_in + totals.tokens_out,
+        estimated_tokens=totals.estimated_tokens,
     )

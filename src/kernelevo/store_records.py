@@ -91,6 +91,16 @@ class Totals:
     llm_calls: int
     llm_calls_in_flight: int = 0
     in_flight_cost_bound_usd: float = 0.0
+    # The part of tokens_in + tokens_out and cost_usd that is an estimate, not
+    # billed: calls cut off after sending (charged their worst case) and
+    # answers whose usage was implausible or missing (llm/charges.py).
+    estimated_tokens: int = 0
+    estimated_usd: float = 0.0
+
+    @property
+    def billed_tokens(self) -> int:
+        """Tokens as the servers reported them."""
+        return self.tokens_in + self.tokens_out - self.estimated_tokens
 
 
 @dataclass(frozen=True)
@@ -109,6 +119,7 @@ class RunSummary:
     cost_usd: float = 0.0
     tokens: int = 0
     problem: str = ""
+    estimated_tokens: int = 0  # of `tokens`, charged as worst cases or guesses, not billed
 
 
 # Slots: a run holds one per candidate while a page of it is drawn (50,000 and more).
@@ -279,14 +290,21 @@ def llm_call_from_row(row: sqlite3.Row) -> LlmCall:
     return LlmCall(prompt=json.loads(row["prompt_json"]), **fields)
 
 
+# Outcomes of a search (search.loop.OUTCOME_STATUSES) that a finished run shows as
+# its status: it stopped without doing what it was asked.
+FAILED_OUTCOMES = ("llm_failed", "error")
+
+
 def run_info_from_row(row: sqlite3.Row) -> RunInfo:
+    """From the run's row and, as `outcome`, the status of its last stop event."""
+    status, outcome = row["status"], row["outcome"]
     return RunInfo(
         id=row["id"],
         created_at=row["created_at"],
         task_name=row["task_name"],
         task_source=row["task_source"],
         config=json.loads(row["config_json"]),
-        status=row["status"],
+        status=outcome if status == "finished" and outcome in FAILED_OUTCOMES else status,
         finished_at=row["finished_at"],
     )
 

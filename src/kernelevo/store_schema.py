@@ -139,6 +139,13 @@ INDEXES = {
     # What was spent by each best-so-far step: sums over a range of finishing times.
     "llm_call_finished": "CREATE INDEX IF NOT EXISTS llm_call_finished ON llm_call(finished_at,"
                          " input_tokens, output_tokens, cost_usd)",
+    # Answered calls charged an estimate carry a note in `error` (few rows):
+    # summed with every tick of the totals, so covering and partial.
+    "llm_call_estimated": "CREATE INDEX IF NOT EXISTS llm_call_estimated ON llm_call(state,"
+                          " input_tokens, output_tokens, cost_usd, error)"
+                          " WHERE state = 'finished' AND error IS NOT NULL",
+    # The run's last `stop` event says how it ended (RunStore.run_info).
+    "events_kind": "CREATE INDEX IF NOT EXISTS events_kind ON events(kind, id)",
 }
 
 

@@ -123,6 +123,9 @@ def read_totals(connection: sqlite3.Connection) -> Totals:
         "SELECT status, count FROM candidate_tally WHERE count != 0 ORDER BY status"
     ).fetchall()
     started = by_state.get("started", (0, 0, 0, 0.0, 0.0))
+    failed = by_state.get("failed", (0, 0, 0, 0.0, 0.0))
+    noted = connection.execute(_NOTED_SUMS.format(index="INDEXED BY llm_call_estimated")
+                               ).fetchone()
     return Totals(
         tokens_in=sum(row[1] for row in by_state.values()),
         tokens_out=sum(row[2] for row in by_state.values()),
@@ -131,7 +134,15 @@ def read_totals(connection: sqlite3.Connection) -> Totals:
         llm_calls=sum(row[0] for row in by_state.values()),
         llm_calls_in_flight=started[0],
         in_flight_cost_bound_usd=round(float(started[4]), _USD_DIGITS),
+        # A failed call carries tokens only when charged its worst case: an estimate.
+        estimated_tokens=failed[1] + failed[2] + noted[0],
+        estimated_usd=round(float(failed[3] + noted[1]), _USD_DIGITS),
     )
+
+
+# Finished calls whose charge is an estimate: their `error` holds the note.
+_NOTED_SUMS = ("SELECT COALESCE(SUM(input_tokens + output_tokens), 0), COALESCE(SUM(cost_usd), 0)"
+               " FROM llm_call {index} WHERE state = 'finished' AND error IS NOT NULL")
 
 
 def scan_totals(connection: sqlite3.Connection) -> Totals:
@@ -139,7 +150,11 @@ def scan_totals(connection: sqlite3.Connection) -> Totals:
     calls = connection.execute(
         "SELECT COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0),"
         " COALESCE(SUM(cost_usd), 0), COUNT(*), COALESCE(SUM(state = 'started'), 0),"
-        " COALESCE(SUM(CASE WHEN state = 'started' THEN cost_bound_usd END), 0)"
+        " COALESCE(SUM(CASE WHEN state = 'started' THEN cost_bound_usd END), 0),"
+        " COALESCE(SUM(CASE WHEN state = 'failed' OR (state = 'finished' AND error IS NOT NULL)"
+        " THEN input_tokens + output_tokens END), 0),"
+        " COALESCE(SUM(CASE WHEN state = 'failed' OR (state = 'finished' AND error IS NOT NULL)"
+        " THEN cost_usd END), 0)"
         " FROM llm_call"
     ).fetchone()
     statuses = connection.execute(
@@ -154,6 +169,8 @@ def scan_totals(connection: sqlite3.Connection) -> Totals:
         llm_calls=calls[3],
         llm_calls_in_flight=calls[4],
         in_flight_cost_bound_usd=float(calls[5]),
+        estimated_tokens=calls[6],
+        estimated_usd=float(calls[7]),
     )
 
 

@@ -2,10 +2,11 @@
 
 OpenRouter, vLLM, SGLang, Ollama and the providers' own APIs all speak this
 protocol. Transient failures (429, 5xx, timeouts, dropped connections,
-garbled bodies) are retried with exponential backoff and full jitter, and
+garbled bodies) are retried with exponential backoff and full jitter, or
+after the wait a server asks for in Retry-After (for every call to it), and
 counted by a circuit breaker shared across calls; failures that retrying
-cannot fix (a bad key, an unknown model, a bad request) raise
-LLMRequestError at once with the server's message and what to change.
+cannot fix (a bad key, an unknown model, a bad request, a spent quota)
+raise LLMRequestError at once with the server's message and what to change.
 """
 
 from __future__ import annotations
@@ -21,13 +22,15 @@ from typing import Any
 import httpx
 
 from kernelevo.errors import ConfigError
-from kernelevo.llm.breaker import CircuitBreaker
+from kernelevo.llm.breaker import DEFAULT_GIVE_UP_S, CircuitBreaker
 from kernelevo.schema import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, Annotated, OneOf, check_fields
 from kernelevo.llm.pricing import Price, PriceTable
 from kernelevo.llm import replies
 from kernelevo.llm.replies import TOKEN_FIELDS
 from kernelevo.llm.protocol import (
+    CALL_PROGRESS,
     Attempt,
+    CallProgress,
     Completion,
     LLMError,
     LLMRequestError,
@@ -39,6 +42,8 @@ from kernelevo.llm.protocol import (
 log = logging.getLogger(__name__)
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 522, 524, 529})
+# OpenAI's error code for a 429 that means "no credit", not "too fast".
+QUOTA_SPENT = "insufficient_quota"
 BASE_URL_ENV = "OPENAI_BASE_URL"
 MAX_TOKENS_FIELD_CHOICES = ("auto", *TOKEN_FIELDS)
 
@@ -64,14 +69,28 @@ class ClientConfig:
     max_tokens_field: Annotated[str, OneOf(MAX_TOKENS_FIELD_CHOICES)] = "auto"
     breaker_failures: Annotated[int, AT_LEAST_ONE] = 8
     breaker_min_s: Annotated[float, NON_NEGATIVE] = 30.0
+    # The run ends as llm_failed once no call has succeeded for this long while
+    # calls keep failing (a permanent 429, an endpoint that lets nothing through).
+    give_up_s: Annotated[float, POSITIVE] = DEFAULT_GIVE_UP_S
 
     def __post_init__(self) -> None:
         check_fields(self)
-        if self.base_url and not self.base_url.startswith(("http://", "https://")):
+        check_base_url(self.base_url)
+        if self.give_up_s < self.timeout_s:
             raise ConfigError(
-                f"base_url {self.base_url!r} is not an http(s) URL: "
-                "give e.g. https://api.openai.com/v1 or http://localhost:8000/v1"
-            )
+                f"[llm] give_up_s ({self.give_up_s:g} s) is below timeout_s "
+                f"({self.timeout_s:g} s): one slow call would end the run; give "
+                f"give_up_s >= timeout_s")
+
+
+def check_base_url(base_url: str) -> str:
+    """`base_url` if it is empty (OPENAI_BASE_URL) or an http(s) URL; ConfigError otherwise."""
+    if base_url and not base_url.startswith(("http://", "https://")):
+        raise ConfigError(
+            f"base_url {base_url!r} is not an http(s) URL: "
+            "give e.g. https://api.openai.com/v1 or http://localhost:8000/v1"
+        )
+    return base_url
 
 
 class _AttemptFailed(Exception):
@@ -90,9 +109,9 @@ class _AttemptFailed(Exception):
     @property
     def endpoint_failed(self) -> bool:
         """A failure of the endpoint itself, which the circuit breaker counts."""
-        if self.kind == "retryable_status":
-            return (self.status_code or 0) >= 500
-        return self.kind in ("timeout", "connection", "malformed")
+        # A 429 counts: a server that refuses every request for its rate or
+        # quota serves no more than one that is down.
+        return self.kind in ("retryable_status", "timeout", "connection", "malformed")
 
 
 class OpenAICompatClient:
@@ -111,7 +130,8 @@ class OpenAICompatClient:
         if price is None:
             price = PriceTable.with_overrides().lookup(config.model)
         self.price = price
-        self.breaker = breaker or CircuitBreaker(config.breaker_failures, config.breaker_min_s)
+        self.breaker = breaker or CircuitBreaker(config.breaker_failures, config.breaker_min_s,
+                                                 config.give_up_s)
         self._transport = transport
         self._rng = rng or random.Random()
         self._http: httpx.AsyncClient | None = None
@@ -141,9 +161,11 @@ class OpenAICompatClient:
         endpoint = self.endpoint()
         attempts: list[Attempt] = []
         may_switch = self.config.max_tokens_field == "auto"
+        progress = CALL_PROGRESS.get() or CallProgress()
+        progress.request_out = False
         while True:
             try:
-                body = await self._retrying(endpoint, messages, max_tokens, attempts)
+                body = await self._retrying(endpoint, messages, max_tokens, attempts, progress)
             except _AttemptFailed as refused:  # only field refusals get here
                 if not may_switch:
                     raise self._status_error(endpoint, refused, attempts) from None
@@ -166,17 +188,18 @@ class OpenAICompatClient:
         await self.aclose()
 
     async def _retrying(self, endpoint: str, messages: list[dict], max_tokens: int,
-                        attempts: list[Attempt]) -> dict[str, Any]:
+                        attempts: list[Attempt], progress: CallProgress) -> dict[str, Any]:
         """The answer's body; raises LLMError, or _AttemptFailed for a refused token field."""
         for number in range(1, self.config.max_attempts + 1):
-            self._check_breaker(attempts)
+            await self._wait_for_endpoint(attempts)
             try:
-                return await self._attempt(endpoint, messages, max_tokens, attempts)
+                return await self._attempt(endpoint, messages, max_tokens, attempts, progress)
             except _AttemptFailed as failure:
                 if failure.kind == "field_refused":
                     raise
                 if not failure.retryable:
                     raise self._status_error(endpoint, failure, attempts) from None
+                self._honour_retry_after(endpoint, failure)
                 self._check_breaker(attempts)  # this failure, or another call's, opened it
                 if number == self.config.max_attempts:
                     raise self._exhausted_error(endpoint, failure, attempts) from None
@@ -185,6 +208,28 @@ class OpenAICompatClient:
                             self.config.model, number, failure, delay_s)
                 await asyncio.sleep(delay_s)
         raise AssertionError("unreachable: the last attempt returns or raises")
+
+    async def _wait_for_endpoint(self, attempts: list[Attempt]) -> None:
+        """Wait out a Retry-After the server gave any call, then check the breaker."""
+        self._check_breaker(attempts)
+        wait_s = self.breaker.wait_s()
+        if wait_s > 0:
+            await asyncio.sleep(wait_s)
+            self._check_breaker(attempts)
+
+    def _honour_retry_after(self, endpoint: str, failure: _AttemptFailed) -> None:
+        """Hold every call for the server's Retry-After; one too long to wait ends the calls."""
+        wait_s = failure.retry_after_s
+        if wait_s is None:
+            return
+        if wait_s > self.config.retry_after_max_s:
+            self.breaker.trip(
+                f"the LLM endpoint {endpoint} answered {failure} and asks for a wait of "
+                f"{wait_s:.0f} s (Retry-After), longer than [llm] retry_after_max_s = "
+                f"{self.config.retry_after_max_s:g}: continue the run later with --resume, "
+                "or raise retry_after_max_s")
+            return
+        self.breaker.hold(wait_s)
 
     def _check_breaker(self, attempts: list[Attempt]) -> None:
         try:
@@ -207,13 +252,13 @@ class OpenAICompatClient:
         return {"Authorization": f"Bearer {key}"} if key else {}
 
     async def _attempt(self, endpoint: str, messages: list[dict], max_tokens: int,
-                       attempts: list[Attempt]) -> dict[str, Any]:
+                       attempts: list[Attempt], progress: CallProgress) -> dict[str, Any]:
         field = self.token_field
         payload = {"model": self.config.model, "messages": messages, field: max_tokens,
                    "temperature": self.config.temperature}
         started_s = time.monotonic()
         try:
-            body = await self._post(endpoint + "/chat/completions", payload, field)
+            body = await self._post(endpoint + "/chat/completions", payload, field, progress)
         except _AttemptFailed as failure:
             attempts.append(self._record(len(attempts) + 1, failure.kind, failure.status_code,
                                          str(failure), started_s))
@@ -223,24 +268,44 @@ class OpenAICompatClient:
         self.breaker.succeeded()
         return body
 
-    async def _post(self, url: str, payload: dict[str, Any], field: str) -> dict[str, Any]:
-        post = self._client().post(url, json=payload, headers=self._headers())
+    async def _post(self, url: str, payload: dict[str, Any], field: str,
+                    progress: CallProgress) -> dict[str, Any]:
+        async def trace(event: str, info: dict[str, Any]) -> None:
+            # httpcore's events tell connecting (nothing sent) from sending.
+            if event.endswith("connect_tcp.started"):
+                progress.request_out = False
+            elif event.endswith("send_request_headers.started"):
+                progress.request_out = True
+
+        # Until a transport says otherwise, a request under way may have reached the server.
+        progress.request_out = True
+        post = self._client().post(url, json=payload, headers=self._headers(),
+                                   extensions={"trace": trace})
         try:
             # httpx timeouts bound each read; this bounds the whole attempt,
             # so a server that trickles bytes cannot hold a call forever.
             # (wait_for, not asyncio.timeout: Python 3.10 is supported.)
             response = await asyncio.wait_for(post, self.config.timeout_s)
         except (asyncio.TimeoutError, httpx.TimeoutException):
-            raise _AttemptFailed("timeout", f"no answer within timeout_s="
-                                 f"{self.config.timeout_s}") from None
+            raise self._unanswered(progress, "timeout", f"no answer within timeout_s="
+                                   f"{self.config.timeout_s}") from None
         except httpx.TransportError as exc:
-            raise _AttemptFailed("connection", f"connection failed: {type(exc).__name__}: "
-                                 f"{exc}") from None
+            raise self._unanswered(progress, "connection", f"connection failed: "
+                                   f"{type(exc).__name__}: {exc}") from None
+        # (A cancellation leaves request_out as it was: the pool charges by it.)
+        progress.request_out = False
         return self._check(response, field)
+
+    @staticmethod
+    def _unanswered(progress: CallProgress, kind: str, reason: str) -> _AttemptFailed:
+        """An attempt that got no answer; one whose request went out may have been billed."""
+        progress.cut_off |= bool(progress.request_out)
+        progress.request_out = False
+        return _AttemptFailed(kind, reason)
 
     def _tell_breaker(self, endpoint: str, failure: _AttemptFailed, started_s: float) -> None:
         if not failure.endpoint_failed:
-            self.breaker.succeeded()  # the server answered, if only to refuse
+            self.breaker.answered()  # the server answered, if only to refuse
         elif self.breaker.failed(endpoint, str(failure), started_s):
             log.error("circuit breaker open for %s: %s", endpoint, failure)
 
@@ -251,6 +316,10 @@ class OpenAICompatClient:
 
     def _check(self, response: httpx.Response, field: str) -> dict[str, Any]:
         status = response.status_code
+        if status == 429 and replies.error_code(response) == QUOTA_SPENT:
+            # Out of credit, not busy: no wait makes the next request succeed.
+            detail = replies.server_message(response)
+            raise _AttemptFailed("refused", f"HTTP 429: {detail}", status, detail=detail)
         if status in RETRYABLE_STATUS:
             raise _AttemptFailed("retryable_status", f"HTTP {status}", status,
                                  replies.retry_after_s(response.headers.get("retry-after")))
@@ -286,6 +355,9 @@ class OpenAICompatClient:
             state = "is set but was refused" if os.environ.get(env) else "is not set"
             fix = f"set {env} to a valid API key for {endpoint}"
             message = f"HTTP {status} from {where}: {env} {state}; {fix} (server: {detail})"
+        elif status == 429:
+            message = (f"HTTP 429 from {where}: the account behind {env} has no quota or "
+                       f"credit left; add credit or use another key (server: {detail})")
         elif status < 400 or status == 404:
             fix = ("check base_url (usually ends in /v1, with the right scheme) and the "
                    "model name (GET /models lists them)")
@@ -340,3 +412,4 @@ class OpenAICompatClient:
             finish_reason=str(choice.get("finish_reason") or ""),
             attempt_log=attempts,
         )
+

@@ -22,10 +22,11 @@ import httpx
 
 from kernelevo.budget import Budget, BudgetExhausted, Reservation
 from kernelevo.errors import ConfigError
+from kernelevo.llm import charges
 from kernelevo.llm.breaker import CircuitBreaker
 from kernelevo.llm.openai_compat import ClientConfig, OpenAICompatClient
 from kernelevo.llm.pricing import UNKNOWN_PRICE, Price, PriceTable
-from kernelevo.llm.protocol import CallStart, Completion, LLMClient
+from kernelevo.llm.protocol import CALL_PROGRESS, CallStart, Completion, LLMClient
 
 # Chat formats add a few special tokens around each message.
 _TOKENS_PER_MESSAGE_OVERHEAD = 16
@@ -132,21 +133,22 @@ class ModelPool:
             # Reserve only once a slot is free, so waiting calls hold no budget.
             chosen, reservation = await self._reserve(messages, max_tokens, member)
             plan = self._call_start(chosen, messages, max_tokens)
+            progress = CALL_PROGRESS.set(plan.progress)
             try:
                 if on_start is not None:
                     on_start(plan)
                 completion = await chosen.client.complete(messages, max_tokens=max_tokens)
-            except asyncio.CancelledError:
-                # Cut off after sending: the provider may bill the whole reply.
-                self._settle(reservation, plan.max_input_tokens, plan.max_output_tokens,
-                             plan.cost_bound_usd)
+            except BaseException as error:
+                # What the provider may have billed (charges.py): nothing unless a
+                # request reached it and got no answer.
+                self._settle(reservation, charges.stopped(plan, error))
                 raise
-            except BaseException:
-                # Failed attempts report no usage; most providers bill none.
-                self._settle(reservation, 0, 0, 0.0)
-                raise
-            self._settle(reservation, completion.input_tokens, completion.output_tokens,
-                         completion.cost_usd)
+            finally:
+                CALL_PROGRESS.reset(progress)
+            completion = charges.answered(completion, plan)
+            self._settle(reservation, charges.Charge(completion.input_tokens,
+                                                     completion.output_tokens,
+                                                     completion.cost_usd))
             return completion
 
     def _call_start(self, member: PoolMember, messages: list[dict], max_tokens: int) -> CallStart:
@@ -154,11 +156,11 @@ class ModelPool:
         return CallStart(member.name, input_bound, max_tokens,
                          member.price.cost_usd(input_bound, max_tokens))
 
-    def _settle(self, reservation: Reservation | None, input_tokens: int, output_tokens: int,
-                cost_usd: float) -> None:
+    def _settle(self, reservation: Reservation | None, charge: charges.Charge) -> None:
         if reservation is None or self.budget is None:
             return
-        self.budget.settle(reservation, input_tokens, output_tokens, cost_usd)
+        self.budget.settle(reservation, charge.input_tokens, charge.output_tokens,
+                           charge.cost_usd)
         self._settled.set()
         self._settled = asyncio.Event()
 

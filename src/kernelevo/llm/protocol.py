@@ -9,7 +9,8 @@ the search.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from kernelevo.errors import KernelEvoError
@@ -49,11 +50,40 @@ class Completion:
     estimated: bool = False
     finish_reason: str = ""
     attempt_log: tuple[Attempt, ...] = ()
+    # Set when the tokens are not what the server reported (implausible usage, or
+    # a request of the call cut off after it was sent): why, and that they are a bound.
+    usage_note: str = ""
 
     @property
     def total_tokens(self) -> int:
         """Input plus output tokens."""
         return self.input_tokens + self.output_tokens
+
+
+class CallProgress:
+    """Where one call's requests stand, so that only a request the server got is charged.
+
+    `request_out` is True while a request may be at the server (its first
+    byte went out, no answer yet), False while none is (before sending,
+    connecting, waiting to retry), None when the client does not say (then a
+    call cut off is assumed billed). `cut_off` is set once a request that went
+    out got no answer (a timeout, a connection dropped mid-answer).
+    """
+
+    def __init__(self) -> None:
+        self.request_out: bool | None = None
+        self.cut_off = False
+
+    @property
+    def maybe_billed(self) -> bool:
+        """Whether a call stopped now may have been billed by the provider."""
+        return self.cut_off or self.request_out is not False
+
+
+# The progress of the call being made in this task; the model pool sets it and
+# a client that can tell sending from connecting or waiting updates it.
+CALL_PROGRESS: ContextVar[CallProgress | None] = ContextVar("kernelevo_call_progress",
+                                                            default=None)
 
 
 @dataclass(frozen=True)
@@ -64,6 +94,7 @@ class CallStart:
     max_input_tokens: int
     max_output_tokens: int
     cost_bound_usd: float
+    progress: CallProgress = field(default_factory=CallProgress, compare=False, repr=False)
 
     @property
     def max_tokens(self) -> int:

@@ -7,6 +7,7 @@ FastAPI validation errors) can be tested without a socket.
 from __future__ import annotations
 
 import email.utils
+import math
 import time
 from typing import Any
 
@@ -42,6 +43,19 @@ def server_message(response: httpx.Response) -> str:
     return text.strip()[:ERROR_SNIPPET_CHARS] or "(empty body)"
 
 
+def error_code(response: httpx.Response) -> str:
+    """The `code` (else `type`) of an OpenAI-style error body, "" when there is none."""
+    try:
+        body = response.json()
+    except ValueError:
+        return ""
+    error = body.get("error") if isinstance(body, dict) else None
+    if not isinstance(error, dict):
+        return ""
+    code = error.get("code") or error.get("type")
+    return code if isinstance(code, str) else ""
+
+
 def content_text(content: Any) -> str:
     """The text of a message's content: a string, or the text parts of a list."""
     if isinstance(content, str):
@@ -56,9 +70,11 @@ def retry_after_s(value: str | None) -> float | None:
     if not value:
         return None
     try:
-        return max(0.0, float(value))
+        seconds = float(value)
     except ValueError:
         pass
+    else:
+        return max(0.0, seconds) if math.isfinite(seconds) else None
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):

@@ -113,6 +113,9 @@ class RunData:
     baseline_text: str
     no_best_message: str  # why there is no best; "" when there is one
     llm_calls: int
+    # Of tokens and cost_usd, charged as a bound (calls cut off), not billed.
+    estimated_tokens: int = 0
+    estimated_usd: float = 0.0
 
     def by_status(self) -> dict[str, int]:
         return dict(self.timeline[-1][1]) if self.timeline else {}
@@ -166,7 +169,8 @@ def load_run(run_path: Path, *, views: bool = True) -> RunData:
         candidate_count=count, table=shown.table, improvements=improvements,
         timeline=shown.timeline, islands=shown.islands, lineage=shown.lineage, best=best,
         baseline=baseline, baseline_text=baseline_text(baseline_entry),
-        no_best_message=no_best_message, llm_calls=totals.llm_calls)
+        no_best_message=no_best_message, llm_calls=totals.llm_calls,
+        estimated_tokens=totals.estimated_tokens, estimated_usd=totals.estimated_usd)
 
 
 @dataclass(frozen=True)

@@ -2,10 +2,12 @@
 
 Every call is recorded in the store just before it is sent (with its worst
 case in input tokens and dollars, so a crash mid-call is charged that on
-resume) and finished with its tokens and cost; every HTTP attempt of it is an
-`llm_attempt` event, and usage above the worst case an `llm_overshoot`
-event. An answer that cannot be parsed is a recorded failure whose reason
-goes back to the model the next time that parent is chosen.
+resume) and finished with the tokens and cost it is charged (llm/charges.py:
+the budget charges the same); every HTTP attempt of it is an `llm_attempt`
+event, and a charge that is an estimate (usage the server reported that no
+call could use, or none) an `llm_usage_flagged` event. An answer that cannot
+be parsed is a recorded failure whose reason goes back to the model the
+next time that parent is chosen.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kernelevo.candidate import Candidate
+from kernelevo.llm import charges
 from kernelevo.llm.protocol import Attempt, CallStart, Completion, LLMError
 from kernelevo.propose.parse import parse_answer
 from kernelevo.propose.prompt import Exemplar, PromptRequest, build_messages, choose_mode
@@ -105,23 +108,23 @@ class _CallRecord:
             self._attempts(error.attempts)
         if self.call_id is None or self.plan is None:
             return  # never sent: nothing to charge
-        message = f"{type(error).__name__}: {error}"[:2000]
-        if isinstance(error, asyncio.CancelledError):
-            # Cut off after sending: the provider may bill the whole reply, as for a kill.
-            plan = self.plan
-            self.store.fail_llm_call(self.call_id, message + " (cancelled; charged its worst "
-                                     "case)", plan.max_input_tokens, plan.max_output_tokens,
-                                     plan.cost_bound_usd)
-        else:
-            self.store.fail_llm_call(self.call_id, message)
+        # The pool charged the budget by the same rule.
+        charge = charges.stopped(self.plan, error)
+        message = ("cancelled" if isinstance(error, asyncio.CancelledError)
+                   else f"{type(error).__name__}: {error}")
+        if charge.note:
+            message += f" ({charge.note})"
+        self.store.fail_llm_call(self.call_id, message[-2000:], charge.input_tokens,
+                                 charge.output_tokens, charge.cost_usd)
 
     def finished(self, completion: Completion) -> int:
         assert self.call_id is not None and self.plan is not None, "on_start was not called"
         self.store.finish_llm_call(self.call_id, completion.text, completion.input_tokens,
                                    completion.output_tokens, completion.cost_usd,
-                                   completion.latency_s)
+                                   completion.latency_s, note=completion.usage_note)
         self._attempts(completion.attempt_log)
-        self._overshoot(self.plan, completion)
+        if completion.usage_note:
+            self._flag(self.plan, completion)
         return self.call_id
 
     def _attempts(self, attempts: tuple[Attempt, ...]) -> None:
@@ -131,19 +134,12 @@ class _CallRecord:
                 "kind": attempt.kind, "status": attempt.status_code, "error": attempt.error,
                 "latency_s": round(attempt.latency_s, 3)})
 
-    def _overshoot(self, plan: CallStart, completion: Completion) -> None:
-        over_tokens = completion.total_tokens - plan.max_tokens
-        over_usd = completion.cost_usd - plan.cost_bound_usd
-        if over_tokens <= 0 and over_usd <= 1e-12:
-            return
-        # Charged in full by the budget; flagged because a server billed past max_tokens.
-        log.warning("%s used %d tokens (%.4f USD), above its worst case of %d (%.4f USD)",
-                    plan.model, completion.total_tokens, completion.cost_usd, plan.max_tokens,
-                    plan.cost_bound_usd)
-        self.store.log_event("llm_overshoot", {
-            "call": self.call_id, "model": plan.model, "tokens": completion.total_tokens,
-            "worst_case_tokens": plan.max_tokens, "cost_usd": completion.cost_usd,
-            "worst_case_usd": plan.cost_bound_usd})
+    def _flag(self, plan: CallStart, completion: Completion) -> None:
+        log.warning("%s: %s", plan.model, completion.usage_note)
+        self.store.log_event("llm_usage_flagged", {
+            "call": self.call_id, "model": plan.model, "note": completion.usage_note,
+            "charged_tokens": completion.total_tokens, "worst_case_tokens": plan.max_tokens,
+            "charged_usd": completion.cost_usd, "worst_case_usd": plan.cost_bound_usd})
 
 
 def _exemplar(stored: Any, parse_error: str | None = None) -> Exemplar:
