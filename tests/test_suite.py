@@ -187,15 +187,19 @@ def test_stored_baselines_are_reused_for_later_samples_and_suites(bench, monkeyp
     timed_baselines = []
 
     class TimingJudge:
-        def __init__(self, task, config, gpu_index=None):
-            self.baselines = config.timing.baselines
+        def __init__(self, task, config, gpu_index=None, standby=False):
+            self.baselines, self.measure = config.timing.baselines, config.timing.measure
             timed_baselines.append(self.baselines)
 
         def evaluate(self, candidate):
             stats = {"candidate": TimingStats(1.0, 0.0, 1.0, 20)}
             stats.update({b: TimingStats(3.0 if b == "eager" else 2.0, 0.0, 1.0, 20)
                           for b in self.baselines})
-            return Verdict("ok", "passed", timing_measure="gpu", measures={"gpu": stats})
+            return Verdict("ok", "passed", timing_measure=self.measure,
+                           measures={self.measure: stats})
+
+        def close(self):
+            pass
 
     monkeypatch.setattr(judge_module, "Judge", TimingJudge)
     monkeypatch.setattr(runner, "gpu_model", lambda: "Stand-in GPU")
@@ -203,7 +207,8 @@ def test_stored_baselines_are_reused_for_later_samples_and_suites(bench, monkeyp
     plan = SuitePlan(("kernelbench:level1/1",), bench / "solutions", bench / "first",
                      EvalConfig(), str(bench / "kb"))
     first = run_suite(plan)
-    assert timed_baselines == [("eager", "compile")]  # one judge for the task's two samples
+    # The first sample times the baselines; once stored, the second is timed alone.
+    assert timed_baselines == [("eager", "compile"), ()]
     assert [r["baseline_source"] for r in first.rows] == ["measured", "stored"]
     assert all(r["speedup"] == {"eager": 3.0, "compile": 2.0} for r in first.rows)
     again = run_suite(SuitePlan(plan.specs, plan.solutions, bench / "second", EvalConfig(),
@@ -274,8 +279,11 @@ def test_tasks_are_judged_side_by_side_one_per_gpu(bench, monkeypatch):
     lock, busy, seen, overlap = threading.Lock(), set(), [], []
 
     class RecordingJudge:
-        def __init__(self, task, config, gpu_index=None):
+        def __init__(self, task, config, gpu_index=None, standby=False):
             self.gpu = gpu_index
+
+        def close(self):
+            pass
 
         def evaluate(self, candidate):
             with lock:
@@ -294,6 +302,44 @@ def test_tasks_are_judged_side_by_side_one_per_gpu(bench, monkeypatch):
     assert sorted(seen) == [0, 0, 1] or sorted(seen) == [0, 1, 1]
     assert max(overlap) == 2  # the two tasks ran at the same time
     assert {r["gpu_index"] for r in result.rows if r["reason"] == "passed"} == {0, 1}
+    assert len(result.rows) == 4 and result.summary.correct == 2
+
+
+def test_lanes_judge_several_tasks_at_once_on_one_gpu_with_standby_judges(bench, monkeypatch):
+    """On a GPU, --lanes tasks share it at once, each judge keeping its next session warm."""
+    import threading
+
+    import kernelevo.evaluate.judge as judge_module
+    from kernelevo.config import EvalConfig
+    from kernelevo.suite import SuitePlan, run_suite
+
+    lock, busy, overlap, standby, closed = threading.Lock(), [0], [], [], []
+
+    class LaneJudge:
+        def __init__(self, task, config, gpu_index=None, standby=False):
+            standby_flags.append(standby)
+
+        def evaluate(self, candidate):
+            with lock:
+                busy[0] += 1
+                overlap.append(busy[0])
+            time.sleep(0.3)
+            with lock:
+                busy[0] -= 1
+            return Verdict("ok", "passed")
+
+        def close(self):
+            closed.append(True)
+
+    standby_flags = standby
+    monkeypatch.setattr(judge_module, "Judge", LaneJudge)
+    monkeypatch.setattr(judge_module, "resolve_device", lambda config: "cuda")
+    monkeypatch.setattr(judge_module, "child_environment", lambda device, index: {})
+    result = run_suite(SuitePlan(("kernelbench:level1",), bench / "solutions", bench / "out",
+                                 EvalConfig(device="cpu"), str(bench / "kb"), lanes=2,
+                                 reuse_baselines=False))
+    assert max(overlap) == 2  # two tasks on the one GPU at the same time
+    assert standby and all(standby) and len(closed) == len(standby)
     assert len(result.rows) == 4 and result.summary.correct == 2
 
 

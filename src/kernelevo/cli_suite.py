@@ -31,6 +31,11 @@ def suite_command(
     gpus: Optional[str] = typer.Option(None, help="GPUs to use, 'all' or indexes like 0,1: "
                                        "tasks are judged side by side, one per GPU (with "
                                        "--evolve: each search's judges); default: one GPU"),
+    lanes: int = typer.Option(3, min=1, help="tasks judged at once per GPU; their timing "
+                              "phases take turns"),
+    build_workers: Optional[int] = typer.Option(
+        None, min=1, help="CUDA builds at once, ahead of judging (default: by cores and "
+        "memory)"),
     fresh_baselines: bool = typer.Option(False, help="time the baselines again instead of "
                                          "reusing those stored for this GPU model"),
     precision: Optional[Precision] = PRECISION_OPTION, device: Optional[Device] = DEVICE_OPTION,
@@ -67,7 +72,7 @@ def suite_command(
                               candidates) if evolve else None
         plan = SuitePlan(tuple(tasks), solutions, out_dir, config, kernelbench_dir,
                          max_input_elements, resume, not fresh_baselines, search,
-                         _gpu_indexes(gpus))
+                         _gpu_indexes(gpus), lanes, build_workers)
         result = run_suite(plan, progress=lambda line: console.print(
             line, markup=False, highlight=False))
     except KernelEvoError as exc:

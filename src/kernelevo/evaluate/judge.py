@@ -73,6 +73,34 @@ def _warm_comparisons_ahead(device: str, gpu_index: int | None) -> None:
     threading.Thread(target=warm, name="kernelevo-warm-comparisons", daemon=False).start()
 
 
+def child_environment(device: str, gpu_index: int | None) -> dict[str, str]:
+    """What the judge's children add to their environment: their GPU, the build's target."""
+    environment = {"CUDA_VISIBLE_DEVICES": str(gpu_index)} if gpu_index is not None else {}
+    if device == "cuda":
+        # One architecture list for every build, so a build made ahead without
+        # a GPU is the very build the worker looks for.
+        major, minor = torch.cuda.get_device_capability(gpu_index or 0)
+        environment["TORCH_CUDA_ARCH_LIST"] = os.environ.get("TORCH_CUDA_ARCH_LIST",
+                                                             f"{major}.{minor}")
+    return environment
+
+
+def prebuild_source(source: str, config: EvalConfig, environment: dict[str, str]) -> float:
+    """Build a CUDA candidate's extensions into the shared cache, with no GPU; seconds spent.
+
+    A build the compiler refuses is remembered there too (cuda_build), so the
+    worker that judges the candidate reports it without compiling again.
+    """
+    scratch = Path(tempfile.mkdtemp(prefix="kernelevo-build-"))
+    try:
+        result = run_job(run_prebuild, {"source": source, "scratch": str(scratch)}, scratch,
+                         config.build_timeout_s, config.output_limit_bytes,
+                         environment={**environment, "CUDA_VISIBLE_DEVICES": ""})
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return float((result.final or {}).get("build_s", 0.0))
+
+
 class Judge:
     """Evaluates candidates of one task under one configuration."""
 
@@ -96,14 +124,7 @@ class Judge:
         # Children are confined to one GPU; the judge compares on that same GPU.
         self.gpu_index = gpu_index if self.device == "cuda" else None
         self.compare_device = f"cuda:{gpu_index or 0}" if self.device == "cuda" else "cpu"
-        self.child_environment = ({"CUDA_VISIBLE_DEVICES": str(gpu_index)}
-                                  if self.gpu_index is not None else {})
-        if self.device == "cuda":
-            # One architecture list for every build, so a build made ahead without
-            # a GPU is the very build the worker looks for.
-            major, minor = torch.cuda.get_device_capability(gpu_index or 0)
-            self.child_environment["TORCH_CUDA_ARCH_LIST"] = os.environ.get(
-                "TORCH_CUDA_ARCH_LIST", f"{major}.{minor}")
+        self.child_environment = child_environment(self.device, self.gpu_index)
         self.progress = progress or (lambda phase: None)
         self.cache_dir = cache_dir or default_cache_dir()
         self.notes: list[str] = []
@@ -147,16 +168,7 @@ class Judge:
         """Compile a CUDA candidate ahead, on the CPU; seconds spent, or None if not applicable."""
         if self.device != "cuda" or candidate.backend != "cuda":
             return None
-        scratch = Path(tempfile.mkdtemp(prefix="kernelevo-build-"))
-        try:
-            result = run_job(run_prebuild, {"source": candidate.source, "scratch": str(scratch)},
-                             scratch, self.config.build_timeout_s,
-                             self.config.output_limit_bytes,
-                             environment={**self.child_environment, "CUDA_VISIBLE_DEVICES": ""})
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-        final = result.final or {}
-        return float(final.get("build_s", 0.0))
+        return prebuild_source(candidate.source, self.config, self.child_environment)
 
     def _static_verdict(self, candidate: Candidate) -> Any:
         if not self.config.static_checks:

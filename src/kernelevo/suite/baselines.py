@@ -20,6 +20,11 @@ from typing import Any
 from kernelevo.evaluate.verdict import TimingStats, Verdict
 
 
+# Times stored before the contestants ran under PyTorch's default backend
+# settings (they ran under the reference's strict ones) are never reused.
+_FORMAT = "user-backend-1"
+
+
 def gpu_model() -> str | None:
     import torch
 
@@ -40,8 +45,12 @@ class BaselineStore:
             self._entries = {}
 
     @staticmethod
-    def key(source: str, precision: str, measure: str) -> str:
-        return hashlib.sha256(f"{precision}\0{measure}\0{source}".encode()).hexdigest()[:24]
+    def key(source: str, precision: str, measure: str, conv_tf32: bool = False) -> str:
+        """What the times depend on: the task, its precision, the measure, the backend settings."""
+        from kernelevo.evaluate.inputs import user_backend_words
+
+        settings = f"{_FORMAT}\0{precision}\0{measure}\0{user_backend_words(conv_tf32)}"
+        return hashlib.sha256(f"{settings}\0{source}".encode()).hexdigest()[:24]
 
     def get(self, key: str, wanted: tuple[str, ...]) -> dict[str, TimingStats] | None:
         with self._lock:

@@ -10,19 +10,16 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from kernelevo.candidate import load_candidate
 from kernelevo.config import EvalConfig
 from kernelevo.errors import KernelEvoError, TaskError
 from kernelevo.suite.baselines import BaselineStore, gpu_model
 from kernelevo.suite.evolve import SearchBudget, evolve_task
-from kernelevo.suite.metrics import BASELINES, SuiteSummary, TaskResult, best_of, summarize
+from kernelevo.suite.metrics import SuiteSummary, TaskResult, best_of, summarize
 from kernelevo.suite.tasks import Solution, SuiteTask, expand_specs, find_solutions
 
 RESULTS, PLAN = "results.jsonl", "plan.json"
@@ -43,6 +40,14 @@ class SuitePlan:
     reuse_baselines: bool = True  # baseline times stored per GPU model
     search: SearchBudget | None = None  # evolve each task (solutions seed it) instead of judging
     gpus: tuple[int, ...] = ()  # judge tasks side by side, one per GPU (evolve: its judges)
+    lanes: int = 3  # tasks judged at once per GPU, their timing phases in turn
+    build_workers: int | None = None  # CUDA builds at once, ahead (None: cores and memory)
+
+    def __post_init__(self) -> None:
+        if self.lanes < 1:
+            raise TaskError(f"lanes must be at least 1, got {self.lanes}")
+        if self.build_workers is not None and self.build_workers < 1:
+            raise TaskError(f"build workers must be at least 1, got {self.build_workers}")
 
     def fingerprint(self) -> dict[str, Any]:
         """What must match for a resumed suite to continue the same work."""
@@ -86,37 +91,57 @@ def run_suite(plan: SuitePlan, progress: Progress | None = None) -> SuiteResult:
                                    message="no solution file for this task"))
         if pending:
             jobs.append((task, pending))
-    for rows in _spread(plan, jobs, store, gpu):
-        for row in rows:
-            _append(plan.out, row)
-            count += 1
-            say(f"[{count}/{total}] {_line(row)}")
+    eta = _Eta(total - count)
+    for row in _judge_jobs(plan, jobs, store, gpu):
+        _append(plan.out, row)
+        count += 1
+        say(f"[{count}/{total}] {_line(row)}{eta.step()}")
     return _finish(plan, tasks, gpu)
 
 
-def _spread(plan: SuitePlan, jobs: list[tuple[SuiteTask, list[Solution]]],
-            store: BaselineStore | None, gpu: str | None) -> Iterator[list[dict[str, Any]]]:
-    """Each task's rows as it finishes: in turn, or one task per GPU at a time with --gpus."""
-    if len(plan.gpus) < 2:
-        index = plan.gpus[0] if plan.gpus else None
-        for task, pending in jobs:
-            yield _judge_task(plan, task, pending, store, gpu, index)
-        return
-    free: queue.Queue[int] = queue.Queue()
-    for index in plan.gpus:
-        free.put(index)
+class _Eta:
+    """Time left, from the pace so far (the first rows include warm-up, so it errs long)."""
 
-    def on_a_free_gpu(task: SuiteTask, pending: list[Solution]) -> list[dict[str, Any]]:
-        index = free.get()
-        try:
-            return _judge_task(plan, task, pending, store, gpu, index)
-        finally:
-            free.put(index)
+    def __init__(self, left: int) -> None:
+        self.left, self.done, self.started = left, 0, time.monotonic()
 
-    with ThreadPoolExecutor(max_workers=len(plan.gpus), thread_name_prefix="suite") as pool:
-        futures = [pool.submit(on_a_free_gpu, task, pending) for task, pending in jobs]
-        for future in as_completed(futures):
-            yield future.result()
+    def step(self) -> str:
+        self.done += 1
+        remaining = self.left - self.done
+        if remaining <= 0:
+            return ""
+        seconds = (time.monotonic() - self.started) / self.done * remaining
+        return f"  (about {seconds / 60:.0f} min left)" if seconds >= 90 else \
+            f"  (about {seconds:.0f} s left)"
+
+
+def _judge_jobs(plan: SuitePlan, jobs: list[tuple[SuiteTask, list[Solution]]],
+                store: BaselineStore | None, gpu: str | None) -> Iterator[dict[str, Any]]:
+    """Rows as solutions are judged, on `plan.lanes` lanes per GPU, CUDA builds ahead."""
+    from kernelevo.evaluate.judge import child_environment, resolve_device
+    from kernelevo.suite.lanes import BuildsAhead, build_workers, judge_on_lanes
+
+    device = resolve_device(plan.config)
+    gpus: list[int | None] = list(plan.gpus) or [None]
+    lanes = plan.lanes if device == "cuda" else 1  # the CPU has no GPU to keep busy
+    builds = BuildsAhead(build_workers(plan.build_workers)) if device == "cuda" else None
+    try:
+        yield from judge_on_lanes(jobs, lambda task: _load(plan, task), plan.config, store, gpu,
+                                  gpus, lanes, _row, builds,
+                                  lambda index: child_environment(device, index))
+    finally:
+        if builds is not None:
+            builds.close()
+
+
+def _load(plan: SuitePlan, task: SuiteTask) -> tuple[Any, dict[str, int]]:
+    """The task, shrunk to --max-input-elements where asked; (task, sizes changed)."""
+    loaded = task.load()
+    if not plan.max_input_elements:
+        return loaded, {}
+    from kernelevo.suite.shrink import shrink_to
+
+    return shrink_to(loaded, plan.max_input_elements)
 
 
 def _finish(plan: SuitePlan, tasks: list[SuiteTask], gpu: str | None) -> SuiteResult:
@@ -155,60 +180,6 @@ def _search_tasks(plan: SuitePlan, tasks: list[SuiteTask], solutions: dict[str, 
         gains = ", ".join(f"{b} {g:.2f}x" for b, g in row.get("speedup", {}).items() if g)
         say(f"[{number}/{len(tasks)}] {task.key}: {row['reason']}"
             + (f" ({gains})" if gains else "") + f", {row.get('tokens', 0)} tokens")
-
-
-def _judge_task(plan: SuitePlan, task: SuiteTask, pending: list[Solution],
-                store: BaselineStore | None, gpu: str | None,
-                gpu_index: int | None = None) -> list[dict[str, Any]]:
-    from kernelevo.evaluate.judge import Judge
-    from kernelevo.evaluate.verdict import speedup
-
-    started = time.perf_counter()
-    sizes: dict[str, int] = {}
-    try:
-        loaded = task.load()
-        if plan.max_input_elements:
-            from kernelevo.suite.shrink import shrink_to
-
-            loaded, sizes = shrink_to(loaded, plan.max_input_elements)
-    except Exception as exc:  # a task that cannot load is a row per solution, not the end
-        return [_row(task, s, "task_error", gpu=gpu, message=f"{type(exc).__name__}: {exc}")
-                for s in pending]
-    config, measure = plan.config, plan.config.timing.measure
-    wanted = tuple(b for b in BASELINES if b in config.timing.baselines)
-    key = BaselineStore.key(loaded.source, config.precision, measure)
-    stored = store.get(key, wanted) if store and wanted else None
-    if stored:  # time the candidate alone; the baselines come from the store
-        config = replace(config, timing=replace(config.timing, baselines=()))
-    rows = []
-    try:
-        judge = Judge(loaded, config, gpu_index=gpu_index)
-    except KernelEvoError as exc:
-        return [_row(task, s, "task_error", gpu=gpu, message=str(exc)) for s in pending]
-    for solution in pending:
-        try:
-            verdict = judge.evaluate(load_candidate(solution.path))
-        except KernelEvoError as exc:
-            rows.append(_row(task, solution, "bad_candidate", gpu=gpu, message=str(exc)))
-            continue
-        own = verdict.measures.get(measure, {}).get("candidate")
-        baselines = stored or {n: s for n, s in verdict.measures.get(measure, {}).items()
-                               if n != "candidate"}
-        if store and not stored and verdict.passed_kernel:
-            store.put(key, measure, verdict)
-            stored = store.get(key, wanted)
-        gains = {b: speedup(baselines.get(b), own) if own else None for b in wanted}
-        rows.append(_row(
-            task, solution, verdict.reason, gpu=gpu, status=verdict.status,
-            passed_kernel=verdict.passed_kernel, message=verdict.message[:500],
-            measure=verdict.timing_measure or None, speedup=gains,
-            candidate_ms=own.median_ms if own else None,
-            baseline_ms={n: s.median_ms for n, s in baselines.items()},
-            baseline_source="stored" if stored and baselines is stored else "measured",
-            sizes=sizes, gpu_index=gpu_index,
-            wall_s=round(time.perf_counter() - started, 2)))
-        started = time.perf_counter()
-    return rows
 
 
 def _row(task: SuiteTask, solution: Solution | None, reason: str, **fields: Any) -> dict:

@@ -1,0 +1,219 @@
+"""A suite's solutions judged on warm lanes: several tasks at once per GPU, builds ahead.
+
+Each lane judges one task at a time with a judge that keeps its next oracle
+and worker started (standby), so every solution after a task's first finds
+them warm. Lanes of one GPU share it as evaluate/gate.py allows: checks side
+by side, timing phases one at a time. CUDA solutions are compiled ahead on
+the CPU, in parallel, in the order the lanes will reach them, so a lane waits
+for nvcc only when the builds fall behind. Baselines come from the store when
+it has them; a task's first passing solution stores them, and its later
+solutions are timed alone (no baseline compile per candidate).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from kernelevo.candidate import load_candidate
+from kernelevo.config import EvalConfig
+from kernelevo.errors import KernelEvoError
+from kernelevo.suite.baselines import BaselineStore
+from kernelevo.suite.metrics import BASELINES
+from kernelevo.suite.tasks import Solution, SuiteTask
+
+Row = dict[str, Any]
+MakeRow = Callable[..., Row]
+# Compiles at once: each nvcc holds about 1.5 GB and most of a core.
+_BUILD_MEMORY_BYTES = 3 << 30
+
+
+def build_workers(wanted: int | None = None) -> int:
+    """Concurrent CUDA builds: `wanted`, else what the cores and memory hold."""
+    if wanted:
+        return wanted
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        memory = 16 << 30
+    return max(1, min((cores or 2) // 2, memory // _BUILD_MEMORY_BYTES, 8))
+
+
+class BuildsAhead:
+    """CUDA solutions compiled on the CPU ahead of their judging, a future per file."""
+
+    def __init__(self, workers: int) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="suite-build")
+        self._futures: dict[Path, Future] = {}
+
+    def submit(self, solutions: list[Solution], config: EvalConfig,
+               environment: dict[str, str]) -> None:
+        from kernelevo.evaluate.judge import prebuild_source
+
+        for solution in solutions:
+            try:
+                candidate = load_candidate(solution.path)
+            except KernelEvoError:
+                continue  # the lane reports it
+            if candidate.backend == "cuda":
+                self._futures[solution.path] = self._pool.submit(
+                    prebuild_source, candidate.source, config, environment)
+
+    def wait(self, solution: Solution) -> float:
+        """Seconds this solution's lane waited for its build (0 when none or done)."""
+        future = self._futures.get(solution.path)
+        if future is None or future.done():
+            return 0.0
+        started = time.perf_counter()
+        try:
+            future.result()
+        except Exception:  # a build that broke is judged (and reported) by the worker
+            pass
+        return time.perf_counter() - started
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class TaskLane:
+    """Judges one task's solutions in turn on one GPU, keeping the next session warm."""
+
+    def __init__(self, task: SuiteTask, loaded: Any, config: EvalConfig,
+                 store: BaselineStore | None, gpu_index: int | None, make_row: MakeRow,
+                 extra: dict[str, Any]) -> None:
+        self.task, self.loaded, self.store = task, loaded, store
+        self.gpu_index, self.make_row, self.extra = gpu_index, make_row, extra
+        self.measure = config.timing.measure
+        self.wanted = tuple(b for b in BASELINES if b in config.timing.baselines)
+        self.key = BaselineStore.key(loaded.source, config.precision, self.measure,
+                                     config.timing.conv_tf32)
+        self.stored = store.get(self.key, self.wanted) if store and self.wanted else None
+        self.config = config
+        self.judge = self._judge()
+
+    def _judge(self) -> Any:
+        from kernelevo.evaluate.judge import Judge
+
+        config = self.config
+        if self.stored:  # time the candidate alone; the baselines come from the store
+            config = replace(config, timing=replace(config.timing, baselines=()))
+        return Judge(self.loaded, config, gpu_index=self.gpu_index, standby=True)
+
+    def judge_one(self, solution: Solution, waited_s: float) -> Row:
+        from kernelevo.evaluate.verdict import speedup
+
+        started = time.perf_counter()
+        try:
+            verdict = self.judge.evaluate(load_candidate(solution.path))
+        except KernelEvoError as exc:
+            return self.make_row(self.task, solution, "bad_candidate", message=str(exc),
+                                 **self.extra)
+        own = verdict.measures.get(self.measure, {}).get("candidate")
+        baselines = self.stored or {n: s for n, s in verdict.measures.get(self.measure, {}).items()
+                                    if n != "candidate"}
+        source = "stored" if self.stored else "measured"
+        if self.store and not self.stored and verdict.passed_kernel:
+            self.store.put(self.key, self.measure, verdict)
+            self.stored = self.store.get(self.key, self.wanted)
+            if self.stored:  # later solutions need no baseline warm-up of their own
+                self.judge.close()
+                self.judge = self._judge()
+        gains = {b: speedup(baselines.get(b), own) if own else None for b in self.wanted}
+        return self.make_row(
+            self.task, solution, verdict.reason, status=verdict.status,
+            passed_kernel=verdict.passed_kernel, message=verdict.message[:500],
+            measure=verdict.timing_measure or None, speedup=gains,
+            candidate_ms=own.median_ms if own else None,
+            baseline_ms={n: s.median_ms for n, s in baselines.items()},
+            baseline_source=source, flags=list(verdict.flags),
+            timed_under=verdict.environment.get("timed_under"),
+            build_wait_s=round(waited_s, 2),
+            wall_s=round(time.perf_counter() - started + waited_s, 2), **self.extra)
+
+    def close(self) -> None:
+        self.judge.close()
+
+
+def judge_on_lanes(jobs: list[tuple[SuiteTask, list[Solution]]],
+                   load: Callable[[SuiteTask], tuple[Any, dict[str, int]]],
+                   config: EvalConfig, store: BaselineStore | None, gpu: str | None,
+                   gpus: list[int | None], lanes: int, make_row: MakeRow,
+                   builds: BuildsAhead | None,
+                   environment: Callable[[int | None], dict[str, str]]) -> Iterator[Row]:
+    """Rows as solutions are judged; `lanes` tasks at a time on each of `gpus`."""
+    tasks: queue.Queue[tuple[SuiteTask, list[Solution]] | None] = queue.Queue()
+    for job in jobs:
+        tasks.put(job)
+    if builds is not None and config.device != "cpu":
+        for _, solutions in jobs:
+            builds.submit(solutions, config, environment(gpus[0]))
+    rows: queue.Queue[Row | BaseException | None] = queue.Queue()
+    slots = [gpu for gpu in gpus for _ in range(max(1, lanes))]
+    stop = threading.Event()
+
+    def lane(gpu_index: int | None) -> None:
+        try:
+            while not stop.is_set():
+                try:
+                    job = tasks.get_nowait()
+                except queue.Empty:
+                    return
+                for row in _judge_task(*job, load, config, store, gpu, gpu_index, make_row,
+                                       builds):
+                    rows.put(row)
+                    if stop.is_set():
+                        return
+        except BaseException as exc:  # raised again in the caller's thread
+            rows.put(exc)
+        finally:
+            rows.put(None)
+
+    threads = [threading.Thread(target=lane, args=(gpu,), name=f"suite-lane-{i}", daemon=True)
+               for i, gpu in enumerate(slots)]
+    for thread in threads:
+        thread.start()
+    running = len(threads)
+    try:
+        while running:
+            row = rows.get()
+            if row is None:
+                running -= 1
+            elif isinstance(row, BaseException):
+                raise row
+            else:
+                yield row
+    finally:  # an error, a Ctrl-C or a consumer gone: lanes start nothing new
+        stop.set()
+
+
+def _judge_task(task: SuiteTask, pending: list[Solution],
+                load: Callable[[SuiteTask], tuple[Any, dict[str, int]]], config: EvalConfig,
+                store: BaselineStore | None, gpu: str | None, gpu_index: int | None,
+                make_row: MakeRow, builds: BuildsAhead | None) -> Iterator[Row]:
+    try:
+        loaded, sizes = load(task)
+    except Exception as exc:  # a task that cannot load is a row per solution, not the end
+        for solution in pending:
+            yield make_row(task, solution, "task_error", gpu=gpu,
+                           message=f"{type(exc).__name__}: {exc}")
+        return
+    extra = {"gpu": gpu, "gpu_index": gpu_index, "sizes": sizes}
+    try:
+        lane = TaskLane(task, loaded, config, store, gpu_index, make_row, extra)
+    except KernelEvoError as exc:
+        for solution in pending:
+            yield make_row(task, solution, "task_error", gpu=gpu, message=str(exc))
+        return
+    try:
+        for solution in pending:
+            waited = builds.wait(solution) if builds is not None else 0.0
+            yield lane.judge_one(solution, waited)
+    finally:
+        lane.close()
