@@ -22,6 +22,10 @@ def serve_command(
     lanes: int = typer.Option(2, min=1, help="jobs judged at once per GPU; their timing "
                               "phases take turns (2 measured best on an H200)"),
     max_judges: int = typer.Option(8, min=1, help="warm judges kept (task, settings, GPU)"),
+    max_timeout: float = typer.Option(900.0, min=0.001, help="the most seconds a job may set "
+                                      "as its timeout_s or build_timeout_s"),
+    read_timeout: float = typer.Option(10.0, min=0.001, help="seconds a client has to send "
+                                       "its whole request"),
 ) -> None:
     """Judge jobs from `eval`, `compare` and the API with judges kept warm (a local service).
 
@@ -39,7 +43,8 @@ def serve_command(
                      name="kernelevo-forkserver", daemon=True).start()
     try:
         settings = ServiceSettings(host=host, port=port, gpus=_served_gpus(gpus), lanes=lanes,
-                                   max_judges=max_judges, token=os.environ.get(TOKEN_ENV, ""))
+                                   max_judges=max_judges, token=os.environ.get(TOKEN_ENV, ""),
+                                   max_timeout_s=max_timeout, read_timeout_s=read_timeout)
         service = Service(settings, cache_dir())
     except (KernelEvoError, OSError) as exc:
         fail(exc)
@@ -50,9 +55,30 @@ def serve_command(
         with sigterm_as_interrupt():
             service.serve_forever()
     except (KeyboardInterrupt, Terminated):
-        console.print("stopping: closing the warm judges")
+        console.print("stopping: killing running jobs, closing the warm judges")
     finally:
-        service.stop()
+        _exit_after(_STOP_GRACE_S)
+        service.stop(exiting=True)
+
+
+# Stopping kills every job's children and bounds each wait, so it takes about
+# a second; past this, whatever still holds the process (a thread in a
+# driver call) is not worth waiting for.
+_STOP_GRACE_S = 10.0
+
+
+def _exit_after(seconds: float) -> None:
+    """End the process after `seconds` whatever is still running (a daemon timer)."""
+    import sys
+
+    def leave() -> None:
+        print(f"kernelevo serve: still stopping after {seconds:g} s; exiting now",
+              file=sys.stderr, flush=True)
+        os._exit(1)
+
+    timer = threading.Timer(seconds, leave)
+    timer.daemon = True
+    timer.start()
 
 
 def _served_gpus(gpus: str | None) -> list[int]:

@@ -7,16 +7,27 @@ slower. Each GPU has one `GpuGate`, a readers-writer lock held by the judge
 process on its children's behalf: shared for any GPU work, exclusive for a
 timing phase. A waiting timing phase goes first: no new shared holder enters
 while it waits, so timing never starves behind a stream of checks.
+
+A wait can be given up (`give_up`, polled): a job killed or a process
+stopping must not sit behind another job's hold, nor keep a lane or a
+shutdown waiting on it.
 """
 
 from __future__ import annotations
 
 import threading
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Callable, Iterator
+
+GiveUp = Callable[[], bool]
+_POLL_S = 0.1  # how often a wait that may be given up looks again
 
 _gates: dict[str, "GpuGate"] = {}
 _gates_lock = threading.Lock()
+
+
+class GateAbandoned(RuntimeError):
+    """A wait for the gate was given up: its job was killed or the process is stopping."""
 
 
 class GpuGate:
@@ -28,10 +39,10 @@ class GpuGate:
         self._exclusive = False
         self._writers_waiting = 0
 
-    def acquire_shared(self) -> None:
+    def acquire_shared(self, give_up: GiveUp | None = None) -> None:
         with self._condition:
             while self._exclusive or self._writers_waiting:
-                self._condition.wait()
+                self._wait(give_up)
             self._shared += 1
 
     def release_shared(self) -> None:
@@ -42,15 +53,26 @@ class GpuGate:
             if not self._shared:
                 self._condition.notify_all()
 
-    def acquire_exclusive(self) -> None:
+    def acquire_exclusive(self, give_up: GiveUp | None = None) -> None:
         with self._condition:
             self._writers_waiting += 1
             try:
                 while self._exclusive or self._shared:
-                    self._condition.wait()
+                    self._wait(give_up)
             finally:
                 self._writers_waiting -= 1
+                if not self._writers_waiting:
+                    self._condition.notify_all()  # shared waiters held back by this one go on
             self._exclusive = True
+
+    def _wait(self, give_up: GiveUp | None) -> None:
+        """One wait on the condition (held); raises GateAbandoned once `give_up()` is true."""
+        if give_up is None:
+            self._condition.wait()
+            return
+        if give_up():
+            raise GateAbandoned("gave up waiting for the GPU: the job was stopped")
+        self._condition.wait(_POLL_S)
 
     def release_exclusive(self) -> None:
         with self._condition:
@@ -76,18 +98,19 @@ class GpuGate:
 class Hold:
     """One job's hold on a gate, moved between shared, exclusive and none."""
 
-    def __init__(self, gate: GpuGate) -> None:
+    def __init__(self, gate: GpuGate, give_up: GiveUp | None = None) -> None:
         self.gate = gate
+        self.give_up = give_up
         self.state = "none"
 
     def shared(self) -> None:
         self.release()
-        self.gate.acquire_shared()
+        self.gate.acquire_shared(self.give_up)
         self.state = "shared"
 
     def exclusive(self) -> None:
         self.release()
-        self.gate.acquire_exclusive()
+        self.gate.acquire_exclusive(self.give_up)
         self.state = "exclusive"
 
     def release(self) -> None:

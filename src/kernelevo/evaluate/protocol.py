@@ -5,22 +5,31 @@ A judge may be in this process (`Judge`), behind a local evaluation service
 sees only `JudgeLike` and the types here. A job that leaves this process is a
 `JudgeJob`: source text, the task and settings as plain JSON values, never
 pickled code, so a service or a cluster worker runs only KernelEvo's own
-functions on it.
+functions on it. `JudgeJob.from_dict` checks every field, settings included,
+and names the one that is wrong: a job comes from the network.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import os
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from kernelevo.candidate import Candidate
 from kernelevo.config import EvalConfig, TimingConfig
 from kernelevo.errors import ConfigError
 from kernelevo.evaluate.verdict import Verdict
+from kernelevo.schema import check_value, field_hints
 from kernelevo.task import Task
 
 JOB_VERSION = 1
+_MAX_NAME_CHARS = 200
+# Settings the judging process itself loops over (a seed per input set, the
+# reference outputs kept in its memory): a job may not ask for any number.
+_MOST = {"eval.input_sets": 64}
 
 
 @runtime_checkable
@@ -59,8 +68,10 @@ class JudgeJob:
     def of(cls, task: Task, candidates: list[Candidate], config: EvalConfig,
            timed: bool = True, gpu: int | None = None) -> "JudgeJob":
         settings = json.loads(json.dumps(asdict(config)))  # as it arrives: tuples are lists
+        # The service resolves nothing against its own folder: the path goes absolute.
+        path = str(Path(task.path).resolve()) if task.path else ""
         return cls(task.name, task.source, tuple((c.source, c.backend) for c in candidates),
-                   settings, timed, gpu, task.path)
+                   settings, timed, gpu, path)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -87,23 +98,23 @@ class JudgeJob:
                            and all(isinstance(x, str) for x in p) for p in pairs)):
             raise ConfigError("judge job field candidates must be a non-empty list of "
                               "[source, backend] string pairs")
-        settings = data.get("eval", {})
-        if not isinstance(settings, dict):
-            raise ConfigError("judge job field eval must be an object")
         gpu = data.get("gpu")
         if gpu is not None and (not isinstance(gpu, int) or isinstance(gpu, bool) or gpu < 0):
             raise ConfigError("judge job field gpu must be a GPU index or null")
-        path = data.get("task_path", "")
-        if not isinstance(path, str):
-            raise ConfigError("judge job field task_path must be a string")
-        return cls(data["task_name"], data["task_source"],
-                   tuple((source, backend) for source, backend in pairs), settings,
-                   bool(data.get("timed", True)), gpu, path)
+        timed = data.get("timed", True)
+        if not isinstance(timed, bool):
+            raise ConfigError(f"judge job field timed must be true or false, not {timed!r}")
+        return cls(_task_name(data["task_name"]), data["task_source"],
+                   tuple((source, backend) for source, backend in pairs),
+                   check_settings(data.get("eval", {})), timed, gpu,
+                   _task_path(data.get("task_path", "")))
 
     def task(self) -> Task:
         from kernelevo.task import task_from_source
 
-        return task_from_source(self.task_source, name=self.task_name, path=self.task_path)
+        # A path that is no file here (a client on another host) names no folder.
+        path = self.task_path if os.path.isfile(self.task_path) else ""
+        return task_from_source(self.task_source, name=self.task_name, path=path)
 
     def candidate_list(self) -> list[Candidate]:
         return [Candidate(source=source, backend=backend) for source, backend in self.candidates]
@@ -118,6 +129,69 @@ class JudgeJob:
             return EvalConfig(timing=TimingConfig(**timing), **values)
         except TypeError as exc:
             raise ConfigError(f"judge job settings: {exc}") from exc
+
+
+def check_settings(settings: Any) -> dict[str, Any]:
+    """A job's `eval` settings, each known, of its type and finite; else a ConfigError naming it."""
+    if not isinstance(settings, dict):
+        raise ConfigError(f"judge job field eval must be an object, not {settings!r:.80}")
+    hints = field_hints(EvalConfig)
+    for key, value in settings.items():
+        if key == "timing":
+            _check_table(value, field_hints(TimingConfig), "eval.timing")
+        else:
+            _check_setting(hints, "eval", key, value)
+    return settings
+
+
+def _check_table(table: Any, hints: dict[str, Any], where: str) -> None:
+    if not isinstance(table, dict):
+        raise ConfigError(f"judge job field {where} must be an object of settings, "
+                          f"not {table!r:.80}")
+    for key, value in table.items():
+        _check_setting(hints, where, key, value)
+
+
+def _check_setting(hints: dict[str, Any], where: str, key: str, value: Any) -> None:
+    name = f"{where}.{key}"
+    if key not in hints:
+        raise ConfigError(f"judge job field {name} is no setting (known: "
+                          f"{', '.join(sorted(hints))})")
+    try:
+        checked = check_value(hints[key], value)
+    except ConfigError as exc:
+        raise ConfigError(f"judge job field {name}: {exc}") from None
+    except OverflowError:  # an integer too large for a float
+        raise ConfigError(f"judge job field {name} must be a finite number") from None
+    if isinstance(checked, float) and not math.isfinite(checked):
+        raise ConfigError(f"judge job field {name} must be a finite number, not {value!r}")
+    if name in _MOST and checked > _MOST[name]:
+        raise ConfigError(f"judge job field {name} is {checked}; a job may ask for "
+                          f"{_MOST[name]} at most")
+
+
+def _task_name(name: str) -> str:
+    """A task's name as a job gives it: a file's stem, never a path."""
+    if (not name or len(name) > _MAX_NAME_CHARS or name in (".", "..")
+            or any(part in name for part in ("/", "\\", "\0"))):
+        raise ConfigError(f"judge job field task_name must be a task's name (1 to "
+                          f"{_MAX_NAME_CHARS} characters, no path separators or '..'), "
+                          f"not {name!r:.80}")
+    return name
+
+
+def _task_path(path: Any) -> str:
+    """The task file's absolute path on the judging host, or ""; never a folder."""
+    if not isinstance(path, str):
+        raise ConfigError("judge job field task_path must be a string")
+    if not path:
+        return ""
+    if "\0" in path or not os.path.isabs(path) or not path.endswith(".py"):
+        raise ConfigError(f"judge job field task_path must be the absolute path of the "
+                          f"task's .py file, or empty, not {path!r:.200}")
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise ConfigError(f"judge job field task_path {path!r:.200} is not a file")
+    return path
 
 
 def verdicts_to_data(verdicts: list[Verdict]) -> list[dict[str, Any]]:

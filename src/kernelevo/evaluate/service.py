@@ -12,31 +12,40 @@ job for a task seen before finds its reference inputs drawn, its baselines
 compiled and a CUDA context made. Judges are kept per task, settings and GPU,
 the least recently used closed beyond `max_judges`. Each GPU runs up to
 `lanes` jobs at once; their timing phases take turns (gate.py).
+
+No job may hold what others need for long: its time limits are finite and
+at most the service's `max_timeout_s`, a job whose client leaves is killed
+(`JobControl`), and stopping kills every child before the judges close. The
+HTTP side (read deadlines, body limits, malformed requests) is service_http.py.
 """
 
 from __future__ import annotations
 
-import hmac
 import json
+import math
 import os
 import secrets
 import threading
-import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 from kernelevo import __version__
-from kernelevo.errors import ConfigError, KernelEvoError
-from kernelevo.evaluate.protocol import JudgeJob, verdicts_to_data
+from kernelevo.errors import ConfigError
+from kernelevo.evaluate import sandbox
+from kernelevo.evaluate.protocol import JudgeJob
 from kernelevo.evaluate.service_client import SERVICE_FILE
 from kernelevo.logs import get_logger
 
 log = get_logger(__name__)
-_MAX_BODY_BYTES = 16 << 20
-_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+_LANE_POLL_S = 0.25  # how often a job waiting for a lane looks whether it was cancelled
+_CLOSE_WAIT_S = 5.0  # how long stopping waits for the judges to close
+
+
+class JobCancelled(Exception):
+    """A job's client left (or the service stops) before the job was judged."""
 
 
 @dataclass
@@ -49,15 +58,30 @@ class ServiceSettings:
     lanes: int = 1  # jobs at once per GPU
     max_judges: int = 8
     token: str = ""  # empty: a new random one (loopback only)
+    max_timeout_s: float = 900.0  # the most a job may set timeout_s or build_timeout_s to
+    read_timeout_s: float = 10.0  # a client's time to send its whole request
 
     def __post_init__(self) -> None:
         if self.lanes < 1 or self.max_judges < 1:
             raise ConfigError("--lanes and --max-judges must be at least 1")
-        if self.host not in _LOOPBACK and len(self.token) < 16:
+        for name in ("max_timeout_s", "read_timeout_s"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+                raise ConfigError(f"the service's {name} must be a finite number of seconds "
+                                  f"> 0, not {value!r}")
+        if self.host not in LOOPBACK and len(self.token) < 16:
             raise ConfigError(f"serving on {self.host} (beyond this machine) needs a token of "
                               "16 characters or more: set KERNELEVO_SERVICE_TOKEN")
         if not self.token:
             self.token = secrets.token_urlsafe(32)
+
+
+@dataclass
+class JobControl:
+    """One job in the pool, as its caller sees it: cancel it, and the judge it runs on."""
+
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    judge: Any = None
 
 
 class JudgePool:
@@ -72,21 +96,68 @@ class JudgePool:
         self._lock = threading.Lock()
         self.jobs_done = 0
 
-    def judge(self, job: JudgeJob) -> tuple[list[Any], int | None]:
-        """Verdicts of one job and the GPU that judged it."""
+    def judge(self, job: JudgeJob,
+              control: JobControl | None = None) -> tuple[list[Any], int | None]:
+        """Verdicts of one job and the GPU that judged it; JobCancelled once cancelled."""
+        control = control or JobControl()
         task, config, candidates = job.task(), job.config(), job.candidate_list()
+        self._check_limits(config)
         slot = self._choose(job.gpu)
-        with self._lanes[slot]:
-            key = (job.task_source, job.task_path, json.dumps(job.eval, sort_keys=True), slot)
-            judge = self._take(key) or self._new_judge(task, config, slot)
+        try:
+            self._take_lane(slot, control)
             try:
-                verdicts = judge.evaluate_many(candidates, timed=job.timed)
+                verdicts = self._judge_in_lane(job, task, config, slot, control, candidates)
             finally:
-                self._give_back(key, judge)
-                with self._lock:
-                    self._busy[slot] -= 1
-                    self.jobs_done += 1
+                self._lanes[slot].release()
+        finally:
+            with self._lock:
+                self._busy[slot] -= 1
         return verdicts, slot
+
+    def _judge_in_lane(self, job: JudgeJob, task: Any, config: Any, slot: int | None,
+                       control: JobControl, candidates: list[Any]) -> list[Any]:
+        key = (job.task_source, job.task_path, json.dumps(job.eval, sort_keys=True), slot)
+        judge = self._take(key) or self._new_judge(task, config, slot)
+        control.judge = judge
+        try:
+            if control.cancelled.is_set():
+                raise JobCancelled("the job was cancelled before it started")
+            verdicts = judge.evaluate_many(candidates, timed=job.timed)
+        finally:
+            control.judge = None
+            if control.cancelled.is_set() or sandbox.stopping():
+                # Its sessions were killed: closed aside, so the lane frees now.
+                threading.Thread(target=judge.close, name="kernelevo-close-judge",
+                                 daemon=True).start()
+            else:
+                self._give_back(key, judge)
+        if control.cancelled.is_set():
+            raise JobCancelled("the job was cancelled")
+        with self._lock:
+            self.jobs_done += 1
+        return verdicts
+
+    def cancel(self, control: JobControl) -> None:
+        """Cancel a job: it stops waiting for a lane, its processes are killed."""
+        from kernelevo.evaluate.session import kill_sessions
+
+        control.cancelled.set()
+        judge = control.judge
+        if judge is not None:
+            kill_sessions(judge)
+
+    def _check_limits(self, config: Any) -> None:
+        most = self.settings.max_timeout_s
+        for name in ("timeout_s", "build_timeout_s"):
+            if getattr(config, name) > most:
+                raise ConfigError(f"judge job field eval.{name} is {getattr(config, name):g} s, "
+                                  f"over this service's limit of {most:g} s "
+                                  "(kernelevo serve --max-timeout)")
+
+    def _take_lane(self, slot: int | None, control: JobControl) -> None:
+        while not self._lanes[slot].acquire(timeout=_LANE_POLL_S):
+            if control.cancelled.is_set() or sandbox.stopping():
+                raise JobCancelled("the job was cancelled while it waited for a lane")
 
     def _choose(self, wanted: int | None) -> int | None:
         with self._lock:
@@ -134,6 +205,14 @@ class JudgePool:
         for judge in judges:
             judge.close()
 
+    def close_within(self, seconds: float) -> bool:
+        """Close the idle judges, waiting at most `seconds`; whether they closed in time."""
+        closing = threading.Thread(target=self.close, name="kernelevo-close-judges",
+                                   daemon=True)
+        closing.start()
+        closing.join(seconds)
+        return not closing.is_alive()
+
     def health(self) -> dict[str, Any]:
         with self._lock:
             warm = sum(len(v) for v in self._idle.values())
@@ -145,80 +224,15 @@ class JudgePool:
                 "jobs_done": self.jobs_done}
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: "_Server"
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base's name
-        log.debug("service: " + format, *args)
-
-    def do_GET(self) -> None:  # noqa: N802 - the base's name
-        if not self._authorised():
-            return
-        if self.path == "/v1/health":
-            self._answer(200, self.server.pool.health())
-        else:
-            self._answer(404, {"error": f"no such path: {self.path}"})
-
-    def do_POST(self) -> None:  # noqa: N802 - the base's name
-        if not self._authorised():
-            return
-        if self.path != "/v1/judge":
-            self._answer(404, {"error": f"no such path: {self.path}"})
-            return
-        length = int(self.headers.get("Content-Length") or 0)
-        if length <= 0 or length > _MAX_BODY_BYTES:
-            self._answer(413, {"error": f"a job must be 1 to {_MAX_BODY_BYTES} bytes of JSON"})
-            return
-        started = time.perf_counter()
-        try:
-            job = JudgeJob.from_dict(json.loads(self.rfile.read(length)))
-            verdicts, gpu = self.server.pool.judge(job)
-        except ValueError as exc:
-            self._answer(400, {"error": f"the job is not JSON: {exc}"})
-            return
-        except KernelEvoError as exc:
-            self._answer(400, {"error": str(exc)})
-            return
-        except Exception as exc:  # noqa: BLE001 - the client hears of it; the service stays up
-            log.exception("service: a job failed")
-            self._answer(500, {"error": f"{type(exc).__name__}: {exc}"})
-            return
-        self._answer(200, {"verdicts": verdicts_to_data(verdicts), "gpu": gpu,
-                           "wall_s": round(time.perf_counter() - started, 3)})
-
-    def _authorised(self) -> bool:
-        given = self.headers.get("Authorization", "")
-        expected = f"Bearer {self.server.settings.token}"
-        if hmac.compare_digest(given.encode(), expected.encode()):
-            return True
-        self._answer(401, {"error": "a valid token is needed (Authorization: Bearer ...)"})
-        return False
-
-    def _answer(self, status: int, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self, settings: ServiceSettings, pool: JudgePool) -> None:
-        super().__init__((settings.host, settings.port), _Handler)
-        self.settings, self.pool = settings, pool
-
-
 class Service:
     """The running service: its HTTP server, its judges and its record file."""
 
     def __init__(self, settings: ServiceSettings, folder: Path) -> None:
         self.settings = settings
+        from kernelevo.evaluate.service_http import ServiceServer
+
         self.pool = JudgePool(settings)
-        self.server = _Server(settings, self.pool)
+        self.server = ServiceServer(settings, self.pool)
         host, port = self.server.server_address[:2]
         shown = host if settings.host not in ("0.0.0.0", "::") else "127.0.0.1"
         self.url = f"http://{shown}:{port}"
@@ -231,11 +245,20 @@ class Service:
     def serve_forever(self) -> None:
         self.server.serve_forever(poll_interval=0.2)
 
-    def stop(self) -> None:
-        """Stop taking jobs, close every judge, remove the record (if still ours)."""
+    def stop(self, exiting: bool = False) -> None:
+        """Stop taking jobs, kill every job's children, close the judges, remove the record.
+
+        Bounded whatever the jobs do: their children are killed and their waits
+        give up. `exiting`: the process ends next, so new jobs stay refused.
+        """
+        sandbox.stop_all_jobs()
         threading.Thread(target=self.server.shutdown, daemon=True).start()
-        self.pool.close()
+        if not self.pool.close_within(_CLOSE_WAIT_S):
+            log.warning("service: judges still closing after %.0f s; stopping anyway",
+                        _CLOSE_WAIT_S)
         self.server.server_close()
+        if not exiting:
+            sandbox.allow_jobs()
         try:
             if json.loads(self.record.read_text()).get("pid") == os.getpid():
                 self.record.unlink()

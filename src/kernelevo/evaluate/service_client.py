@@ -26,6 +26,7 @@ from kernelevo.task import Task
 
 SERVICE_FILE = "service.json"
 URL_ENV, TOKEN_ENV = "KERNELEVO_SERVICE_URL", "KERNELEVO_SERVICE_TOKEN"
+MAX_BODY_BYTES = 16 << 20  # the largest job a service takes
 _PROBE_TIMEOUT_S = 1.0
 
 
@@ -68,6 +69,9 @@ def request(url: str, token: str, method: str, path: str, body: Any = None,
             timeout_s: float | None = None) -> dict[str, Any]:
     """One JSON request; any failure is an EnvironmentProblem with the service's words."""
     data = None if body is None else json.dumps(body).encode()
+    if data is not None and len(data) > MAX_BODY_BYTES:
+        raise EnvironmentProblem(f"the job is {len(data)} bytes, over the evaluation service's "
+                                 f"limit of {MAX_BODY_BYTES}: judge it with --local")
     call = urllib.request.Request(url.rstrip("/") + path, data=data, method=method,
                                   headers={"Authorization": f"Bearer {token}",
                                            "Content-Type": "application/json"})

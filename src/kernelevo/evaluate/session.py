@@ -12,6 +12,8 @@ Each session holds its GPU's gate (gate.py): shared while it runs kernels
 to warm up and check, released while it waits for work, exclusive while it
 times. A child asks for its shared hold once it has imported the task and
 made its CUDA context (no kernels), so those overlap a timing phase.
+`kill_sessions(judge)` ends a judge's sessions from another thread (a job
+whose client left): their processes die and their waits give up.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import shutil
 import tempfile
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any, Callable
 
@@ -39,6 +42,17 @@ from kernelevo.evaluate.worker import run_worker
 from kernelevo.task import Task
 
 _POLL_S = 0.25  # how often a waiting worker looks whether the process is stopping
+_live: "weakref.WeakSet[Session]" = weakref.WeakSet()
+_live_lock = threading.Lock()
+
+
+def kill_sessions(judge: Any) -> int:
+    """Kill every session of `judge` (running or standby); how many there were."""
+    with _live_lock:
+        sessions = [session for session in _live if session.judge is judge]
+    for session in sessions:
+        session.kill()
+    return len(sessions)
 
 
 class Session:
@@ -54,6 +68,7 @@ class Session:
         self.scratch = Path(tempfile.mkdtemp(prefix="kernelevo-"))
         gate = gate_for(judge.device, judge.gpu_index)
         self.deadline = Deadline()
+        self.killed = threading.Event()
         self.state: _WorkerState | None = None
         self.result: JobResult | None = None
         self.error: BaseException | None = None
@@ -64,9 +79,10 @@ class Session:
         # kernels only then (or once given candidates itself): else that
         # warm-up holds the GPU when this one is ready to time (gate_wait).
         self.past_timing = threading.Event()
-        self._yield = _Yield(yield_to, self._given)
-        self.oracle = _OracleRun(judge, task, self.scratch / "oracle", Hold(gate), self._yield)
-        self.hold = Hold(gate)
+        self._yield = _Yield(yield_to, self._given, self.abandoned)
+        self.oracle = _OracleRun(judge, task, self.scratch / "oracle",
+                                 Hold(gate, self.abandoned), self._yield)
+        self.hold = Hold(gate, self.abandoned)
         self._closed = False
         self._yielded_s: float | None = None
         self._last_message = time.monotonic()
@@ -74,8 +90,14 @@ class Session:
                                           daemon=True),
                          threading.Thread(target=self._work, name="kernelevo-worker",
                                           daemon=True)]
+        with _live_lock:
+            _live.add(self)
         for thread in self._threads:
             thread.start()
+
+    def abandoned(self) -> bool:
+        """Whether this session's waits should give up: it was killed or the process stops."""
+        return self.killed.is_set() or stopping()
 
     def alive(self) -> bool:
         """Whether the worker still waits for candidates (it may have died waiting)."""
@@ -103,6 +125,7 @@ class Session:
 
     def kill(self) -> None:
         """Kill both processes at once (close() then only waits for their threads)."""
+        self.killed.set()
         self.deadline.kill()
         self.oracle.deadline.kill()
 
@@ -115,6 +138,8 @@ class Session:
         for thread in self._threads:
             thread.join()
         shutil.rmtree(self.scratch, ignore_errors=True)
+        with _live_lock:
+            _live.discard(self)
 
     def _work(self) -> None:
         judge = self.judge
@@ -160,7 +185,9 @@ class Session:
         if kind == "checked" and reply is not None:
             self.hold.release()
             self._call_ahead("checked")
-            if reply.get("time"):  # timing runs alone on the GPU
+            # Timing runs alone on the GPU. A CPU worker times nothing: waiting
+            # for the gate there only made a job wait out a hung one beside it.
+            if reply.get("time") and self.judge.device == "cuda":
                 self.state.phases["gate_wait"] = self._wait_for(self.hold.exclusive)
             else:
                 self.past_timing.set()
@@ -178,7 +205,7 @@ class Session:
         self.warm.set()
         self._call_ahead("warm")
         while not self._given.wait(_POLL_S):
-            if stopping():
+            if self.abandoned():
                 return {"abort": True}
         if self.state is None:
             return {"abort": True}
@@ -199,8 +226,9 @@ class _Yield:
     standby is given candidates (a job waits for it now), or the judge stops.
     """
 
-    def __init__(self, beside: "Session | None", given: threading.Event) -> None:
-        self.beside, self.given = beside, given
+    def __init__(self, beside: "Session | None", given: threading.Event,
+                 abandoned: Callable[[], bool]) -> None:
+        self.beside, self.given, self.abandoned = beside, given, abandoned
         self.waiting = threading.Event()  # set once a child waited here
 
     def wait(self, deadline: Deadline) -> float | None:
@@ -210,7 +238,7 @@ class _Yield:
         self.waiting.set()
         started = time.monotonic()
         while not self.beside.past_timing.wait(0.02):
-            if self.given.is_set() or stopping():
+            if self.given.is_set() or self.abandoned():
                 break
         waited = time.monotonic() - started
         deadline.at += waited
