@@ -74,41 +74,49 @@ REFUSES = KERNEL.format(mask="", load_mask="", grid="n // 32", refuse=(
     "            raise ValueError(f'built for 16 x 32 only, got {tuple(x.shape)}')"))
 
 
-def _judge(**changes) -> Judge:
-    config = EvalConfig(device="cpu", shrink_on_cpu=False, timeout_s=60.0,
+DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+def _judge(device: str, **changes) -> Judge:
+    config = EvalConfig(device=device, shrink_on_cpu=False, timeout_s=60.0,
                         timing=TimingConfig(baselines=("eager",)), **changes)
     return Judge(task_from_source(TASK, name="axpy"), config)
 
 
-def _verdict(source: str, **changes):
-    return _judge(**changes).evaluate(Candidate(source=source, backend="triton", name="c"))
+def _verdict(source: str, device: str, **changes):
+    return _judge(device, **changes).evaluate(Candidate(source=source, backend="triton",
+                                                        name="c"))
 
 
 def test_shapes_are_varied_by_default():
     assert EvalConfig().vary_shapes is True
 
 
-def test_general_kernel_passes_and_says_where_it_was_checked():
-    verdict = _verdict(GENERAL)
+@pytest.mark.parametrize("device", DEVICES)
+def test_general_kernel_passes_and_says_where_it_was_checked(device):
+    verdict = _verdict(GENERAL, device)
     assert verdict.reason == "passed", verdict.message
     assert SPECIALISED_FLAG not in verdict.flags
     assert any("also correct at rows=15, cols=29" in note for note in verdict.notes)
 
 
-def test_kernel_silently_wrong_at_other_sizes_does_not_pass():
-    verdict = _verdict(SILENTLY_WRONG)
+@pytest.mark.parametrize("device", DEVICES)
+def test_kernel_silently_wrong_at_other_sizes_does_not_pass(device):
+    verdict = _verdict(SILENTLY_WRONG, device)
     assert not verdict.ok
     assert verdict.reason == "shape_specialised"
     assert "rows=15, cols=29" in verdict.message
 
 
-def test_kernel_silently_wrong_at_other_sizes_passes_with_variation_off():
+@pytest.mark.parametrize("device", DEVICES)
+def test_kernel_silently_wrong_at_other_sizes_passes_with_variation_off(device):
     # The task's own size is a multiple of the block: only another size shows it.
-    assert _verdict(SILENTLY_WRONG, vary_shapes=False).reason == "passed"
+    assert _verdict(SILENTLY_WRONG, device, vary_shapes=False).reason == "passed"
 
 
-def test_kernel_that_refuses_other_sizes_passes_flagged():
-    verdict = _verdict(REFUSES)
+@pytest.mark.parametrize("device", DEVICES)
+def test_kernel_that_refuses_other_sizes_passes_flagged(device):
+    verdict = _verdict(REFUSES, device)
     assert verdict.reason == "passed", verdict.message
     assert SPECIALISED_FLAG in verdict.flags
     assert any("refuses other sizes" in note and "built for 16 x 32 only" in note

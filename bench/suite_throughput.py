@@ -1,0 +1,217 @@
+"""`kernelevo suite` against KernelBench's harness on one GPU, same corpus, same call.
+
+    KERNELEVO_CACHE_DIR=/tmp/ke-suite PYTHONPATH=src python3 bench/suite_throughput.py \\
+        --kb .kb --out DIR [--phases suite kb builds] [--kb-budget-s 200] [--only ...]
+
+Corpus: every entry of bench/kernelbench/manifest.toml (Triton and CUDA, honest
+and bad, KernelBench levels 1 and 2), each problem shrunk as
+bench/kernelbench_batch.py does. Phases:
+  suite   one `kernelevo suite DIR/tasks --solutions DIR/solutions` process,
+          its caches empty at the start (CUDA builds cold); wall time, rows,
+          and each verdict against the manifest's expected reasons
+  kb      KernelBench's harness, one fresh process per candidate
+          (bench/kb_harness.py), over the corpus in a shuffled order (fixed
+          seed) until --kb-budget-s is spent; candidates per hour from that
+  builds  a small CUDA extension built cold through the judge's prebuild and
+          through plain load_inline; a broken source through both
+Writes DIR/suite_throughput.json and prints a table last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from kernelbench_batch import CANDIDATES, load_entries, prepare  # noqa: E402
+
+
+def layout(entries: list[dict], problems: dict, out: Path) -> tuple[Path, Path]:
+    """The suite's inputs: one task file per problem, solutions named <task>__<file>."""
+    tasks, solutions = out / "tasks", out / "solutions"
+    for folder in (tasks, solutions):
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+    for problem, info in problems.items():
+        shutil.copy(info["path"], tasks / f"{_stem(problem)}.py")
+    for entry in entries:
+        shutil.copy(CANDIDATES / entry["file"],
+                    solutions / f"{_stem(entry['problem'])}__{entry['file']}")
+    return tasks, solutions
+
+
+def _stem(problem: str) -> str:
+    return problem.replace("/", "_")
+
+
+def suite_phase(entries: list[dict], tasks: Path, solutions: Path, out: Path) -> dict:
+    result_dir = out / "suite"
+    shutil.rmtree(result_dir, ignore_errors=True)
+    env = {**os.environ, "KERNELEVO_CACHE_DIR": tempfile.mkdtemp(prefix="ke-suite-cache-")}
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "kernelevo.cli", "suite", str(tasks),
+                           "--solutions", str(solutions), "--out", str(result_dir)],
+                          env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    wall = time.perf_counter() - started
+    (out / "suite_log.txt").write_text(done.stdout)
+    rows = [json.loads(line) for line in (result_dir / "results.jsonl").read_text().splitlines()
+            if line.strip()] if (result_dir / "results.jsonl").exists() else []
+    expected = {entry["file"]: entry for entry in entries}
+    verdicts = []
+    for row in rows:
+        file = (row.get("file") or "").split("__", 1)[-1] if row.get("file") else None
+        entry = expected.get(file or "")
+        if entry is None:
+            continue
+        verdicts.append({"file": file, "kind": entry["kind"], "backend": _backend(entry),
+                         "reason": row["reason"], "right": row["reason"] in entry["expect_reasons"],
+                         "wall_s": row.get("wall_s"), "speedup": row.get("speedup"),
+                         "flags": row.get("flags"), "message": (row.get("message") or "")[:200]})
+    return {"rc": done.returncode, "wall_s": round(wall, 1), "judged": len(verdicts),
+            "per_hour": round(3600 * len(verdicts) / wall) if verdicts else None,
+            "wrong": [v for v in verdicts if not v["right"]], "verdicts": verdicts}
+
+
+def _backend(entry: dict) -> str:
+    return entry.get("backend", "triton")
+
+
+def kb_phase(entries: list[dict], problems: dict, kb: Path, out: Path, budget_s: float) -> dict:
+    """KernelBench's harness, a fresh process per candidate, until the budget is spent."""
+    order = list(entries)
+    random.Random(7).shuffle(order)
+    env = {**os.environ, "TORCH_EXTENSIONS_DIR": tempfile.mkdtemp(prefix="kb-ext-")}
+    walls, rows, started = [], [], time.perf_counter()
+    for entry in order:
+        if time.perf_counter() - started > budget_s:
+            break
+        begun = time.perf_counter()
+        try:
+            done = subprocess.run(
+                [sys.executable, str(ROOT / "bench" / "kb_harness.py"), "--kb-src",
+                 str(kb / "src"), "--deps", ".kbdeps", "--backend", _backend(entry),
+                 problems[entry["problem"]]["path"], str(CANDIDATES / entry["file"])],
+                capture_output=True, text=True, timeout=300, env=env)
+            last, rc = (done.stdout.strip().splitlines() or ["{}"])[-1], done.returncode
+        except subprocess.TimeoutExpired:
+            last, rc = "timeout", -9
+        wall = time.perf_counter() - begun
+        walls.append(wall)
+        rows.append({"file": entry["file"], "backend": _backend(entry), "kind": entry["kind"],
+                     "wall_s": round(wall, 2), "rc": rc, "result": last[:300]})
+        print(f"kb {entry['file']:60} rc={rc} {wall:6.1f}s", flush=True)
+    total = time.perf_counter() - started
+    return {"candidates": len(walls), "wall_s": round(total, 1),
+            "per_hour": round(3600 * len(walls) / total) if walls else None,
+            "cuda": sum(r["backend"] == "cuda" for r in rows), "rows": rows}
+
+
+SMALL_EXTENSION = r'''
+import torch
+from torch.utils.cpp_extension import load_inline
+
+cuda_source = """
+#include <torch/extension.h>
+__global__ void add_one(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i] + 1.0f;
+}
+torch::Tensor add_one_launch(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    int n = x.numel();
+    add_one<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);
+    return y;
+}
+"""
+cpp_source = "torch::Tensor add_one_launch(torch::Tensor x);"
+module = load_inline(name="NAME", cpp_sources=cpp_source, cuda_sources=cuda_source,
+                     functions=["add_one_launch"], verbose=False)
+'''
+
+
+def builds_phase() -> dict:
+    """Cold builds of one small extension: the judge's prebuild against plain load_inline."""
+    from kernelevo.config import EvalConfig
+    from kernelevo.evaluate.judge import child_environment, prebuild_source
+
+    results = {}
+    tag = str(int(time.time()))
+    for label, source in (("ok", SMALL_EXTENSION),
+                          ("broken", SMALL_EXTENSION.replace("x[i] + 1.0f", "x[i] + missing"))):
+        source = source.replace("NAME", f"bench_{label}_{tag}")
+        with tempfile.TemporaryDirectory() as folder:
+            env = {**os.environ, "TORCH_EXTENSIONS_DIR": folder, "MAX_JOBS": "8"}
+            script = Path(folder) / "plain.py"
+            script.write_text(source)
+            started = time.perf_counter()
+            plain = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                                   text=True)
+            plain_s = time.perf_counter() - started
+        cache = tempfile.mkdtemp(prefix="ke-build-")
+        os.environ["TORCH_EXTENSIONS_DIR"] = str(Path(cache) / "torch_extensions")
+        started = time.perf_counter()
+        build_s = prebuild_source(source, EvalConfig(), child_environment("cuda", None))
+        ours_s = time.perf_counter() - started
+        started = time.perf_counter()
+        prebuild_source(source, EvalConfig(), child_environment("cuda", None))
+        again_s = time.perf_counter() - started
+        results[label] = {"plain_load_inline_s": round(plain_s, 2), "plain_rc": plain.returncode,
+                          "prebuild_s": round(ours_s, 2), "prebuild_build_s": round(build_s, 2),
+                          "prebuild_again_s": round(again_s, 2)}
+        print(f"build {label}: plain {plain_s:.1f}s (rc {plain.returncode}), ours {ours_s:.1f}s,"
+              f" again {again_s:.2f}s", flush=True)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--kb", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--phases", nargs="*", default=["builds", "suite", "kb"])
+    parser.add_argument("--kb-budget-s", type=float, default=200.0)
+    parser.add_argument("--max-elements", type=int, default=1 << 24)
+    parser.add_argument("--only", nargs="*")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    entries = load_entries(args.only)
+    problems = prepare(entries, args.kb, args.out, args.max_elements)
+    tasks, solutions = layout(entries, problems, args.out)
+    result: dict = {"corpus": {"entries": len(entries), "problems": len(problems),
+                               "cuda": sum(_backend(e) == "cuda" for e in entries),
+                               "honest": sum(e["kind"] == "honest" for e in entries)}}
+    path = args.out / "suite_throughput.json"
+    for phase in args.phases:
+        if phase == "builds":
+            result["builds"] = builds_phase()
+        elif phase == "suite":
+            result["suite"] = suite_phase(entries, tasks, solutions, args.out)
+        elif phase == "kb":
+            result["kb"] = kb_phase(entries, problems, args.kb, args.out, args.kb_budget_s)
+        path.write_text(json.dumps(result, indent=1))
+    suite, kb = result.get("suite", {}), result.get("kb", {})
+    print(json.dumps(result["corpus"]))
+    if suite:
+        print(f"suite: {suite['judged']} judged in {suite['wall_s']} s = {suite['per_hour']}/h; "
+              f"verdicts not as expected: {[(w['file'], w['reason']) for w in suite['wrong']]}")
+    if kb:
+        print(f"KernelBench harness: {kb['candidates']} ({kb['cuda']} CUDA) in {kb['wall_s']} s "
+              f"= {kb['per_hour']}/h")
+    if suite.get("per_hour") and kb.get("per_hour"):
+        print(f"ratio: {suite['per_hour'] / kb['per_hour']:.2f}x")
+    if "builds" in result:
+        print(json.dumps(result["builds"]))
+
+
+if __name__ == "__main__":
+    main()
