@@ -398,8 +398,10 @@ def report_command(
 def ui_command(
     runs_dir: Optional[Path] = _RUNS_DIR,
     host: str = typer.Option("127.0.0.1", help="address to bind (keep 127.0.0.1; forward the "
-                             "port over SSH)"),
-    port: int = typer.Option(8765, help="port to serve on (0: any free port)"),
+                             "port over SSH); beyond loopback the UI asks for a token, "
+                             "printed in its URL (KERNELEVO_UI_TOKEN to choose it)"),
+    port: int = typer.Option(8765, min=0, max=65535,
+                             help="port to serve on (0: any free port)"),
     open_browser: bool = typer.Option(False, "--open", help="open the UI in a browser"),
 ) -> None:
     """Serve a local web UI that lists runs and follows them live."""
@@ -408,6 +410,8 @@ def ui_command(
 
     try:
         serve(runs_dir or default_runs_dir(), host, port, open_browser)
+    except KernelEvoError as exc:
+        _fail(exc)
     except OSError as exc:
         _fail(KernelEvoError(f"cannot serve on {host}:{port}: {exc} (pick another --port)"))
 

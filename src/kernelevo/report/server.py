@@ -9,23 +9,32 @@ Routes:
     /run/<id>/candidate/<candidate id>   code, diffs, verdict, logs, prompt and answer
     /api/run/<id>/summary                JSON the pages poll every 2 s
     /compare?runs=a,b                    several runs side by side
+
+Bound beyond loopback it needs a token, as `kernelevo serve` does: the URL it
+prints carries `?token=...`, which the first page trades for a cookie;
+`Authorization: Bearer ...` works too. Anything else gets 401.
 """
 
 from __future__ import annotations
 
+import hmac
+import ipaddress
 import json
+import os
 import re
+import secrets
 import sqlite3
 import sys
 import traceback
 import webbrowser
 from dataclasses import dataclass
+from http.cookies import CookieError, SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
-from kernelevo.errors import KernelEvoError
+from kernelevo.errors import ConfigError, KernelEvoError
 from kernelevo.report import html, units
 from kernelevo.report.data import load_run, run_database
 from kernelevo.report.detail import CandidateDetail, load_candidate_detail
@@ -37,6 +46,9 @@ from kernelevo.store_listing import list_runs
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 # The front page plots this many of the newest runs; more would be unreadable.
 INDEX_PLOT_RUNS = 10
+TOKEN_ENV = "KERNELEVO_UI_TOKEN"
+_COOKIE = "kernelevo_ui_token"
+_MIN_TOKEN_CHARS = 16
 
 
 class NotFound(Exception):
@@ -144,10 +156,14 @@ def _error(status: int, message: str) -> Response:
 
 class _Handler(BaseHTTPRequestHandler):
     runs_dir = Path("runs")
+    token: str | None = None  # None: no token asked (loopback)
     server_version = "kernelevo-ui"
+    timeout = 30  # seconds a connection may sit without sending: a thread each
 
     def do_GET(self) -> None:  # noqa: N802 (the name http.server dispatches to)
         url = urlsplit(self.path)
+        if self.token is not None and not self._authorised(url.path, parse_qs(url.query)):
+            return
         try:
             response = route(self.runs_dir, url.path, parse_qs(url.query))
         except NotFound as exc:
@@ -159,15 +175,35 @@ class _Handler(BaseHTTPRequestHandler):
             response = _error(500, f"internal error: {exc}")
         self._send(response)
 
-    def _send(self, response: Response) -> None:
+    def _authorised(self, path: str, query: dict[str, list[str]]) -> bool:
+        """Whether the request carries the token; a token in the URL becomes a cookie."""
+        assert self.token is not None
+        given = query.pop("token", [""])[-1]
+        if given and _same(given, self.token):
+            # The token leaves the address bar: the cookie carries it from now on.
+            where = path + (f"?{urlencode(query, doseq=True)}" if query else "")
+            self._send(Response(303, "text/plain", b""), {
+                "Location": where,
+                "Set-Cookie": f"{_COOKIE}={self.token}; HttpOnly; SameSite=Strict; Path=/"})
+            return False
+        bearer = self.headers.get("Authorization", "").removeprefix("Bearer ")
+        if _same(bearer, self.token) or _same(_cookie(self.headers.get("Cookie")), self.token):
+            return True
+        self._send(_error(401, "this UI needs its token: open the address it printed "
+                               "(…/?token=...)"))
+        return False
+
+    def _send(self, response: Response, headers: dict[str, str] | None = None) -> None:
         try:
             self.send_response(response.status)
             self.send_header("Content-Type", response.content_type)
             self.send_header("Content-Length", str(len(response.body)))
             self.send_header("Cache-Control", "no-store")
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(response.body)
-        except (BrokenPipeError, ConnectionResetError):
+        except OSError:
             pass  # the browser left (closed the tab, navigated on) before the reply
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002
@@ -175,9 +211,48 @@ class _Handler(BaseHTTPRequestHandler):
         return
 
 
-def make_server(runs_dir: Path, host: str = "127.0.0.1", port: int = 8765) -> ThreadingHTTPServer:
-    """A UI server over `runs_dir`, bound but not yet serving; port 0 picks a free one."""
-    handler = type("RunsHandler", (_Handler,), {"runs_dir": Path(runs_dir)})
+def _same(given: str, token: str) -> bool:
+    return hmac.compare_digest(given.encode(errors="replace"), token.encode())
+
+
+def _cookie(header: str | None) -> str:
+    try:
+        morsel = SimpleCookie(header or "").get(_COOKIE)
+    except CookieError:
+        return ""
+    return morsel.value if morsel else ""
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` is reachable only from this machine."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve to anything
+
+
+def ui_token(host: str) -> str | None:
+    """The token a UI on `host` asks for: KERNELEVO_UI_TOKEN, else None on loopback, else new."""
+    token = os.environ.get(TOKEN_ENV, "")
+    if token and len(token) < _MIN_TOKEN_CHARS:
+        raise ConfigError(f"{TOKEN_ENV} has {len(token)} characters: give one of "
+                          f"{_MIN_TOKEN_CHARS} or more, or unset it for a random one")
+    if token:
+        return token
+    return None if is_loopback(host) else secrets.token_urlsafe(24)
+
+
+def make_server(runs_dir: Path, host: str = "127.0.0.1", port: int = 8765,
+                token: str | None = None) -> ThreadingHTTPServer:
+    """A UI server over `runs_dir`, bound but not yet serving; port 0 picks a free one.
+
+    With a token, every request must carry it (see the module's docstring).
+    """
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ConfigError(f"port {port!r} is not a port: give 0 to 65535 (0: any free one)")
+    handler = type("RunsHandler", (_Handler,), {"runs_dir": Path(runs_dir), "token": token})
     server = ThreadingHTTPServer((host, port), handler)
     server.daemon_threads = True  # a hung browser connection must not block shutdown
     return server
@@ -185,11 +260,17 @@ def make_server(runs_dir: Path, host: str = "127.0.0.1", port: int = 8765) -> Th
 
 def serve(runs_dir: Path, host: str = "127.0.0.1", port: int = 8765,
           open_browser: bool = False) -> None:
-    """Serve the UI until interrupted (Ctrl-C)."""
-    server = make_server(runs_dir, host, port)
+    """Serve the UI until interrupted (Ctrl-C); beyond loopback, behind a token."""
+    token = ui_token(host)
+    server = make_server(runs_dir, host, port, token)
     bound_host, bound_port = server.server_address[:2]
-    url = f"http://{bound_host}:{bound_port}/"
+    shown = "127.0.0.1" if bound_host in ("0.0.0.0", "::") else bound_host
+    url = f"http://{shown}:{bound_port}/" + (f"?token={token}" if token else "")
     print(f"KernelEvo UI for {runs_dir} at {url} (Ctrl-C to stop)", file=sys.stderr)
+    if not is_loopback(host):
+        print(f"listening on {host}, beyond this machine: plain HTTP, so anyone who sees "
+              "the token can read every run; prefer 127.0.0.1 and an SSH tunnel",
+              file=sys.stderr)
     if open_browser:
         webbrowser.open(url)
     try:
