@@ -31,10 +31,9 @@ def report_death_wishes(payload, channel):
 
     wanted = ctypes.c_int()
     ctypes.CDLL(None).prctl(2, ctypes.byref(wanted), 0, 0, 0)  # PR_GET_PDEATHSIG
-    session = os.getsid(0)
-    members = [int(p) for p in os.listdir("/proc") if p.isdigit() and _session_of(int(p)) == session]
-    channel.send("death", parent_death_signal=wanted.value, session_members=len(members),
-                 alive_fd=forkserver._forkserver._forkserver_alive_fd)
+    # The judge counts the session: the worker's /proc shows no process of another user.
+    channel.ask("death", parent_death_signal=wanted.value, session=os.getsid(0),
+                alive_fd=forkserver._forkserver._forkserver_alive_fd)
 
 
 def _session_of(pid):
@@ -47,13 +46,22 @@ def _session_of(pid):
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="prctl is Linux's")
 def test_children_die_with_their_parent_and_a_guard_watches_their_session(tmp_path):
+    members = []
+
+    def count_session(message):
+        if message["kind"] == "death":
+            members.extend(p for p in os.listdir("/proc")
+                           if p.isdigit() and _session_of(int(p)) == message["session"])
+            return {}
+        return None
+
     result = run_job(report_death_wishes, {}, tmp_path / "job", timeout_s=60,
-                     output_limit_bytes=1 << 20)
+                     output_limit_bytes=1 << 20, on_message=count_session)
     (message,) = [m for m in result.messages if m["kind"] == "death"]
     assert message["parent_death_signal"] == signal.SIGKILL
     # The forkserver's "alive" pipe let go of, so it exits once the judge is gone.
     assert message["alive_fd"] is None
-    assert message["session_members"] == 2  # the child and its guard
+    assert len(members) == 3  # the keeper, its guard and the worker
     assert result.exit_code == 0, result.log_tail
 
 

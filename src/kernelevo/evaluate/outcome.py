@@ -15,7 +15,7 @@ from kernelevo.evaluate.verdict import (NO_CUSTOM_KERNEL_FLAG, SPECIALISED_FLAG,
                                          Verdict, speedup, verdict_for)
 
 ISOLATION = ("own process group, wall-clock kill, output cap, scratch cwd, fresh CUDA context, "
-             "network {network}")
+             "network {network}, {confinement}")
 
 
 def _outputs_from(report: dict[str, Any], count: int, judge: Any,
@@ -102,7 +102,8 @@ def build_verdicts(state: Any, result: JobResult, judge: Any) -> list[Verdict]:
     verdicts = []
     for index, candidate in enumerate(state.candidates):
         verdict = _one(state, result, judge, index, candidate)
-        verdicts.append(replace(verdict, isolation=ISOLATION.format(network=result.network),
+        verdicts.append(replace(verdict, isolation=ISOLATION.format(network=result.network,
+                                                           confinement=result.confinement),
                                 phases_s=_phases(state.reports.get(index), state.timing,
                                                  state.phases),
                                 environment=_environment(judge, state.timing)))

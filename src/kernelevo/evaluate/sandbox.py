@@ -6,7 +6,9 @@ shared CUDA context. Each child starts its own session, so killing its
 process group also ends compilers and anything it spawned. Messages from a
 child are JSON only: unpickling what an untrusted process wrote would hand
 it the judge. A judge that dies without cleaning up leaves no child running
-(lifeline.py says how).
+(lifeline.py says how). Before any of its code runs, a child is confined
+(confine.py: its own root, user and keeper) and starts without secrets;
+whatever it reports has them redacted (redact.py).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import multiprocessing
 import os
 import resource
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -27,10 +30,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from kernelevo.cache_dir import default_cache_dir
+from kernelevo.evaluate import confine, redact
 from kernelevo.evaluate.lifeline import (
     MARKER_ENV, die_with_parent, kill_marked, release_forkserver, start_guard, stop_guard)
 
 _EXIT_WAIT_S = 60.0  # how long a killed child may take to be gone
+_KEEPER_GRACE_S = 10.0  # how long a keeper may take to end its job's processes
+_spawned: list[subprocess.Popen] = []  # forkserver processes, kept so none is reaped twice
 _context: Any = None
 _start_lock = threading.Lock()
 # Children running now (pid -> marker), so a process told to stop can kill them all.
@@ -56,7 +63,7 @@ def stop_all_jobs() -> None:
     with _live_lock:
         running = list(_live_jobs.items())
     for pid, marker in running:
-        _kill_group(pid, marker)
+        _end_job(pid, marker)
 
 
 def stopping() -> bool:
@@ -95,8 +102,32 @@ def _ensure_forkserver() -> None:
         if _forkserver_interpret not in (None, wanted):
             forkserver._forkserver._stop()  # started for the other mode: a new one starts
         _forkserver_interpret = wanted
-        with _main_module_hidden():
+        with _main_module_hidden(), _spawning_without_secrets():
             forkserver.ensure_running()
+
+
+@contextlib.contextmanager
+def _spawning_without_secrets() -> Iterator[None]:
+    """Start the forkserver with no secret in its environment.
+
+    Its children are forked from it: the environment it was started with is
+    what their /proc/self/environ shows, whatever they set later.
+    """
+    from multiprocessing import util
+
+    def spawn(path: str, args: list[str], passfds: Any) -> int:
+        process = subprocess.Popen(args, executable=path, pass_fds=tuple(passfds),
+                                   env=redact.without_secrets(os.environ),
+                                   restore_signals=False)
+        _spawned.append(process)  # multiprocessing reaps it: no Popen may do so on collection
+        return process.pid
+
+    original = util.spawnv_passfds
+    util.spawnv_passfds = spawn
+    try:
+        yield
+    finally:
+        util.spawnv_passfds = original
 
 
 def allow_jobs() -> None:
@@ -160,6 +191,13 @@ class JobResult:
         return str(found[0]) if found else "unknown"
 
     @property
+    def confinement(self) -> str:
+        """The confinement layers the child reported before its work began (confine.py)."""
+        found = [m.get("layers") for m in self.messages if m.get("kind") == "isolation"]
+        layers = found[0] if found and isinstance(found[0], list) else ["confinement unknown"]
+        return ", ".join(str(layer) for layer in layers)
+
+    @property
     def signal_name(self) -> str | None:
         if self.exit_code is not None and self.exit_code < 0:
             try:
@@ -185,7 +223,7 @@ class Deadline:
 
     def kill(self) -> None:
         if self.pid:
-            _kill_group(self.pid, self.marker)
+            _end_job(self.pid, self.marker)
 
 
 class Channel:
@@ -203,23 +241,10 @@ class Channel:
         return json.loads(self._connection.recv_bytes())
 
 
-def _unshare_network() -> str:
-    """Move this process into an empty network namespace; how the network ended up."""
-    clone_newnet = 0x40000000
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.unshare(clone_newnet) == 0:
-            return "off"
-        return f"shared (unshare: {os.strerror(ctypes.get_errno())})"
-    except (OSError, AttributeError) as exc:
-        return f"shared ({exc})"
-
-
 def _child_main(target: Callable[..., None], payload: dict[str, Any], connection: Any,
                 lifeline: Any, scratch: str, log_path: str, marker: str,
-                environment: dict[str, str], isolate_network: bool) -> None:
+                environment: dict[str, str], isolate_network: bool,
+                plan: confine.Plan) -> None:
     """Entry point in the forked child: detach, confine, redirect output, run."""
     os.setsid()
     # Bytecode of what the forkserver imported may be cached (cache_dir.py);
@@ -229,7 +254,11 @@ def _child_main(target: Callable[..., None], payload: dict[str, Any], connection
     guard = start_guard(lifeline, marker)
     lifeline.close()
     die_with_parent()
-    network = _unshare_network() if isolate_network else "shared (not asked)"
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    network = confine.unshare_network() if isolate_network else "shared (not asked)"
+    layers, kept = confine.confine(plan)  # from here on, in the worker a keeper holds
+    if kept:
+        guard = 0  # the keeper's child, which the keeper ends
     # The judge's environment as of this job (the forkserver's is as of its
     # start), before anything opens CUDA: CUDA_VISIBLE_DEVICES among it.
     os.environ.clear()
@@ -243,7 +272,6 @@ def _child_main(target: Callable[..., None], payload: dict[str, Any], connection
     # Imports in the forkserver may have asked for the temporary folder,
     # which tempfile then keeps: make it look again, and find TMPDIR.
     tempfile.tempdir = None
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(log_fd, 1)
     os.dup2(log_fd, 2)
@@ -251,13 +279,14 @@ def _child_main(target: Callable[..., None], payload: dict[str, Any], connection
     sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
     os.chdir(workdir)
     channel = Channel(connection)
-    channel.send("isolation", network=network)
+    channel.send("isolation", network=network, layers=layers)
     try:
         target(payload, channel)
         sys.stdout.flush()
         sys.stderr.flush()
     finally:
-        stop_guard(guard)  # reaped here, not left a zombie for init
+        if guard:
+            stop_guard(guard)  # reaped here, not left a zombie for init
     os._exit(0)
 
 
@@ -281,10 +310,15 @@ def run_job(target: Callable[..., None], payload: dict[str, Any], scratch: Path,
     marker = uuid.uuid4().hex
     parent_end, child_end = context.Pipe()
     lifeline_read, lifeline_hold = context.Pipe(duplex=False)
+    child_environment = redact.without_secrets({**os.environ, **(environment or {})})
+    # CUDA IPC hands a GPU worker's outputs over: reference counts in /dev/shm.
+    cuda = payload.get("device") == "cuda" and child_environment.get("CUDA_VISIBLE_DEVICES") != ""
+    plan = confine.plan_for(scratch, child_environment, str(payload.get("task_folder", "")), cuda)
+    secrets = redact.secret_values(os.environ, [default_cache_dir()])
     process = context.Process(
         target=_child_main,
         args=(target, payload, child_end, lifeline_read, str(scratch), str(log_path), marker,
-              {**os.environ, **(environment or {})}, isolate_network),
+              child_environment, isolate_network, plan),
         daemon=False,
     )
     result = JobResult()
@@ -297,33 +331,33 @@ def run_job(target: Callable[..., None], payload: dict[str, Any], scratch: Path,
         _live_jobs[process.pid] = marker
     deadline.pid, deadline.marker = process.pid, marker
     if _stopping.is_set():  # told to stop while this one was starting
-        _kill_group(process.pid, marker)
+        _end_job(process.pid, marker)
     child_end.close()
     lifeline_read.close()
     try:
         _pump(process, parent_end, result, deadline, log_path,
-              output_limit_bytes, on_message)
+              output_limit_bytes, on_message, secrets)
     finally:
-        _kill_group(process.pid, marker)
         with _live_lock:
             _live_jobs.pop(process.pid, None)
         # A process killed mid-kernel keeps its GPU context until the driver
         # has torn it down, which can take seconds: the next job must not
         # share the GPU with it, so wait for the exit (bounded).
         waited = time.monotonic()
-        process.join(_EXIT_WAIT_S)
+        _stop(process, marker)
         result.exit_wait_s = time.monotonic() - waited
         parent_end.close()
         lifeline_hold.close()
     result.exit_code = process.exitcode
     result.wall_s = time.monotonic() - start
-    result.log_tail = read_tail(log_path)
+    result.log_tail = redact.redact(read_tail(log_path), secrets)
     return result
 
 
 def _pump(process: Any, connection: Any, result: JobResult, deadline: Deadline,
           log_path: Path, output_limit_bytes: int,
-          on_message: Callable[[dict[str, Any]], dict[str, Any] | None] | None) -> None:
+          on_message: Callable[[dict[str, Any]], dict[str, Any] | None] | None,
+          secrets: list[str]) -> None:
     """Relay messages until the child ends, runs out of time or prints too much."""
     while True:
         if connection.poll(0.02):
@@ -332,7 +366,7 @@ def _pump(process: Any, connection: Any, result: JobResult, deadline: Deadline,
             except (EOFError, OSError):
                 process.join(max(0.0, min(1.0, deadline.at - time.monotonic())))
                 return
-            message = _decode(raw)
+            message = redact.redact(_decode(raw), secrets)
             result.messages.append(message)
             reply = on_message(message) if on_message else None
             if reply is not None:
@@ -354,6 +388,22 @@ def _decode(raw: bytes) -> dict[str, Any]:
     except (ValueError, UnicodeDecodeError):
         return {"kind": "garbage"}
     return message if isinstance(message, dict) else {"kind": "garbage"}
+
+
+def _end_job(pid: int, marker: str) -> None:
+    """Ask the job's keeper to kill every process of the job (and then end itself)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, signal.SIGTERM)
+
+
+def _stop(process: Any, marker: str) -> None:
+    """End the job, wait for its first process; kill what a keeper did not end in time."""
+    if process.exitcode is None:
+        _end_job(process.pid, marker)
+        process.join(_KEEPER_GRACE_S)
+    # Only a pid not yet reaped is signalled: a reaped one may be another process's by now.
+    _kill_group(process.pid if process.exitcode is None else None, marker)
+    process.join(_EXIT_WAIT_S)
 
 
 def _kill_group(pid: int | None, marker: str) -> None:

@@ -11,7 +11,6 @@ import contextlib
 import os
 import sys
 import time
-import traceback
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -21,6 +20,7 @@ from kernelevo.evaluate import guards
 from kernelevo.evaluate import inputs as task_inputs
 from kernelevo.evaluate.cuda_build import CompileOnly, LoadInlineHook
 from kernelevo.evaluate.oplog import record_ops
+from kernelevo.evaluate.redact import candidate_traceback
 from kernelevo.evaluate.sandbox import Channel
 from kernelevo.evaluate.transfer import export_bundle
 from kernelevo.evaluate.worker_timing import rotation_check, run_timing, warm_baselines
@@ -339,9 +339,8 @@ def _classify(exc: BaseException, default: str) -> tuple[str, str]:
 
 
 def _trimmed(limit_lines: int = 30) -> str:
-    lines = traceback.format_exc().rstrip().splitlines()
-    kept = lines[-limit_lines:]
-    return "\n".join(kept)[-6000:]
+    """The exception being handled, as the candidate's author needs it (redact.py)."""
+    return candidate_traceback(sys.exc_info()[1], limit_lines)
 
 
 def cache_environment(cache_dir: Path) -> dict[str, str]:
