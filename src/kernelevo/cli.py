@@ -376,13 +376,16 @@ def report_command(
     runs: list[str] = typer.Argument(..., help="run id(s) or folder(s); two or more make a "
                                      "comparison"),
     output: Path = typer.Option(Path("report.html"), "-o", "--output", help="HTML file to write"),
+    force: bool = typer.Option(False, "--force", help="overwrite the output file if it exists"),
     runs_dir: Optional[Path] = _RUNS_DIR,
 ) -> None:
     """Write a self-contained HTML report of a run, or a comparison of several runs."""
     from kernelevo.report import write_comparison, write_report
-    from kernelevo.runs_view import default_runs_dir, open_run
+    from kernelevo.runs_view import default_runs_dir, open_run, refuse_to_overwrite
 
     try:
+        if not force:
+            refuse_to_overwrite(output)
         paths = []
         for run in runs:
             with open_run(runs_dir or default_runs_dir(), run) as store:

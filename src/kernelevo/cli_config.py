@@ -48,7 +48,7 @@ def config_command(
     candidates: Optional[int] = typer.Option(None, help="most candidates to propose"),
 ) -> None:
     """Print the effective settings (defaults, then --config FILE, then flags) as TOML."""
-    from kernelevo.config_file import eval_config, resolve, search_config
+    from kernelevo.config_file import check_settings, resolve
     from kernelevo.evolve_setup import evolve_overrides
 
     try:
@@ -58,8 +58,7 @@ def config_command(
                                         base_url, api_key_env, tokens, usd, time_limit,
                                         candidates)}
         effective = resolve(config_file, overrides, FLAGS)
-        eval_config(effective)  # what the dataclasses check beyond single keys fails here
-        search_config(effective)
+        check_settings(effective)  # what the dataclasses check beyond single keys fails here
     except KernelEvoError as exc:
         fail(exc)
     if as_json:

@@ -22,7 +22,7 @@ from kernelevo.run_lock import RunLock, acquire_run_lock
 from kernelevo.run_resume import CHANGE_EVENT, apply_overrides, describe_changes
 from kernelevo.run_signals import Terminated, on_sigterm, sigterm_as_interrupt
 from kernelevo.search.loop import Evolution, Progress, RunOutcome, SearchConfig
-from kernelevo.store import RunStore
+from kernelevo.store import RunStore, StoreError
 
 log = get_logger(__name__)
 UNRECORDED_STOP = ("not recorded: its driver was killed outright (SIGKILL, out of memory) or "
@@ -113,6 +113,13 @@ def run_evolve(console: Console, task: Any, options: dict[str, Any]) -> EvolveRe
                 store = RunStore.create(runs_dir, task.name, task.source, config)
                 lock = acquire_run_lock(Path(store.path).parent, store.run_id)
             return _drive(console, store, task, plan, changes, bool(options.get("resume")))
+        except StoreError as exc:
+            if store is None or lock is None:
+                raise
+            # Likely unrecorded too (a full disk): the run then shows `interrupted`.
+            _record_stop(store, exc)
+            raise StoreError(f"run {store.run_id} stopped: {exc}, then continue it with "
+                             f"--resume {store.run_id}") from exc
         except BaseException as exc:
             if store is not None and lock is not None:  # never touch a run another process drives
                 _record_stop(store, exc)
@@ -194,13 +201,18 @@ def _note_unrecorded_stop(store: RunStore) -> None:
 
 def _record_stop(store: RunStore, error: BaseException) -> None:
     """Mark a run that stopped on an error or a signal `interrupted`, with why, in run.db."""
-    if isinstance(error, KeyboardInterrupt):
-        signal_name = "SIGTERM" if isinstance(error, Terminated) else "SIGINT"
-        store.log_event("interrupted", {"signal": signal_name})
-    else:
-        store.log_event("failed", {"error": f"{type(error).__name__}: {error}"[:2000]})
-    if store.run_info().status == "running":
-        store.set_status("interrupted")
+    try:
+        if isinstance(error, KeyboardInterrupt):
+            signal_name = "SIGTERM" if isinstance(error, Terminated) else "SIGINT"
+            store.log_event("interrupted", {"signal": signal_name})
+        else:
+            store.log_event("failed", {"error": f"{type(error).__name__}: {error}"[:2000]})
+        if store.run_info().status == "running":
+            store.set_status("interrupted")
+    except StoreError as unrecorded:
+        # A full disk: the run, left `running` in run.db, shows `interrupted` once
+        # this process ends; the error being raised already says why.
+        log.debug("could not record the stop of run %s: %s", store.run_id, unrecorded)
 
 
 def _search_until_stopped(evolution: Evolution, pool: Any, run_id: str) -> Progress:

@@ -66,6 +66,7 @@ def suite_command(
     from kernelevo.suite.render import summary_table, task_table
 
     try:
+        _check_out(out_dir)
         config = eval_settings(config_file, eval_overrides(
             precision, device, policy, timeout=timeout, no_compile=no_compile, measure=timing))
         search = SearchBudget(tuple(model or ()), base_url, tokens, usd, time_limit,
@@ -85,6 +86,15 @@ def suite_command(
     out.print(summary_table(result), markup=False, highlight=False, soft_wrap=True)
     console.print(f"written: {plan.out}/suite.json, suite.md and suite.html", markup=False,
                   highlight=False)
+
+
+def _check_out(out_dir: Path) -> None:
+    """--out must be a folder, or a path where one can be made."""
+    blocking = next((path for path in (out_dir, *out_dir.parents)
+                     if path.exists() and not path.is_dir()), None)
+    if blocking is not None:
+        raise KernelEvoError(f"--out {out_dir}: {blocking} is a file, not a folder: give "
+                             "--out a folder for the suite's results (made if missing)")
 
 
 def _gpu_indexes(gpus: str | None) -> tuple[int, ...]:

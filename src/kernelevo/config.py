@@ -53,6 +53,9 @@ class TimingConfig:
             check_fields(self)
         except ConfigError as exc:
             raise ConfigError(f"timing {exc}") from None
+        if self.min_samples > self.max_samples:
+            raise ConfigError(f"timing min_samples ({self.min_samples}) is above max_samples "
+                              f"({self.max_samples}): give min_samples <= max_samples")
 
 
 @dataclass(frozen=True)

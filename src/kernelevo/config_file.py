@@ -18,7 +18,8 @@ from typing import Any
 from kernelevo.budget import BudgetLimits, parse_duration_s, parse_tokens, parse_usd
 from kernelevo.config import EvalConfig, TimingConfig
 from kernelevo.errors import ConfigError
-from kernelevo.llm.openai_compat import ClientConfig
+from kernelevo.llm.openai_compat import ClientConfig, check_base_url
+from kernelevo.llm.pricing import PriceTable
 from kernelevo.schema import AT_LEAST_ONE, POSITIVE, Annotated, check_value, field_hints
 from kernelevo.search.loop import SearchConfig
 
@@ -48,11 +49,14 @@ class Table:
     hints: dict[str, Any]
     defaults: dict[str, Any]
     parsers: dict[str, Callable[[str], Any]] = field(default_factory=dict)
+    # Checks beyond a key's type and range: each raises ConfigError saying what to give.
+    validators: dict[str, Callable[[Any], Any]] = field(default_factory=dict)
 
 
 def _table(name: str, classes: tuple[type, ...], exclude: tuple[str, ...] = (),
            rename: Mapping[str, str] | None = None,
-           parsers: Mapping[str, Callable[[str], Any]] | None = None) -> Table:
+           parsers: Mapping[str, Callable[[str], Any]] | None = None,
+           validators: Mapping[str, Callable[[Any], Any]] | None = None) -> Table:
     rename = rename or {}
     hints: dict[str, Any] = {}
     defaults: dict[str, Any] = {}
@@ -63,7 +67,21 @@ def _table(name: str, classes: tuple[type, ...], exclude: tuple[str, ...] = (),
             key = rename.get(spec.name, spec.name)
             hints[key] = field_hints(cls)[spec.name]
             defaults[key] = _default(spec)
-    return Table(name, hints, defaults, dict(parsers or {}))
+    return Table(name, hints, defaults, dict(parsers or {}), dict(validators or {}))
+
+
+def _model_names(models: Mapping[str, float]) -> None:
+    blank = [name for name in models if not name.strip()]
+    if blank:
+        raise ConfigError(f"model name {blank[0]!r} is blank: give a model the endpoint "
+                          "serves, e.g. gpt-4o (GET /models lists them)")
+
+
+LLM_VALIDATORS: dict[str, Callable[[Any], Any]] = {
+    "base_url": check_base_url,
+    "prices": PriceTable.with_overrides,
+    "models": _model_names,
+}
 
 
 def _default(spec: dataclasses.Field) -> Any:
@@ -80,7 +98,8 @@ TABLES: dict[str, Table] = {table.name: table for table in (
     _table("eval", (EvalConfig,), exclude=("timing",)),
     _table("eval.timing", (TimingConfig,)),
     _table("search", (SearchConfig,)),
-    _table("llm", (ClientConfig, ModelSettings), exclude=("model",)),
+    _table("llm", (ClientConfig, ModelSettings), exclude=("model",),
+           validators=LLM_VALIDATORS),
     _table("budget", (BudgetLimits,), rename=BUDGET_KEYS,
            parsers={"tokens": parse_tokens, "usd": parse_usd, "time": parse_duration_s}),
 )}
@@ -92,6 +111,10 @@ def read_toml(path: str | Path) -> dict[str, Any]:
             return tomllib.load(handle)
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"cannot read config file {path}: {exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"config file {path} is not UTF-8 text ({exc.reason} at byte "
+                          f"{exc.start}): give a TOML file, e.g. one written by "
+                          "`kernelevo config > kernelevo.toml`") from exc
 
 
 def read_config_file(path: str | Path | None) -> dict[str, dict[str, Any]]:
@@ -129,7 +152,10 @@ def _checked(table: str, key: str, value: Any, where: str) -> Any:
     try:
         if isinstance(value, str) and key in spec.parsers:
             value = spec.parsers[key](value)
-        return check_value(spec.hints[key], value)
+        value = check_value(spec.hints[key], value)
+        if key in spec.validators:
+            spec.validators[key](value)
+        return value
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
 
@@ -180,6 +206,19 @@ def eval_config(effective: Effective) -> EvalConfig:
 
 def search_config(effective: Effective) -> SearchConfig:
     return SearchConfig(**effective.values["search"])
+
+
+def check_settings(effective: Effective) -> None:
+    """Build every settings object, so what spans keys (min_samples <= max_samples,
+    give_up_s >= timeout_s) fails here as it would when a command runs."""
+    eval_config(effective)
+    search_config(effective)
+    llm = effective.values["llm"]
+    ClientConfig(model="", **{key: value for key, value in llm.items()
+                              if key in field_hints(ClientConfig)})
+    budget_keys = {file_key: name for name, file_key in BUDGET_KEYS.items()}
+    BudgetLimits(**{budget_keys.get(key, key): value
+                    for key, value in effective.values["budget"].items()})
 
 
 def llm_settings(effective: Effective) -> dict[str, Any]:

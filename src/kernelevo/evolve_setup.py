@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import random
 import re
@@ -196,9 +197,17 @@ def make_pool(llm: dict[str, Any], budget: Budget) -> Any:
     tuning = {key: llm[key] for key in CLIENT_SETTINGS if key in llm}
     base = ClientConfig(base_url=llm.get("base_url") or "", model=next(iter(models)),
                         api_key_env=llm.get("api_key_env", "OPENAI_API_KEY"), **tuning)
-    return ModelPool.from_models(base, models, prices=PriceTable.with_overrides(
-        llm.get("prices")), max_in_flight=int(llm.get("in_flight", 8)), budget=budget,
-        seed=random.randrange(1 << 30))
+    prices = PriceTable.with_overrides(llm.get("prices"))
+    unpriced = [model for model in models if not prices.lookup(model).known]
+    if budget.limits.usd is not None and unpriced:
+        raise ConfigError(
+            f"a dollar budget of {budget.limits.usd:g} USD is set but the price of "
+            f"{', '.join(map(repr, unpriced))} is unknown: add it under [llm.prices] in the "
+            f"config (e.g. {json.dumps(unpriced[0])} = [input, output] in USD per million "
+            "tokens), or drop --usd")
+    return ModelPool.from_models(base, models, prices=prices,
+                                 max_in_flight=int(llm.get("in_flight", 8)), budget=budget,
+                                 seed=random.randrange(1 << 30))
 
 
 def parse_models(values: list[str]) -> dict[str, float]:
@@ -206,6 +215,9 @@ def parse_models(values: list[str]) -> dict[str, float]:
     models: dict[str, float] = {}
     for value in values:
         name, _, weight = value.partition("=")
+        if not name.strip():
+            raise ConfigError(f"--model {value!r} names no model: write NAME or NAME=WEIGHT, "
+                              "e.g. --model gpt-4o")
         try:
             models[name] = float(weight) if weight else 1.0
         except ValueError:

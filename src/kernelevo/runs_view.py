@@ -217,7 +217,7 @@ def export_candidate(runs_dir: Path, run: str, output: Path, candidate_id: str |
     An existing `output` is replaced only with `force`.
     """
     if not force:
-        _refuse_to_overwrite(Path(output))
+        refuse_to_overwrite(Path(output))
     if best == (candidate_id is not None):
         raise ConfigError("say which candidate to export: --best, or --candidate ID "
                           "(ids are listed by `kernelevo show RUN`), not both")
@@ -337,7 +337,8 @@ def _statement_text(lines: list[str], node: ast.stmt) -> str:
     return "\n".join(lines[first - 1:node.end_lineno])
 
 
-def _refuse_to_overwrite(output: Path) -> None:
+def refuse_to_overwrite(output: Path) -> None:
+    """ConfigError when `output` is an existing file: overwriting it takes --force."""
     if output.exists() and not output.is_dir():
         raise ConfigError(f"{output} exists: pass --force to overwrite it, or give another "
                           "file with -o")
@@ -366,7 +367,7 @@ def _write_atomically(output: Path, text: str, replace: bool = False) -> None:
         if temporary is not None:
             temporary.unlink(missing_ok=True)
         if isinstance(exc, FileExistsError) and output.exists():
-            _refuse_to_overwrite(output)
+            refuse_to_overwrite(output)
         raise ConfigError(f"cannot write {output}: {exc}") from exc
 
 
@@ -388,6 +389,10 @@ def _move_into_place(temporary: Path, output: Path, replace: bool) -> None:
 
 def open_run(runs_dir: Path, run: str) -> RunStore:
     """Open a run by id, by a unique part of its id, or by its folder or run.db path."""
+    if not run.strip():
+        # An empty part of an id is part of every id: it must not pick one.
+        raise StoreError(f"the run given is empty: give a run id, part of one, or a run "
+                         f"folder (`kernelevo runs --runs-dir {runs_dir}` lists them)")
     given = Path(run)
     if given.is_file() or (given / DB_NAME).is_file():
         return RunStore.open(given)

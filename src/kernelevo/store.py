@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import shutil
 import sqlite3
 import time
 from collections.abc import Iterable, Mapping
@@ -49,7 +50,7 @@ from kernelevo.store_records import (
     run_info_from_row,
     stored_candidate_from_row,
 )
-from kernelevo.store_schema import RUN_STATUSES, Database, StoreError
+from kernelevo.store_schema import RUN_STATUSES, Database, StoreError, make_run_dir
 from kernelevo.store_tally import read_totals
 
 __all__ = [
@@ -110,20 +111,24 @@ class RunStore:
         """Make `<runs_dir>/<run_id>/run.db` for a new run in state 'running'."""
         run_id = run_id or new_run_id(task_name)
         run_dir = Path(runs_dir) / run_id
+        make_run_dir(run_dir)
+        database = None
         try:
-            run_dir.mkdir(parents=True, exist_ok=False)
-        except FileExistsError as exc:
-            raise StoreError(
-                f"run directory {run_dir} exists: resume it or pick another id"
-            ) from exc
-        database = Database(run_dir / DB_NAME)
-        with database.transaction() as db:
-            db.execute(
-                "INSERT INTO run (id, created_at, task_name, task_source, config_json, status)"
-                " VALUES (?, ?, ?, ?, ?, 'running')",
-                (run_id, time.time(), task_name, task_source, _dumps(_plain(config))),
-            )
-        return cls(database)
+            database = Database(run_dir / DB_NAME)
+            with database.transaction() as db:
+                db.execute(
+                    "INSERT INTO run (id, created_at, task_name, task_source, config_json,"
+                    " status) VALUES (?, ?, ?, ?, ?, 'running')",
+                    (run_id, time.time(), task_name, task_source, _dumps(_plain(config))),
+                )
+            return cls(database)
+        except (OSError, sqlite3.Error, StoreError) as exc:
+            # A half-made run would be listed as unreadable for ever: leave none.
+            if database is not None:
+                database.close()
+            shutil.rmtree(run_dir, ignore_errors=True)
+            raise StoreError(f"cannot start run {run_id} in {runs_dir}: {exc}, then try again "
+                             "(nothing of the run was kept)") from exc
 
     @classmethod
     def open(cls, path_or_run_dir: str | Path) -> RunStore:

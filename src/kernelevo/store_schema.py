@@ -168,13 +168,15 @@ class Database:
         # IMMEDIATE takes the write lock up front, so a read-then-write (like
         # allocating the next sequence number) cannot race another process.
         with self._lock:
-            self._connection.execute(f"BEGIN {mode}")
             try:
+                self._connection.execute(f"BEGIN {mode}")
                 yield self._connection
                 self._connection.execute("COMMIT")
+            except sqlite3.OperationalError as exc:
+                rollback(self._connection)
+                raise write_error(self.path, exc) or exc
             except BaseException:
-                if self._connection.in_transaction:
-                    self._connection.execute("ROLLBACK")
+                rollback(self._connection)
                 raise
 
     def query(self, sql: str, parameters: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
@@ -184,6 +186,44 @@ class Database:
     def close(self) -> None:
         with self._lock:
             self._connection.close()
+
+
+def make_run_dir(run_dir: Path) -> None:
+    """Make a new run's folder; StoreError naming the runs folder and the fix if it cannot be."""
+    runs_dir = run_dir.parent
+    try:
+        run_dir.mkdir(parents=True, exist_ok=False)
+    except FileExistsError as exc:
+        if not runs_dir.is_dir():
+            raise StoreError(f"the runs folder {runs_dir} is a file, not a folder: give "
+                             "--runs-dir (or KERNELEVO_RUNS_DIR) a folder") from exc
+        raise StoreError(f"run directory {run_dir} exists: resume it or pick another id") from exc
+    except NotADirectoryError as exc:
+        raise StoreError(f"the runs folder {runs_dir} is not a folder (a file is in its "
+                         "path): give --runs-dir (or KERNELEVO_RUNS_DIR) a folder") from exc
+    except OSError as exc:
+        raise StoreError(f"cannot make the run folder {run_dir}: {exc.strerror or exc}; "
+                         "give --runs-dir a folder you can write to") from exc
+
+
+def rollback(connection: sqlite3.Connection) -> None:
+    """Undo an open transaction; one SQLite already undid (a full disk does) is left alone."""
+    if connection.in_transaction:
+        try:
+            connection.execute("ROLLBACK")
+        except sqlite3.OperationalError:
+            pass  # the error that led here says more than "cannot rollback"
+
+
+def write_error(path: Path, error: sqlite3.OperationalError) -> StoreError | None:
+    """A StoreError naming the file and the fix for a full or failing disk; else None."""
+    text = str(error)
+    if "disk is full" in text:
+        return StoreError(f"cannot write {path}: the disk is full ({text}): free space on its "
+                          "filesystem (df -h)")
+    if "disk I/O error" in text or "readonly" in text:
+        return StoreError(f"cannot write {path}: {text}: check the disk and its permissions")
+    return None
 
 
 def connect(path: Path) -> sqlite3.Connection:
@@ -237,8 +277,11 @@ def ensure_schema(connection: sqlite3.Connection, path: Path) -> None:
             (str(SCHEMA_VERSION),),
         )
         connection.execute("COMMIT")
+    except sqlite3.OperationalError as exc:
+        rollback(connection)
+        raise write_error(path, exc) or exc
     except BaseException:
-        connection.execute("ROLLBACK")
+        rollback(connection)
         raise
 
 

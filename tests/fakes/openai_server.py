@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import math
 import socket
+import sys
 import threading
 import time
 from collections import deque
@@ -163,7 +164,7 @@ class FakeOpenAIServer:
     def start(self) -> FakeOpenAIServer:
         """Listen on an ephemeral port and answer in a background thread."""
         handler = type("Handler", (_Handler,), {"state": self._state})
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server = _QuietServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
         # A short poll interval makes stop() quick, which keeps many small tests fast.
         self._thread = threading.Thread(
@@ -186,6 +187,14 @@ class FakeOpenAIServer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+class _QuietServer(ThreadingHTTPServer):
+    """Clients that hang up (their timeout, a cancelled call, a run that ended) are no error."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -27,6 +27,7 @@ from kernelevo.candidate import Candidate
 from kernelevo.config import EvalConfig
 from kernelevo.errors import ConfigError, EnvironmentProblem
 from kernelevo.evaluate import sandbox
+from kernelevo.evaluate.address import resolve_host
 from kernelevo.evaluate.protocol import JOB_VERSION, JudgeJob, verdicts_from_data
 from kernelevo.evaluate.remote import describe_host, error_from_answer, judge_job
 from kernelevo.evaluate.verdict import Verdict, verdict_for
@@ -101,6 +102,7 @@ def connect(address: str, timeout_s: float = 30.0, device: str = "auto",
     or per worker thread on a cluster without GPUs) is how many jobs the run
     keeps in flight.
     """
+    resolve_host(address)  # a bad name fails now, not after the timeout
     distributed = _distributed()
     try:
         client = distributed.Client(address, timeout=timeout_s, set_as_default=False)

@@ -16,6 +16,7 @@ import logging
 import os
 import random
 import time
+import urllib.parse
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,11 +86,13 @@ class ClientConfig:
 
 def check_base_url(base_url: str) -> str:
     """`base_url` if it is empty (OPENAI_BASE_URL) or an http(s) URL; ConfigError otherwise."""
-    if base_url and not base_url.startswith(("http://", "https://")):
-        raise ConfigError(
-            f"base_url {base_url!r} is not an http(s) URL: "
-            "give e.g. https://api.openai.com/v1 or http://localhost:8000/v1"
-        )
+    if base_url:
+        parts = urllib.parse.urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ConfigError(
+                f"base_url {base_url!r} is not an http(s) URL with a host: "
+                "give e.g. https://api.openai.com/v1 or http://localhost:8000/v1"
+            )
     return base_url
 
 

@@ -9,7 +9,10 @@ store as it happens, so a killed run resumes where it stopped.
 A run ends with a RunOutcome. An error inside any of its tasks is never
 swallowed: it is logged, stored as an event and ends the run as `error`; an
 LLM failure that retrying cannot fix (a refused request, an endpoint that is
-down) ends it as `llm_failed`, as does a run whose LLM calls all failed.
+down, or no call succeeding for [llm] give_up_s) ends it as `llm_failed`, as
+does a run whose LLM calls all failed. A run store that cannot be written (a
+full disk) is not an outcome: `run` raises its StoreError, as nothing more
+can be recorded.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Coroutine
 
 from kernelevo.budget import Budget, BudgetExhausted
 from kernelevo.candidate import Candidate
+from kernelevo.evaluate.address import check_address
 from kernelevo.evaluate.verdict import Verdict, verdict_for
 from kernelevo.llm.protocol import LLMError
 from kernelevo.propose import tuner
@@ -33,7 +37,7 @@ from kernelevo.search.archive import Archive, fitness
 from kernelevo.schema import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, Annotated, Bound, OneOf,
                               check_fields)
 from kernelevo.search.descriptors import cell_of
-from kernelevo.store import RunStore
+from kernelevo.store import RunStore, StoreError
 
 if TYPE_CHECKING:
     from kernelevo.search.proposals import LLMProposer, Proposal
@@ -91,6 +95,8 @@ class SearchConfig:
 
     def __post_init__(self) -> None:
         check_fields(self)
+        if self.cluster:
+            check_address(self.cluster)
 
 
 @dataclass
@@ -166,6 +172,7 @@ class Evolution:
         self.stopping = False
         self.last_elapsed_log = 0.0
         self.fatal: RunOutcome | None = None  # set by the first failure that ends the run
+        self.store_failure: StoreError | None = None  # the run store could not be written
         self.llm_answers = 0
         self.llm_failures = 0
         self.last_llm_error = ""
@@ -214,7 +221,8 @@ class Evolution:
             await asyncio.gather(*evaluators, *proposers, return_exceptions=True)
             executor.shutdown(wait=True)
             builders.shutdown(wait=True)
-            self._report("stopped")
+            if self.store_failure is None:
+                self._report("stopped")
         return self.progress
 
     def _start(self, work: Coroutine[Any, Any, None], role: str) -> asyncio.Task:
@@ -224,6 +232,11 @@ class Evolution:
         """Run one task of the run; an error in it ends the run instead of vanishing."""
         try:
             await work
+        except StoreError as exc:
+            # The disk is full or failing: the run stops at once and run() raises
+            # this, the one message the user needs; a traceback would not help.
+            log.debug("the %s task stopped: %s", role, exc)
+            self.store_failure = self.store_failure or exc
         except Exception as exc:  # a bug or a broken store: the run cannot go on as asked
             log.exception("the %s task failed", role)
             self._fail("error", f"the {role} task failed: {type(exc).__name__}: {exc}")
@@ -242,6 +255,8 @@ class Evolution:
         """Return once nothing is queued or running and no proposer can add more."""
         while True:
             await asyncio.sleep(0.2)
+            if self.store_failure is not None:
+                raise self.store_failure
             self._report()
             if self.fatal is not None:
                 return self._finish(self.fatal)
@@ -265,9 +280,10 @@ class Evolution:
         return RunOutcome("finished", "nothing left to try")
 
     def _finish(self, outcome: RunOutcome) -> None:
+        # Recorded first: a store that cannot record it raises, and says why, only once.
+        self.store.log_event("stop", {"status": outcome.status, "reason": outcome.reason})
         if outcome.failed:
             log.error("run stopped (%s): %s", outcome.status, outcome.reason)
-        self.store.log_event("stop", {"status": outcome.status, "reason": outcome.reason})
         self.progress.message = outcome.reason
         self.progress.outcome = outcome
 

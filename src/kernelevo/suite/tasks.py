@@ -20,6 +20,7 @@ from kernelevo.task import Task, load_task, resolve_kernelbench
 _LEVEL = re.compile(r"^kernelbench:level(\d+)(?:/([\d,\-\s]+))?$", re.IGNORECASE)
 _KB_SOLUTION = re.compile(r"^level_(\d+)_problem_(\d+)_sample_(\d+)_kernel\.py$")
 _PROBLEM_FILE = re.compile(r"^(\d+)_.+\.py$")
+MAX_RANGE = 1000  # problems in one range; KernelBench's levels hold 100 or fewer
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,7 @@ def parse_ranges(text: str, spec: str = "") -> list[int]:
                 low, high = int(bounds[0]), int(bounds[1])
                 if low > high:
                     raise ValueError
+                _check_span(part, spec or text, high - low + 1)
                 values = list(range(low, high + 1))
             else:
                 raise ValueError
@@ -121,6 +123,14 @@ def parse_ranges(text: str, spec: str = "") -> list[int]:
                             "or 3,5,7-9") from None
         numbers.extend(v for v in values if v not in numbers)
     return numbers
+
+
+def _check_span(part: str, spec: str, count: int) -> None:
+    # A level holds at most a few hundred problems; a typo must not build a list of billions.
+    if count > MAX_RANGE:
+        raise TaskError(f"problem range {part!r} in {spec!r} spans {count:,} problems, more "
+                        f"than any KernelBench level holds (at most {MAX_RANGE:,} here): write "
+                        "e.g. 1-100")
 
 
 def find_solutions(folder: Path, tasks: list[SuiteTask]) -> dict[str, list[Solution]]:
