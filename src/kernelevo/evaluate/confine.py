@@ -26,12 +26,9 @@ network namespace off.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import stat
-import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
@@ -81,7 +78,8 @@ def plan_for(scratch: Path, environment: Mapping[str, str], task_folder: str = "
         readable += environment.get(variable, "").split(os.pathsep)
     readable += [environment.get("CUDA_HOME", ""), environment.get("CUDA_PATH", "")]
     # A folder that holds the whole home would undo hiding it.
-    readable = [p for p in _existing(readable) if not (home + os.sep).startswith(p + os.sep)]
+    readable = _outermost([p for p in _existing(readable)
+                           if not (home + os.sep).startswith(p + os.sep)])
     enabled = os.environ.get(SWITCH, "1") != "0"
     sandbox_id = _hand_over(writable) if enabled and os.geteuid() == 0 else None
     return Plan(writable=tuple(writable), shared=tuple(shared), readable=tuple(readable),
@@ -100,7 +98,7 @@ def _python_paths() -> list[str]:
     paths += [entry for entry in sys.path if entry.endswith(("-packages", ".zip"))
               or any(entry.startswith(prefix + os.sep) for prefix in prefixes)]
     for name, module in list(sys.modules.items()):
-        if "." in name:
+        if "." in name or name.startswith("__"):  # __main__: the judge's own script
             continue
         origin = getattr(module, "__file__", None)
         if hasattr(module, "__path__"):  # a package: its folder(s), namespace packages too
@@ -119,6 +117,15 @@ def _existing(paths: list[str]) -> list[str]:
     found = {p for p in found if p != "/" and not p.startswith(("/proc/", "/dev/"))
              and p not in ("/proc", "/dev")}
     return sorted(found, key=lambda p: (p.count(os.sep), p))
+
+
+def _outermost(paths: list[str]) -> list[str]:
+    """Paths (shallowest first) not inside another of them."""
+    kept: list[str] = []
+    for path in paths:
+        if not any(path.startswith(outer + os.sep) for outer in kept):
+            kept.append(path)
+    return kept
 
 
 def _hand_over(folders: list[str]) -> int | None:
@@ -145,6 +152,11 @@ def confine(plan: Plan) -> tuple[list[str], bool]:
     process_layer, keeper_pid = keeper.split()
     layers.append(process_layer)
     layers.append(drop_privileges(plan))
+    with contextlib.suppress(OSError):
+        # Orphans of the worker's own children come to it, where the guards see
+        # them as its children (a detached process is a spawned process too);
+        # should it stop being their reaper, the keeper still is.
+        namespaces.prctl(namespaces.PR_SET_CHILD_SUBREAPER, 1)
     if keeper_pid is not None:
         with contextlib.suppress(OSError):
             namespaces.prctl(namespaces.PR_SET_PDEATHSIG, 9)  # after the change of user
@@ -364,34 +376,3 @@ def unshare_network() -> str:
     except OSError as exc:
         return f"shared (unshare: {exc.strerror})"
     return "off"
-
-
-def describe_here(isolate_network: bool = True, timeout_s: float = 30.0) -> str:
-    """The layers a child gets on this machine, from a child confined as the judge's are."""
-    command = [sys.executable, "-c", "import sys; from kernelevo.evaluate.confine import "
-               "probe_main; probe_main(sys.argv[1] == '1')", "1" if isolate_network else "0"]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
-        layers = json.loads(done.stdout.strip().splitlines()[-1])
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
-        return "unknown (the probe failed)"
-    return ", ".join(str(layer) for layer in layers)
-
-
-def probe_main(isolate_network: bool) -> None:
-    """A child confined like the judge's, printing its layers as JSON (for describe_here)."""
-    from kernelevo.evaluate.redact import without_secrets
-
-    scratch = Path(tempfile.mkdtemp(prefix="kernelevo-probe-"))
-    try:
-        environment = without_secrets(os.environ)
-        plan = plan_for(scratch, environment)
-        pid = os.fork()
-        if pid == 0:
-            network = unshare_network() if isolate_network else "shared (not asked)"
-            layers, _ = confine(plan)
-            print(json.dumps([f"network {network}"] + layers), flush=True)
-            os._exit(0)
-        os.waitpid(pid, 0)
-    finally:
-        subprocess.run(["rm", "-rf", str(scratch)], check=False)

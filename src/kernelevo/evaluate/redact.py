@@ -10,20 +10,23 @@ in `evolve` a verdict's message and log go to the LLM's provider.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import subprocess
 import sys
 import sysconfig
 import traceback
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH", re.IGNORECASE)
 _MIN_SECRET_CHARS = 8  # shorter values would replace ordinary words
 SHOWN = "[redacted]"
 _hidden: set[str] = set()
 _HARNESS = str(Path(__file__).resolve().parent.parent) + os.sep  # kernelevo's own code
+_spawned: list[subprocess.Popen] = []  # forkservers, kept so that no Popen reaps one
 
 
 def hide_variable(name: str) -> None:
@@ -38,6 +41,29 @@ def is_secret(name: str) -> bool:
 
 def without_secrets(environment: Mapping[str, str]) -> dict[str, str]:
     return {name: value for name, value in environment.items() if not is_secret(name)}
+
+
+@contextlib.contextmanager
+def spawning_without_secrets() -> Iterator[None]:
+    """Processes multiprocessing starts inside (the forkserver) get no secret in their environment.
+
+    A forkserver's children are forked from it: the environment it was
+    started with is what their /proc/self/environ shows, whatever they set.
+    """
+    from multiprocessing import util
+
+    def spawn(path: str, args: list[str], passfds: Any) -> int:
+        process = subprocess.Popen(args, executable=path, pass_fds=tuple(passfds),
+                                   env=without_secrets(os.environ), restore_signals=False)
+        _spawned.append(process)  # multiprocessing reaps it
+        return process.pid
+
+    original = util.spawnv_passfds
+    util.spawnv_passfds = spawn
+    try:
+        yield
+    finally:
+        util.spawnv_passfds = original
 
 
 def secret_values(environment: Mapping[str, str], folders: Iterable[Path] = ()) -> list[str]:

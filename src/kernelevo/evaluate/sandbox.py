@@ -19,7 +19,6 @@ import multiprocessing
 import os
 import resource
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -37,7 +36,6 @@ from kernelevo.evaluate.lifeline import (
 
 _EXIT_WAIT_S = 60.0  # how long a killed child may take to be gone
 _KEEPER_GRACE_S = 10.0  # how long a keeper may take to end its job's processes
-_spawned: list[subprocess.Popen] = []  # forkserver processes, kept so none is reaped twice
 _context: Any = None
 _start_lock = threading.Lock()
 # Children running now (pid -> marker), so a process told to stop can kill them all.
@@ -102,32 +100,8 @@ def _ensure_forkserver() -> None:
         if _forkserver_interpret not in (None, wanted):
             forkserver._forkserver._stop()  # started for the other mode: a new one starts
         _forkserver_interpret = wanted
-        with _main_module_hidden(), _spawning_without_secrets():
+        with _main_module_hidden(), redact.spawning_without_secrets():
             forkserver.ensure_running()
-
-
-@contextlib.contextmanager
-def _spawning_without_secrets() -> Iterator[None]:
-    """Start the forkserver with no secret in its environment.
-
-    Its children are forked from it: the environment it was started with is
-    what their /proc/self/environ shows, whatever they set later.
-    """
-    from multiprocessing import util
-
-    def spawn(path: str, args: list[str], passfds: Any) -> int:
-        process = subprocess.Popen(args, executable=path, pass_fds=tuple(passfds),
-                                   env=redact.without_secrets(os.environ),
-                                   restore_signals=False)
-        _spawned.append(process)  # multiprocessing reaps it: no Popen may do so on collection
-        return process.pid
-
-    original = util.spawnv_passfds
-    util.spawnv_passfds = spawn
-    try:
-        yield
-    finally:
-        util.spawnv_passfds = original
 
 
 def allow_jobs() -> None:
