@@ -17,6 +17,7 @@ from rich.table import Table
 from kernelevo import evolve_setup as setup
 from kernelevo.errors import ConfigError
 from kernelevo.evaluate import sandbox
+from kernelevo.evaluate.confine_probe import describe_here
 from kernelevo.logs import get_logger
 from kernelevo.run_lock import RunLock, acquire_run_lock
 from kernelevo.run_resume import CHANGE_EVENT, apply_overrides, describe_changes
@@ -170,8 +171,10 @@ def _drive(console: Console, store: RunStore, task: Any, plan: _Plan, changes: d
     log.info("run %s: %d seed(s), budget %s, search %s", run_id, len(plan.seeds), plan.limits,
              plan.search)
     where = f" on the cluster at {plan.search.cluster}" if plan.search.cluster else ""
+    isolation = describe_here(plan.eval_config.isolate_network)  # a confined probe's layers
     console.print(f"run {run_id} in {escape(str(run_dir))} ({mode}); "
-                  f"{len(plan.judges)} evaluation worker(s){escape(where)}")
+                  f"{len(plan.judges)} evaluation worker(s){escape(where)}; isolation"
+                  f"{' here' if where else ''}: {escape(isolation)}")
     evolution = Evolution(store, plan.judges, plan.search, plan.budget, proposer)
     if resumed:
         evolution.resume()
