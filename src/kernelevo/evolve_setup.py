@@ -183,6 +183,7 @@ def make_pool(llm: dict[str, Any], budget: Budget) -> Any:
     """The model pool, or None when no model is configured (the tuner runs alone)."""
     if not llm.get("models"):
         return None
+    from kernelevo.evaluate.redact import hide_variable
     from kernelevo.llm.openai_compat import BASE_URL_ENV
     from kernelevo.llm.pool import ModelPool
     from kernelevo.llm.pricing import PriceTable
@@ -197,6 +198,7 @@ def make_pool(llm: dict[str, Any], budget: Budget) -> Any:
     tuning = {key: llm[key] for key in CLIENT_SETTINGS if key in llm}
     base = ClientConfig(base_url=llm.get("base_url") or "", model=next(iter(models)),
                         api_key_env=llm.get("api_key_env", "OPENAI_API_KEY"), **tuning)
+    hide_variable(base.api_key_env)  # out of every candidate's environment, whatever its name
     prices = PriceTable.with_overrides(llm.get("prices"))
     unpriced = [model for model in models if not prices.lookup(model).known]
     if budget.limits.usd is not None and unpriced:
