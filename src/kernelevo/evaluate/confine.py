@@ -81,7 +81,12 @@ def plan_for(scratch: Path, environment: Mapping[str, str], task_folder: str = "
     readable = _outermost([p for p in _existing(readable)
                            if not (home + os.sep).startswith(p + os.sep)])
     enabled = os.environ.get(SWITCH, "1") != "0"
-    sandbox_id = _hand_over(writable) if enabled and os.geteuid() == 0 else None
+    # CUDA IPC hands outputs between the judge and a GPU child, and the driver
+    # maps memory only between processes of one user (an H200 refused it,
+    # "mapping of buffer object failed"): a GPU child keeps root's uid and
+    # gives up its privileges in a user namespace instead (drop_privileges).
+    sandbox_id = (_hand_over(writable) if enabled and os.geteuid() == 0 and not cuda
+                  else None)
     return Plan(writable=tuple(writable), shared=tuple(shared), readable=tuple(readable),
                 home=home, share_shm=cuda, sandbox_id=sandbox_id, enabled=enabled)
 
