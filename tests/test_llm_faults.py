@@ -491,3 +491,5 @@ def test_a_call_cut_off_by_a_kill_is_charged_its_worst_case_on_resume(tmp_path):
         (settled,) = store.llm_calls()
     assert (settled.input_tokens, settled.output_tokens) == (worst_input, 4000)
     assert budget.usage().tokens == worst_input + 4000
+    with RunStore.open(path) as store:
+        assert store.totals().estimated_tokens == worst_input + 4000  # shown apart as such

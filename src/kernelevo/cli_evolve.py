@@ -177,6 +177,7 @@ def _drive(console: Console, store: RunStore, task: Any, plan: _Plan, changes: d
                   f"{' here' if where else ''}: {escape(isolation)}")
     evolution = Evolution(store, plan.judges, plan.search, plan.budget, proposer)
     if resumed:
+        _print_spent(console, store, plan.limits)
         evolution.resume()
     else:
         evolution.seed(plan.seeds)
@@ -194,6 +195,17 @@ def _drive(console: Console, store: RunStore, task: Any, plan: _Plan, changes: d
     log.info("run %s stopped (%s): %s", run_id, outcome.status if outcome else "-",
              result.message)
     return EvolveResult(run_id, run_dir, result)
+
+
+def _print_spent(console: Console, store: RunStore, limits: dict[str, Any]) -> None:
+    """What a resumed run has been charged, the estimates apart, against its token budget."""
+    totals = store.totals()
+    spent = totals.tokens_in + totals.tokens_out
+    budget = f" of a budget of {limits['tokens']:,}" if limits.get("tokens") is not None else ""
+    estimated = (f", {totals.estimated_tokens:,} of them estimated (calls cut off, charged their "
+                 "worst case; raise --tokens if they were billed less)"
+                 if totals.estimated_tokens else "")
+    console.print(f"run {store.run_id} has been charged {spent:,} tokens{budget}{estimated}")
 
 
 def _note_unrecorded_stop(store: RunStore) -> None:

@@ -23,6 +23,18 @@ When the script runs out the server answers `default` (a 500 unless given),
 so an unexpected extra call fails loudly instead of hanging a test.
 Every request is recorded, and the most requests ever in flight at once is
 kept in `max_in_flight`, to check concurrency caps from the outside.
+
+Hostile servers are a `default` that never changes:
+
+    FakeOpenAIServer(default=Status(429))                      # rate-limited for ever
+    FakeOpenAIServer(default=Status(429, retry_after="0.3"))   # ... asking for waits
+    FakeOpenAIServer(default=QUOTA_SPENT)                      # out of credit
+    FakeOpenAIServer(default=500)                              # down for ever
+    FakeOpenAIServer(default=Reply("x", prompt_tokens=-570_000))       # lies about usage
+    FakeOpenAIServer(default=Reply("x", completion_tokens=10**12))     # ... the other way
+
+and `gaps_s()` gives the seconds between successive requests, to check that
+waits were honoured.
 """
 
 from __future__ import annotations
@@ -62,6 +74,11 @@ class Status:
     retry_after: str | None = None
     message: str = "scripted error"
     error_type: str | None = None  # None: rate_limit_exceeded for 429, else server_error
+
+
+# OpenAI's answer once an account's credit is spent: a 429 that no wait cures.
+QUOTA_SPENT = Status(429, message="You exceeded your current quota, please check your plan "
+                     "and billing details.", error_type="insufficient_quota")
 
 
 @dataclass(frozen=True)
@@ -150,6 +167,11 @@ class FakeOpenAIServer:
         """Every request received so far, in arrival order."""
         with self._state.lock:
             return list(self._state.requests)
+
+    def gaps_s(self) -> list[float]:
+        """Seconds between each request's arrival and the next one's."""
+        times = [request.received_at_s for request in self.requests]
+        return [later - earlier for earlier, later in zip(times, times[1:])]
 
     @property
     def max_in_flight(self) -> int:

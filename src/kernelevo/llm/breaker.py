@@ -4,11 +4,10 @@ Each call retries on its own, so without this a dead endpoint makes every
 call fail slowly, one after another, forever. The breaker counts failed
 attempts (connection errors, timeouts, 429 and 5xx, garbled answers) across
 calls. It opens after `failures` of them in a row spanning `min_span_s`, or
-once no attempt has succeeded for `give_up_s` while attempts keep failing
-(a server that lets one call in now and then between refusals is no
-service). A successful answer resets both; a refusal (4xx) resets the
-streak only. Once open it stays open: the run stops and says which endpoint
-failed and how.
+once attempts have kept failing for `give_up_s` with no success in between
+(refusals, 4xx, break the streak but are no success). A successful answer
+resets both; a refusal resets the streak only. Once open it stays open: the
+run stops and says which endpoint failed and how.
 
 It also carries the endpoint's Retry-After: once a server asks every
 client to wait, no call sends a request before that moment.
@@ -27,7 +26,7 @@ DEFAULT_GIVE_UP_S = 600.0
 
 
 class CircuitBreaker:
-    """Opens after `failures` failed attempts in a row over `min_span_s`, or none good in `give_up_s`."""
+    """Opens on a lasting streak of failed attempts, or on failures alone for `give_up_s`."""
 
     def __init__(self, failures: int = 8, min_span_s: float = 30.0,
                  give_up_s: float = DEFAULT_GIVE_UP_S, *,
@@ -43,7 +42,7 @@ class CircuitBreaker:
         self._lock = threading.Lock()
         self._streak = 0
         self._streak_started_s: float | None = None
-        self._last_success_s: float | None = None
+        self._failing_since_s: float | None = None  # the first failure since a success
         self._resume_at_s = 0.0
         self._opened: str | None = None
 
@@ -61,7 +60,7 @@ class CircuitBreaker:
         """An attempt got a usable answer: the endpoint serves."""
         with self._lock:
             self._streak, self._streak_started_s = 0, None
-            self._last_success_s = self._clock()
+            self._failing_since_s = None
 
     def answered(self) -> None:
         """The server refused a request (4xx): alive, though it served nothing."""
@@ -92,10 +91,10 @@ class CircuitBreaker:
             self._streak += 1
             if self._streak_started_s is None:
                 self._streak_started_s = attempt_started_s
+            if self._failing_since_s is None:
+                self._failing_since_s = attempt_started_s
             now_s = self._clock()
-            # Before any success, the first failure of this streak starts the clock.
-            since_s = now_s - (self._last_success_s if self._last_success_s is not None
-                               else self._streak_started_s)
+            since_s = now_s - self._failing_since_s
             if since_s >= self.give_up_s:
                 self._opened = (
                     f"no call to the LLM endpoint {endpoint} has succeeded for {since_s:.0f} s "

@@ -101,7 +101,7 @@ class ModelPool:
         table = prices or PriceTable.with_overrides()
         rng = random.Random(seed)
         # One endpoint, one breaker: a dead server fails every model's calls alike.
-        breaker = CircuitBreaker(base.breaker_failures, base.breaker_min_s)
+        breaker = CircuitBreaker(base.breaker_failures, base.breaker_min_s, base.give_up_s)
         members = []
         for model, weight in weights.items():
             config = dataclasses.replace(base, model=model)
