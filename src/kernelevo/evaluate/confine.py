@@ -174,21 +174,29 @@ def confine(plan: Plan) -> tuple[list[str], bool]:
 def enter_root(plan: Plan) -> list[str]:
     """A mount namespace whose root holds only what the plan names; the layers it gives."""
     try:
+        # Its own System V IPC too: nothing to share with the machine's segments.
         if os.geteuid() == 0:
-            namespaces.unshare(namespaces.CLONE_NEWNS)
+            namespaces.unshare(namespaces.CLONE_NEWNS | namespaces.CLONE_NEWIPC)
         else:
             uid, gid = os.geteuid(), os.getegid()
-            namespaces.unshare(namespaces.CLONE_NEWUSER | namespaces.CLONE_NEWNS)
+            namespaces.unshare(namespaces.CLONE_NEWUSER | namespaces.CLONE_NEWNS
+                               | namespaces.CLONE_NEWIPC)
             namespaces.write_id_maps(uid, gid)
         namespaces.mount(None, "/", None, namespaces.MS_REC | namespaces.MS_PRIVATE)
     except OSError as exc:
         return [f"filesystem shared ({exc.strerror})"]
     try:
-        hidden, problems = _build_root(plan)
-    except OSError as exc:
+        hidden, problems = _assemble(plan)
+    except OSError as exc:  # nothing is lost: the machine's root is still this one's
         with contextlib.suppress(OSError):
             namespaces.umount(_STAGE, MNT_DETACH)
         return [f"filesystem shared ({exc})"]
+    try:
+        _pivot()
+    except OSError as exc:
+        problems.insert(0, str(exc))
+    problems += _read_only_elsewhere(plan)
+    _close_folders_outside()
     layers = ["own root: system and Python folders read-only, scratch and build caches "
               "writable, home and temporary folders empty, nothing else of the machine"]
     if problems:
@@ -197,8 +205,8 @@ def enter_root(plan: Plan) -> list[str]:
     return layers
 
 
-def _build_root(plan: Plan) -> tuple[bool, list[str]]:
-    """Assemble the new root on a tmpfs and pivot into it: (processes hidden, problems)."""
+def _assemble(plan: Plan) -> tuple[bool, list[str]]:
+    """The new root, on a tmpfs over the stage: (processes hidden, binds that failed)."""
     # Opened before anything covers them (the stage covers /tmp); a bind from
     # a descriptor opened before the unshare would be refused.
     kept = [(path, os.open(path, os.O_PATH), path in plan.writable + plan.shared)
@@ -214,14 +222,16 @@ def _build_root(plan: Plan) -> tuple[bool, list[str]]:
     finally:
         for _, descriptor, _ in kept:
             os.close(descriptor)
+    return hidden, problems
+
+
+def _pivot() -> None:
+    """Make the stage the root; the machine's root, detached, is out of reach."""
     os.mkdir(_STAGE + "/.old")
     namespaces.pivot_root(_STAGE, _STAGE + "/.old")
     os.chdir("/")
     namespaces.umount("/.old", MNT_DETACH)
     os.rmdir("/.old")
-    problems += _read_only_elsewhere(plan)
-    _close_folders_outside()
-    return hidden, problems
 
 
 def _kept_paths(plan: Plan) -> list[str]:

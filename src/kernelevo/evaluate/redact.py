@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH", re.IGNORECASE)
-_MIN_SECRET_CHARS = 8  # shorter values would replace ordinary words
+_MIN_SECRET_CHARS = 16  # keys and tokens are longer; shorter values are ordinary words
 SHOWN = "[redacted]"
 _hidden: set[str] = set()
 _HARNESS = str(Path(__file__).resolve().parent.parent) + os.sep  # kernelevo's own code
