@@ -42,6 +42,7 @@ log = get_logger(__name__)
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 _LANE_POLL_S = 0.25  # how often a job waiting for a lane looks whether it was cancelled
 _CLOSE_WAIT_S = 5.0  # how long stopping waits for the judges to close
+_ANSWER_WAIT_S = 2.0  # and for the jobs it stopped to be answered 503
 
 
 class JobCancelled(Exception):
@@ -84,6 +85,11 @@ class JobControl:
     judge: Any = None
 
 
+def _ended(control: JobControl) -> bool:
+    """Whether a job was cancelled, or the service stops (every job's children killed)."""
+    return control.cancelled.is_set() or sandbox.stopping()
+
+
 class JudgePool:
     """Warm judges by (task, settings, GPU), and a limit of jobs at once per GPU."""
 
@@ -120,18 +126,20 @@ class JudgePool:
         judge = self._take(key) or self._new_judge(task, config, slot)
         control.judge = judge
         try:
-            if control.cancelled.is_set():
-                raise JobCancelled("the job was cancelled before it started")
-            verdicts = judge.evaluate_many(candidates, timed=job.timed)
+            if not _ended(control):
+                verdicts = judge.evaluate_many(candidates, timed=job.timed)
+        except Exception:
+            if not _ended(control):
+                raise  # a failure of the job itself, not of its killing
         finally:
             control.judge = None
-            if control.cancelled.is_set() or sandbox.stopping():
+            if _ended(control):
                 # Its sessions were killed: closed aside, so the lane frees now.
                 threading.Thread(target=judge.close, name="kernelevo-close-judge",
                                  daemon=True).start()
             else:
                 self._give_back(key, judge)
-        if control.cancelled.is_set():
+        if _ended(control):  # whatever came back, its children were killed under it
             raise JobCancelled("the job was cancelled")
         with self._lock:
             self.jobs_done += 1
@@ -156,7 +164,7 @@ class JudgePool:
 
     def _take_lane(self, slot: int | None, control: JobControl) -> None:
         while not self._lanes[slot].acquire(timeout=_LANE_POLL_S):
-            if control.cancelled.is_set() or sandbox.stopping():
+            if _ended(control):
                 raise JobCancelled("the job was cancelled while it waited for a lane")
 
     def _choose(self, wanted: int | None) -> int | None:
@@ -256,6 +264,7 @@ class Service:
         if not self.pool.close_within(_CLOSE_WAIT_S):
             log.warning("service: judges still closing after %.0f s; stopping anyway",
                         _CLOSE_WAIT_S)
+        self.server.jobs.wait_idle(_ANSWER_WAIT_S)
         self.server.server_close()
         if not exiting:
             sandbox.allow_jobs()

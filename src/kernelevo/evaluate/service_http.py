@@ -80,6 +80,27 @@ class ReadDeadlines:
                     pass
 
 
+class InFlight:
+    """Jobs being judged or answered: stopping waits a little for their 503s."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._condition = threading.Condition()
+
+    def __enter__(self) -> None:
+        with self._condition:
+            self._count += 1
+
+    def __exit__(self, *exc_info: Any) -> None:
+        with self._condition:
+            self._count -= 1
+            self._condition.notify_all()
+
+    def wait_idle(self, seconds: float) -> bool:
+        with self._condition:
+            return self._condition.wait_for(lambda: self._count == 0, seconds)
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: "ServiceServer"
     protocol_version = "HTTP/1.1"
@@ -132,7 +153,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         job = self._parse(body)
         if job is not None:
-            self._judge(job)
+            with self.server.jobs:
+                self._judge(job)
 
     def _late(self) -> bool:
         """Whether the request took longer than its deadline to arrive (answered 408)."""
@@ -294,6 +316,7 @@ class ServiceServer(ThreadingHTTPServer):
         self.settings, self.pool = settings, pool
         self.deadlines = ReadDeadlines(settings.read_timeout_s)
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.jobs = InFlight()
 
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self._slots.acquire(blocking=False):
