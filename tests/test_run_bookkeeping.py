@@ -190,7 +190,7 @@ def test_resume_applies_budget_model_key_and_pace_flags_and_records_the_change(t
     runs = tmp_path / "runs"
     run_dir = stored_run(runs)
     done = kernelevo("evolve", "--resume", "run-r", "--runs-dir", str(runs), "--tokens", "2M",
-                     "--usd", "3", "--time", "1h", "--candidates", "0", "--model", "m2",
+                     "--usd", "3", "--time", "1h", "--candidates", "0", "--model", "gpt-4o-mini",
                      "--base-url", "http://127.0.0.1:9/v1", "--api-key-env", "OTHER_KEY",
                      "--llm-in-flight", "3")
     assert done.returncode == 0, done.stderr
@@ -199,14 +199,14 @@ def test_resume_applies_budget_model_key_and_pace_flags_and_records_the_change(t
         info, (event,) = store.run_info(), store.events(CHANGE_EVENT)
     assert info.config["budget"] == {"tokens": 2_000_000, "usd": 3.0, "wall_s": 3600.0,
                                      "candidates": 0}
-    assert info.config["llm"]["models"] == {"m2": 1.0}
+    assert info.config["llm"]["models"] == {"gpt-4o-mini": 1.0}  # priced: --usd can bind
     assert info.config["llm"]["base_url"] == "http://127.0.0.1:9/v1"
     assert (info.config["llm"]["api_key_env"], info.config["llm"]["in_flight"]) == (
         "OTHER_KEY", 3)
     assert info.config["search"]["llm_in_flight"] == 3
     changes = event.payload["changes"]
     assert changes["budget.tokens"] == {"from": 1_000_000, "to": 2_000_000}
-    assert changes["llm.models"] == {"from": None, "to": {"m2": 1.0}}
+    assert changes["llm.models"] == {"from": None, "to": {"gpt-4o-mini": 1.0}}
     assert changes["llm.api_key_env"] == {"from": None, "to": "OTHER_KEY"}  # {} stored
     assert changes["search.llm_in_flight"] == {"from": 8, "to": 3}
 

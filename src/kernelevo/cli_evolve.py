@@ -201,6 +201,8 @@ def _print_spent(console: Console, store: RunStore, limits: dict[str, Any]) -> N
     """What a resumed run has been charged, the estimates apart, against its token budget."""
     totals = store.totals()
     spent = totals.tokens_in + totals.tokens_out
+    if not spent:
+        return
     budget = f" of a budget of {limits['tokens']:,}" if limits.get("tokens") is not None else ""
     estimated = (f", {totals.estimated_tokens:,} of them estimated (calls cut off, charged their "
                  "worst case; raise --tokens if they were billed less)"
