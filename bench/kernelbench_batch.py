@@ -162,8 +162,8 @@ def timers_child(items: list[dict], log: Path) -> None:
                 model = build_model(cls, init, "cuda", torch.float32)
                 call = lambda model=model: model(*inputs)  # noqa: E731
                 row[name] = {"do_bench": triton.testing.do_bench(call, return_mode="median"),
-                             "graph": _graph_time(call), "loop": _loop(call),
-                             "profiler": _profiler_kernel_ms(call)}
+                             "graph": _graph_time(call), "loop": _loop_without_gc(call),
+                             "loop_gc": _loop(call), "profiler": _profiler_kernel_ms(call)}
             eager = build_model(module.Model, init, "cuda", torch.float32)
             for label, settings in (("tf32", lambda: set_user_backend(conv_tf32=True)),
                                     ("strict", set_reference_precision)):
@@ -172,6 +172,22 @@ def timers_child(items: list[dict], log: Path) -> None:
                     lambda: eager(*inputs), return_mode="median")
         _append(log, row)
         print(f"timers {item['file']}", flush=True)
+
+
+def _loop_without_gc(call) -> float:
+    """The back-to-back loop with Python's garbage collector off, as timeit times.
+
+    In a process holding torch and Triton a full collection takes tens of
+    milliseconds; with it on, a loop's time depends on when one lands.
+    """
+    import gc
+
+    gc.collect()
+    gc.disable()
+    try:
+        return _loop(call)
+    finally:
+        gc.enable()
 
 
 def _graph_time(call) -> float | None:
@@ -199,11 +215,14 @@ def _profiler_kernel_ms(call, calls: int = 20) -> float:
             flush.zero_()
             call()
         torch.cuda.synchronize()
-    total_us = 0.0
-    for event in prof.events():
-        if event.device_type == torch.autograd.DeviceType.CUDA and "fill" not in event.name \
-                and "zero" not in event.name.lower() and not event.name.startswith("Memset"):
-            total_us += event.device_time if hasattr(event, "device_time") else event.cuda_time
+    events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    with profile(activities=[ProfilerActivity.CUDA]) as alone:  # the flush's own kernel
+        flush.zero_()
+        torch.cuda.synchronize()
+    flush_names = {e.name for e in alone.events()
+                   if e.device_type == torch.autograd.DeviceType.CUDA}
+    total_us = sum(getattr(e, "device_time", None) or e.cuda_time for e in events
+                   if e.name not in flush_names)
     return total_us / calls / 1e3
 
 

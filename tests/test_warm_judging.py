@@ -177,8 +177,11 @@ def test_a_standby_runs_no_kernels_until_the_evaluation_beside_it_has_timed():
     assert verdict.reason == "passed", verdict.message
 
 
-def test_children_take_the_gate_only_once_their_task_is_imported(tmp_path):
+def test_children_take_the_gate_only_once_their_task_is_imported(tmp_path, monkeypatch):
     """Process start and the task's import run no kernels: a timing phase elsewhere goes on."""
+    # The task tells the test it was imported by writing a file beside it,
+    # which a confined child may not: this test is about the gate.
+    monkeypatch.setenv("KERNELEVO_CONFINE", "0")
     slow, imported = tmp_path / "task.py", tmp_path / "imported"
     slow.write_text(f"import pathlib, time\npathlib.Path({str(imported)!r}).touch()\n"
                     "time.sleep(2)\n" + (SOFTMAX / "task.py").read_text())

@@ -205,6 +205,14 @@ class Judge:
 
     def _run(self, candidates: list[Candidate], task: Task, time_them: bool) -> list[Any]:
         """Judge in a session: the standby one when it fits, else one started now."""
+        if task is not self.task:
+            # Another size of the task (shape variation): a session of its own,
+            # leaving the standby warm for the next candidate of the task.
+            session = Session(self, task, time_them, None)
+            try:
+                return session.run(candidates)
+            finally:
+                session.close()
         standby = self._take_standby(task, time_them)
         if standby is not None:
             # Candidates come one after another (this one found a standby): the
