@@ -1,0 +1,43 @@
+"""Honest: ConvTranspose3d through cuDNN (F.conv_transpose3d, no bias), then one Triton
+kernel per (image, channel) volume: v = conv + conv bias, out = ((v + bias) + v) * v + v."""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def residual_kernel(y_ptr, conv_bias_ptr, bias_ptr, out_ptr, C, DHW, BLOCK: tl.constexpr):
+    plane = tl.program_id(0)
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < DHW
+    c = plane % C
+    base = plane.to(tl.int64) * DHW
+    cb = tl.load(conv_bias_ptr + c)
+    b = tl.load(bias_ptr + c)
+    v = tl.load(y_ptr + base + offs, mask=mask, other=0.0) + cb
+    r = ((v + b) + v) * v + v
+    tl.store(out_ptr + base + offs, r, mask=mask)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, in_channels, out_channels, kernel_size, stride, padding, output_padding,
+                 bias_shape):
+        super().__init__()
+        self.conv_transpose = nn.ConvTranspose3d(in_channels, out_channels, kernel_size,
+                                                 stride=stride, padding=padding,
+                                                 output_padding=output_padding)
+        self.bias = nn.Parameter(torch.randn(bias_shape))
+
+    def forward(self, x):
+        ct = self.conv_transpose
+        y = F.conv_transpose3d(x, ct.weight, None, ct.stride, ct.padding, ct.output_padding,
+                               ct.groups, ct.dilation)
+        n, c, d, h, w = y.shape
+        out = torch.empty_like(y)
+        dhw = d * h * w
+        block = min(2048, triton.next_power_of_2(dhw))
+        grid = (n * c, triton.cdiv(dhw, block))
+        residual_kernel[grid](y, ct.bias, self.bias, out, c, dhw, BLOCK=block, num_warps=4)
+        return out
