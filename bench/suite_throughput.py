@@ -55,16 +55,24 @@ def _stem(problem: str) -> str:
     return problem.replace("/", "_")
 
 
-def suite_phase(entries: list[dict], tasks: Path, solutions: Path, out: Path) -> dict:
+def suite_phase(entries: list[dict], tasks: Path, solutions: Path, out: Path,
+                timeout_s: float) -> dict:
+    """One `kernelevo suite` process; cut at `timeout_s`, the rows it wrote still count."""
     result_dir = out / "suite"
     shutil.rmtree(result_dir, ignore_errors=True)
     env = {**os.environ, "KERNELEVO_CACHE_DIR": tempfile.mkdtemp(prefix="ke-suite-cache-")}
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "kernelevo.cli", "suite", str(tasks),
-                           "--solutions", str(solutions), "--out", str(result_dir)],
-                          env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    with (out / "suite_log.txt").open("w") as log:
+        process = subprocess.Popen([sys.executable, "-m", "kernelevo.cli", "suite", str(tasks),
+                                    "--solutions", str(solutions), "--out", str(result_dir)],
+                                   env=env, text=True, stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+        try:
+            rc = process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, 9)
+            rc = process.wait()
     wall = time.perf_counter() - started
-    (out / "suite_log.txt").write_text(done.stdout)
     rows = [json.loads(line) for line in (result_dir / "results.jsonl").read_text().splitlines()
             if line.strip()] if (result_dir / "results.jsonl").exists() else []
     expected = {entry["file"]: entry for entry in entries}
@@ -78,7 +86,7 @@ def suite_phase(entries: list[dict], tasks: Path, solutions: Path, out: Path) ->
                          "reason": row["reason"], "right": row["reason"] in entry["expect_reasons"],
                          "wall_s": row.get("wall_s"), "speedup": row.get("speedup"),
                          "flags": row.get("flags"), "message": (row.get("message") or "")[:200]})
-    return {"rc": done.returncode, "wall_s": round(wall, 1), "judged": len(verdicts),
+    return {"rc": rc, "wall_s": round(wall, 1), "judged": len(verdicts),
             "per_hour": round(3600 * len(verdicts) / wall) if verdicts else None,
             "wrong": [v for v in verdicts if not v["right"]], "verdicts": verdicts}
 
@@ -180,6 +188,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--phases", nargs="*", default=["builds", "suite", "kb"])
     parser.add_argument("--kb-budget-s", type=float, default=200.0)
+    parser.add_argument("--suite-timeout-s", type=float, default=1800.0)
     parser.add_argument("--max-elements", type=int, default=1 << 24)
     parser.add_argument("--only", nargs="*")
     args = parser.parse_args()
@@ -195,7 +204,8 @@ def main() -> None:
         if phase == "builds":
             result["builds"] = builds_phase()
         elif phase == "suite":
-            result["suite"] = suite_phase(entries, tasks, solutions, args.out)
+            result["suite"] = suite_phase(entries, tasks, solutions, args.out,
+                                          args.suite_timeout_s)
         elif phase == "kb":
             result["kb"] = kb_phase(entries, problems, args.kb, args.out, args.kb_budget_s)
         path.write_text(json.dumps(result, indent=1))
