@@ -255,6 +255,20 @@ def test_a_malformed_job_is_answered_400_naming_its_field(service, body, said):
     assert said in json.loads(answer)["error"]
 
 
+def test_a_huge_body_is_refused_without_being_read(service):
+    """20 MB sent as declared: 413 from its header, the rest read away briefly, then closed."""
+    body = b"x" * (20 << 20)
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", service.port), timeout=10) as connection:
+        try:
+            connection.sendall(_post(service, body))
+            answer = connection.recv(4096)
+        except (BrokenPipeError, ConnectionResetError):
+            answer = b""  # closed while still sending: dropped, as promised
+    assert time.monotonic() - started < 5
+    assert answer == b"" or answer.startswith(b"HTTP/1.1 413")
+
+
 def test_slow_and_lying_requests_end_within_the_read_deadline(service):
     """A body shorter than its Content-Length, headers never finished: 408 or dropped."""
     lying = _post(service, b"{}", headers="Content-Length: 100\r\n")
@@ -345,3 +359,13 @@ def _alive(pid: int) -> bool:
         return "zombie" not in Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return False
+
+
+@pytest.mark.parametrize(("setting", "flag"), [("max_timeout_s", "--max-timeout"),
+                                               ("read_timeout_s", "--read-timeout")])
+@pytest.mark.parametrize("value", [math.nan, math.inf, 0, -1])
+def test_the_service_limits_are_finite_and_positive(setting, flag, value):
+    from kernelevo.evaluate.service import ServiceSettings
+
+    with pytest.raises(ConfigError, match=flag):
+        ServiceSettings(**{setting: value})

@@ -65,11 +65,12 @@ class ServiceSettings:
     def __post_init__(self) -> None:
         if self.lanes < 1 or self.max_judges < 1:
             raise ConfigError("--lanes and --max-judges must be at least 1")
-        for name in ("max_timeout_s", "read_timeout_s"):
+        for name, flag in (("max_timeout_s", "--max-timeout"),
+                           ("read_timeout_s", "--read-timeout")):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                raise ConfigError(f"the service's {name} must be a finite number of seconds "
-                                  f"> 0, not {value!r}")
+                raise ConfigError(f"{flag} ({name}) must be a finite number of seconds > 0, "
+                                  f"not {value!r}")
         if self.host not in LOOPBACK and len(self.token) < 16:
             raise ConfigError(f"serving on {self.host} (beyond this machine) needs a token of "
                               "16 characters or more: set KERNELEVO_SERVICE_TOKEN")
