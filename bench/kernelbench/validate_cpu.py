@@ -19,7 +19,14 @@ the judge's odd sizes make its channel count indivisible by the group count,
 so the reference itself fails. For those problems this script evaluates a
 copy of the KernelBench file with the sizes below written in as literals (the
 judge may shrink them further); the verdict records which edits were made.
-Nothing else in the task changes.
+Nothing else in the task changes. Level 2 has its own table (CPU_SIZES_L2):
+spatial sizes written as chained assignments (`height = width = 128`), which
+the judge does not take for size constants, 3-D transposed convolutions, and
+GroupNorm tasks whose shrunk sizes break divisibility.
+
+CUDA entries (backend = "cuda") need no special handling: on a CPU the judge
+compiles their CUDA source with nvcc and ends with `no_gpu` (compiled) or
+`compile_failed`; the manifest's cpu_expect_reasons say which.
 
 With --device gpu the same table is made on a GPU machine: the KernelBench
 tasks as they are (no edits), expect_reasons rather than cpu_expect_reasons,

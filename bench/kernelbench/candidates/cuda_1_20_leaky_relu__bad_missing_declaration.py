@@ -1,0 +1,57 @@
+"""Bad: does not compile. `functions=["leaky_relu_forward"]` asks load_inline to bind a
+function that cpp_sources never declares (it is defined only in the CUDA source, which
+the generated binding file does not see): the binding fails with 'leaky_relu_forward' was
+not declared in this scope. The CUDA source alone compiles, so a check of it passes."""
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+CPP_SRC = ""  # the declaration of leaky_relu_forward is missing
+
+CUDA_SRC = r"""
+#include <torch/extension.h>
+#include <c10/cuda/CUDAStream.h>
+#include <c10/cuda/CUDAException.h>
+
+__global__ void leaky_relu_kernel(const float* __restrict__ x, float* __restrict__ y,
+                         int64_t n, float slope) {
+    const int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        const float v = x[i];
+        y[i] = v > 0.0f ? v : v * slope;
+    }
+}
+
+torch::Tensor leaky_relu_forward(torch::Tensor x, double negative_slope) {
+    TORCH_CHECK(x.is_cuda() && x.scalar_type() == torch::kFloat32,
+                "leaky_relu_forward: a float32 CUDA tensor");
+    x = x.contiguous();
+    auto y = torch::empty_like(x);
+    const int64_t n = x.numel();
+    if (n == 0) return y;
+    const int threads = 256;
+    const int64_t blocks = std::min<int64_t>((n + threads - 1) / threads, (int64_t)1 << 20);
+    leaky_relu_kernel<<<(unsigned)blocks, threads, 0, c10::cuda::getCurrentCUDAStream()>>>(
+        x.data_ptr<float>(), y.data_ptr<float>(), n, (float)negative_slope);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+    return y;
+}
+"""
+
+_ext = load_inline(
+    name="kb_cuda_1_20_leaky_relu_bad_missing_declaration",
+    cpp_sources=CPP_SRC,
+    cuda_sources=CUDA_SRC,
+    functions=["leaky_relu_forward"],
+    extra_cuda_cflags=["-O3"],
+    verbose=False,
+)
+
+
+class ModelNew(nn.Module):
+    def __init__(self, negative_slope: float = 0.01):
+        super().__init__()
+        self.negative_slope = negative_slope
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _ext.leaky_relu_forward(x, float(self.negative_slope))
