@@ -15,6 +15,7 @@ import hmac
 import json
 import select
 import socket
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -334,8 +335,6 @@ class ServiceServer(ThreadingHTTPServer):
             self._slots.release()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        import sys
-
         error = sys.exc_info()[1]
         if isinstance(error, (OSError, ValueError)):  # a client's fault: reset, garbage
             log.debug("service: a connection from %s ended: %r", client_address[0], error)
