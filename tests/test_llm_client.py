@@ -125,7 +125,8 @@ def test_a_retry_after_longer_than_the_config_allows_ends_the_call_saying_so():
         with pytest.raises(LLMUnavailable) as raised:
             ask(client)
     error = raised.value
-    assert error.fatal and "30 s (Retry-After)" in str(error) and "retry_after_max_s = 0.05" in str(error)
+    assert error.fatal and "30 s (Retry-After)" in str(error)
+    assert "retry_after_max_s = 0.05" in str(error)
     assert len(server.requests) == 1 and client.breaker.open
     assert time.monotonic() - started_s < 2.0
 

@@ -351,24 +351,9 @@ class OpenAICompatClient:
 
     def _status_error(self, endpoint: str, failure: _AttemptFailed,
                       attempts: list[Attempt]) -> LLMRequestError:
-        status, detail = failure.status_code or 0, self._redacted(failure.detail)
-        where = f"{endpoint} (model {self.config.model!r})"
-        env = self.config.api_key_env
-        if status in (401, 403):
-            state = "is set but was refused" if os.environ.get(env) else "is not set"
-            fix = f"set {env} to a valid API key for {endpoint}"
-            message = f"HTTP {status} from {where}: {env} {state}; {fix} (server: {detail})"
-        elif status == 429:
-            message = (f"HTTP 429 from {where}: the account behind {env} has no quota or "
-                       f"credit left; add credit or use another key (server: {detail})")
-        elif status < 400 or status == 404:
-            fix = ("check base_url (usually ends in /v1, with the right scheme) and the "
-                   "model name (GET /models lists them)")
-            message = f"HTTP {status} from {where}: {detail}; {fix}"
-        else:
-            fix = ("check the model name, max_output_tokens, [llm] max_tokens_field and the "
-                   "endpoint's limits")
-            message = f"HTTP {status} from {where}: {detail}; {fix}"
+        status = failure.status_code or 0
+        message = replies.refusal_message(status, self._redacted(failure.detail), endpoint,
+                                          self.config.model, self.config.api_key_env)
         return LLMRequestError(message, status, tuple(attempts))
 
     def _redacted(self, text: str) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import email.utils
 import math
+import os
 import time
 from typing import Any
 
@@ -54,6 +55,25 @@ def error_code(response: httpx.Response) -> str:
         return ""
     code = error.get("code") or error.get("type")
     return code if isinstance(code, str) else ""
+
+
+def refusal_message(status: int, detail: str, endpoint: str, model: str, key_env: str) -> str:
+    """What a refused request (4xx, or a 429 for a spent quota) means, and what to change."""
+    where = f"{endpoint} (model {model!r})"
+    if status in (401, 403):
+        state = "is set but was refused" if os.environ.get(key_env) else "is not set"
+        fix = f"set {key_env} to a valid API key for {endpoint}"
+        return f"HTTP {status} from {where}: {key_env} {state}; {fix} (server: {detail})"
+    if status == 429:
+        return (f"HTTP 429 from {where}: the account behind {key_env} has no quota or credit "
+                f"left; add credit or use another key (server: {detail})")
+    if status < 400 or status == 404:
+        fix = ("check base_url (usually ends in /v1, with the right scheme) and the model name "
+               "(GET /models lists them)")
+    else:
+        fix = ("check the model name, max_output_tokens, [llm] max_tokens_field and the "
+               "endpoint's limits")
+    return f"HTTP {status} from {where}: {detail}; {fix}"
 
 
 def content_text(content: Any) -> str:
