@@ -336,6 +336,9 @@ def test_a_run_whose_calls_all_failed_is_llm_failed(tmp_path):
     assert outcome.status == "llm_failed"
     assert outcome.reason.startswith("all ") and "LLM calls failed" in outcome.reason
     assert "HTTP 500" in outcome.reason
+    # Calls stopped at the time limit while waiting to retry sent nothing: no charge.
+    totals = store.totals()
+    assert totals.tokens_in + totals.tokens_out == 0
 
 
 class BrokenProposer:

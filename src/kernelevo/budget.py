@@ -19,7 +19,9 @@ spending ends above a limit only through the calls in flight at the last
 admission, each by its overshoot beyond its padding: at most c times the
 largest single overshoot with c calls in flight (one call's overshoot when
 calls run one at a time), and nothing once overshoots are no larger than
-ones already seen.
+ones already seen. The model pool never settles a call above its reservation
+(llm/charges.py charges implausible usage the worst case), so its calls never
+overshoot; the padding guards other callers.
 """
 
 from __future__ import annotations
