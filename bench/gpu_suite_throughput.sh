@@ -20,7 +20,7 @@ if [ $probe -ne 0 ]; then
     echo "the confined eval failed: the suite below runs with KERNELEVO_CONFINE=0"
     export KERNELEVO_CONFINE=0
 fi
-timeout ${ST_S:-470} python bench/suite_throughput.py --kb .kb --out /tmp/st --phases builds kb suite \
+timeout ${ST_S:-470} python bench/suite_throughput.py --kb .kb --out /tmp/st --phases ${PHASES:-builds kb suite} \
     --kb-budget-s ${KB_S:-110} --suite-timeout-s ${SUITE_S:-250} > "$OUT/st_log.txt" 2>&1
 cp /tmp/st/suite_throughput.json /tmp/st/suite_log.txt "$OUT/" 2>/dev/null
 tail -8 "$OUT/st_log.txt"

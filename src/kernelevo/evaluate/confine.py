@@ -85,8 +85,13 @@ def plan_for(scratch: Path, environment: Mapping[str, str], task_folder: str = "
     # maps memory only between processes of one user (an H200 refused it,
     # "mapping of buffer object failed"): a GPU child keeps root's uid and
     # gives up its privileges in a user namespace instead (drop_privileges).
-    sandbox_id = (_hand_over(writable) if enabled and os.geteuid() == 0 and not cuda
-                  else None)
+    # Every job of a judge that has a GPU does so, its CPU-only builds too:
+    # they share the build caches, which one user must own.
+    sandbox_id = None
+    if enabled and os.geteuid() == 0:
+        sandbox_id = None if cuda or _has_gpu() else _hand_over(writable)
+        if sandbox_id is None:
+            _take_back(writable)
     return Plan(writable=tuple(writable), shared=tuple(shared), readable=tuple(readable),
                 home=home, share_shm=cuda, sandbox_id=sandbox_id, enabled=enabled)
 
@@ -147,6 +152,25 @@ def _hand_over(folders: list[str]) -> int | None:
     except OSError:
         return None  # e.g. a cache on a filesystem that refuses chown: the worker stays root
     return SANDBOX_ID
+
+
+def _has_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _take_back(folders: list[str]) -> None:
+    """Give folders handed to the sandbox's user back to root, for children that keep root's uid."""
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            if os.stat(folder).st_uid != SANDBOX_ID:
+                continue
+            os.chown(folder, 0, 0)
+            for root, dirs, files in os.walk(folder):
+                for name in dirs + files:
+                    os.lchown(os.path.join(root, name), 0, 0)
+        _given.discard(folder)
 
 
 def confine(plan: Plan) -> tuple[list[str], bool]:
