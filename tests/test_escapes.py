@@ -155,6 +155,7 @@ def test_the_verdict_names_every_layer_in_force(judges, monkeypatch):
     for layer in ("network off", "own root:", "other users' processes hidden",
                   "every process the job starts dies with it",
                   f"runs as an unprivileged user (uid {confine.SANDBOX_ID})",
+                  "signals and traces only within the job (Landlock)",
                   "secrets out of the environment"):
         assert layer in verdict.isolation
 
@@ -185,6 +186,30 @@ def test_the_keeper_kills_what_left_the_worker(tmp_path, hang):
     assert _running(mark, wait_s=0) == []
 
 
+def reach_the_judge(payload, channel):
+    """What a worker can do to the judge's process: see it, read it, signal it."""
+    judge, found = payload["judge"], {}
+    found["seen"] = str(judge) in os.listdir("/proc")
+    try:
+        os.kill(judge, 0)
+        found["signal"] = "allowed"
+    except OSError as exc:
+        found["signal"] = exc.strerror
+    channel.send("reach", uid=os.getuid(), **found)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_no_worker_reaches_the_judge_even_as_root(tmp_path, device):
+    # A GPU job's worker keeps root's uid (CUDA IPC needs one user): the user
+    # namespace, hidepid and Landlock's scope must hold it all the same.
+    result = run_job(reach_the_judge, {"judge": os.getpid(), "device": device},
+                     tmp_path / "job", timeout_s=60, output_limit_bytes=1 << 20)
+    (reach,) = [m for m in result.messages if m["kind"] == "reach"]
+    assert reach["uid"] == (0 if device == "cuda" else confine.SANDBOX_ID)
+    assert not reach["seen"] and reach["signal"] == "Operation not permitted"
+    assert "signals and traces only within the job (Landlock)" in result.confinement
+
+
 def _in_child(work):
     """The result of `work()` computed in a forked child (JSON over a pipe)."""
     read, write = os.pipe()
@@ -210,8 +235,9 @@ def test_a_layer_the_kernel_refuses_is_named_with_its_reason(tmp_path, monkeypat
     plan = confine.plan_for(tmp_path, {})
     assert _in_child(lambda: confine.enter_root(plan)) == [
         "filesystem shared (Operation not permitted)"]
-    assert _in_child(lambda: confine.drop_privileges(
-        confine.Plan((), (), (), "/", False, None))) == "keeps its privileges (Operation not permitted)"
+    unprivileged = confine.Plan((), (), (), "/", False, None)
+    assert _in_child(lambda: confine.drop_privileges(unprivileged)) == (
+        "keeps its privileges (Operation not permitted)")
     monkeypatch.setenv(confine.SWITCH, "0")
     assert confine.confine(confine.plan_for(tmp_path, {})) == (
         ["confinement off (KERNELEVO_CONFINE=0)"], False)

@@ -4,17 +4,18 @@ Applied in each child before any candidate (or task) code runs, layer by
 layer where the OS allows it; every layer in force, and every one that could
 not be applied with its reason, is named in the verdict's `isolation`:
 
-- Its own root (a mount namespace and pivot_root): the system folders
-  (/usr, /etc, /opt, ...), Python's own files and the task's folder read-only;
-  the scratch folder and the build caches writable; an empty private /tmp
-  and an empty home; a /dev with only the basic devices and the GPU's;
-  nothing else of the machine: not the project's folder, not the cache
-  folder holding the evaluation service's token, not other users' homes.
-  /etc/passwd and /etc/group are stand-ins naming only root and the sandbox.
-- An unprivileged user of its own (when the judge is root): it can read no
-  root-only file, signal or trace no process of the judge's, and /proc
-  (mounted with hidepid) shows it no other user's process. A judge that is
-  not root keeps its own user, in a user namespace without privileges.
+- Its own root (new_root.py): the system folders, Python's own files and
+  the task's folder read-only; the scratch folder and the build caches
+  writable; an empty private /tmp and home; a /dev with only the basic
+  devices and the GPU's; nothing else of the machine: not the project's
+  folder, not the cache folder holding the evaluation service's token, not
+  other users' homes. /etc/passwd and /etc/group are stand-ins.
+- Another user than the judge's processes: on a judge that is root and has
+  no GPU, an unprivileged user of its own; otherwise the judge's uid in a
+  user namespace, without privileges over the machine's mounts or processes
+  (CUDA IPC maps memory only between processes of one user). /proc, mounted
+  with hidepid, shows it only what it may trace.
+- Landlock's scope: it signals and traces only processes it started.
 - A keeper process (keeper.py) that kills every process the job started.
 - No secret in its environment (redact.py); the judge's forkserver starts
   without them too, so /proc/self/environ holds none.
@@ -27,24 +28,20 @@ from __future__ import annotations
 
 import contextlib
 import os
-import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
 from kernelevo.evaluate import keeper, namespaces
-from kernelevo.evaluate.namespaces import MNT_DETACH, MS_BIND, MS_NODEV, MS_NOEXEC, MS_NOSUID
+from kernelevo.evaluate.new_root import existing_paths, enter_root
 
 SWITCH = "KERNELEVO_CONFINE"
 # The sandbox's user when the judge is root: unused by convention (65534,
 # nobody, may own daemons of the machine, which the sandbox must not reach).
 SANDBOX_ID = 65533
-_SYSTEM = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "opt", "sys")
-_DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 _CACHE_VARIABLES = ("TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "TORCHINDUCTOR_CACHE_DIR",
                     "CUDA_CACHE_PATH")
-_STAGE = "/tmp"  # where the new root is assembled, on a tmpfs of its own
 _given: set[str] = set()  # folders already handed to the sandbox's user by this process
 
 
@@ -68,17 +65,17 @@ def plan_for(scratch: Path, environment: Mapping[str, str], task_folder: str = "
     for folder in caches:
         with contextlib.suppress(OSError):
             os.makedirs(folder, exist_ok=True)
-    writable = _existing([str(scratch)] + caches)
+    writable = existing_paths([str(scratch)] + caches)
     # CUDA's MPS clients talk to its server through pipes in this folder (a root's daemon's:
     # bound writable, never handed over).
-    shared = _existing([environment.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")])
+    shared = existing_paths([environment.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")])
     home = os.path.realpath(os.path.expanduser("~"))
     readable = _python_paths() + [task_folder, environment.get("PYTHONPYCACHEPREFIX", "")]
     for variable in ("PATH", "LD_LIBRARY_PATH"):
         readable += environment.get(variable, "").split(os.pathsep)
     readable += [environment.get("CUDA_HOME", ""), environment.get("CUDA_PATH", "")]
     # A folder that holds the whole home would undo hiding it.
-    readable = _outermost([p for p in _existing(readable)
+    readable = _outermost([p for p in existing_paths(readable)
                            if not (home + os.sep).startswith(p + os.sep)])
     enabled = os.environ.get(SWITCH, "1") != "0"
     # CUDA IPC hands outputs between the judge and a GPU child, and the driver
@@ -116,17 +113,6 @@ def _python_paths() -> list[str]:
         elif origin:
             paths.append(origin)
     return [p for p in paths if isinstance(p, str)]
-
-
-def _existing(paths: list[str]) -> list[str]:
-    """Absolute existing paths, resolved, without repeats, shallowest first.
-
-    Never / itself, and nothing in /proc or /dev, which the new root makes its own.
-    """
-    found = {os.path.realpath(p) for p in paths if p and os.path.isabs(p) and os.path.exists(p)}
-    found = {p for p in found if p != "/" and not p.startswith(("/proc/", "/dev/"))
-             and p not in ("/proc", "/dev")}
-    return sorted(found, key=lambda p: (p.count(os.sep), p))
 
 
 def _outermost(paths: list[str]) -> list[str]:
@@ -181,6 +167,7 @@ def confine(plan: Plan) -> tuple[list[str], bool]:
     process_layer, keeper_pid = keeper.split()
     layers.append(process_layer)
     layers.append(drop_privileges(plan))
+    layers.append(_scope_signals())
     with contextlib.suppress(OSError):
         # Orphans of the worker's own children come to it, where the guards see
         # them as its children (a detached process is a spawned process too);
@@ -193,195 +180,6 @@ def confine(plan: Plan) -> tuple[list[str], bool]:
             os._exit(1)  # the keeper is already gone
     layers.append("secrets out of the environment")
     return layers, keeper_pid is not None
-
-
-def enter_root(plan: Plan) -> list[str]:
-    """A mount namespace whose root holds only what the plan names; the layers it gives."""
-    try:
-        # Its own System V IPC too: nothing to share with the machine's segments.
-        if os.geteuid() == 0:
-            namespaces.unshare(namespaces.CLONE_NEWNS | namespaces.CLONE_NEWIPC)
-        else:
-            uid, gid = os.geteuid(), os.getegid()
-            namespaces.unshare(namespaces.CLONE_NEWUSER | namespaces.CLONE_NEWNS
-                               | namespaces.CLONE_NEWIPC)
-            namespaces.write_id_maps(uid, gid)
-        namespaces.mount(None, "/", None, namespaces.MS_REC | namespaces.MS_PRIVATE)
-    except OSError as exc:
-        return [f"filesystem shared ({exc.strerror})"]
-    try:
-        hidden, problems = _assemble(plan)
-    except OSError as exc:  # nothing is lost: the machine's root is still this one's
-        with contextlib.suppress(OSError):
-            namespaces.umount(_STAGE, MNT_DETACH)
-        return [f"filesystem shared ({exc})"]
-    try:
-        _pivot()
-    except OSError as exc:
-        problems.insert(0, str(exc))
-    problems += _read_only_elsewhere(plan)
-    _close_folders_outside()
-    layers = ["own root: system and Python folders read-only, scratch and build caches "
-              "writable, home and temporary folders empty, nothing else of the machine"]
-    if problems:
-        layers[0] += f" ({len(problems)} mounts not as planned: {problems[0]})"
-    layers.append("other users' processes hidden" if hidden else "processes visible in /proc")
-    return layers
-
-
-def _assemble(plan: Plan) -> tuple[bool, list[str]]:
-    """The new root, on a tmpfs over the stage: (processes hidden, binds that failed)."""
-    # Opened before anything covers them (the stage covers /tmp); a bind from
-    # a descriptor opened before the unshare would be refused.
-    kept = [(path, os.open(path, os.O_PATH), path in plan.writable + plan.shared)
-            for path in _kept_paths(plan)]
-    try:
-        namespaces.mount("tmpfs", _STAGE, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=16m")
-        _system_folders()
-        _private_folders(plan)
-        _devices(plan.share_shm)
-        hidden = _proc()
-        problems = _bind_kept(kept)
-        _accounts(plan)
-    finally:
-        for _, descriptor, _ in kept:
-            os.close(descriptor)
-    return hidden, problems
-
-
-def _pivot() -> None:
-    """Make the stage the root; the machine's root, detached, is out of reach."""
-    os.mkdir(_STAGE + "/.old")
-    namespaces.pivot_root(_STAGE, _STAGE + "/.old")
-    os.chdir("/")
-    namespaces.umount("/.old", MNT_DETACH)
-    os.rmdir("/.old")
-
-
-def _kept_paths(plan: Plan) -> list[str]:
-    """Paths to bind into the new root: all writable ones, readable ones not already there."""
-    system = ["/" + name for name in _SYSTEM]
-    kept: list[str] = []
-    for path in _existing(list(plan.writable) + list(plan.shared) + list(plan.readable)):
-        inside = [p for p in system + kept if path == p or path.startswith(p + os.sep)]
-        if path in plan.writable or path in plan.shared or not inside:
-            kept.append(path)
-    return kept
-
-
-def _system_folders() -> None:
-    for name in _SYSTEM:
-        source, target = "/" + name, _STAGE + "/" + name
-        if os.path.islink(source):
-            os.symlink(os.readlink(source), target)
-        elif os.path.isdir(source):
-            os.mkdir(target)
-            namespaces.bind(source, target, writable=False)
-
-
-def _private_folders(plan: Plan) -> None:
-    """An empty /tmp and an empty home, on tmpfs of their own (writable by the worker)."""
-    owner = plan.sandbox_id if plan.sandbox_id is not None else os.geteuid()
-    os.mkdir(_STAGE + "/tmp")
-    namespaces.mount("tmpfs", _STAGE + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
-                     "mode=1777,size=1g")
-    if plan.home not in ("/", "/tmp") and not any(plan.home == "/" + n for n in _SYSTEM):
-        os.makedirs(_STAGE + plan.home, exist_ok=True)
-        namespaces.mount("tmpfs", _STAGE + plan.home, "tmpfs", MS_NOSUID | MS_NODEV,
-                         f"mode=0700,size=256m,uid={owner},gid={owner}")
-
-
-def _devices(share_shm: bool) -> None:
-    """A /dev with the basic devices and the GPU's (/dev/nvidia*), no disk or memory device."""
-    dev = _STAGE + "/dev"
-    os.mkdir(dev)
-    namespaces.mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=1m")
-    names = list(_DEVICES) + sorted(n for n in os.listdir("/dev") if n.startswith("nvidia"))
-    for name in names:
-        source = "/dev/" + name
-        if not os.path.exists(source):
-            continue
-        if os.path.isdir(source):
-            os.mkdir(dev + "/" + name)
-        else:
-            open(dev + "/" + name, "w").close()
-        namespaces.bind(source, dev + "/" + name, writable=True)
-    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
-                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
-        os.symlink(target, f"{dev}/{name}")
-    os.mkdir(dev + "/shm")
-    if share_shm and os.path.isdir("/dev/shm"):
-        namespaces.bind("/dev/shm", dev + "/shm", writable=True)
-    else:
-        namespaces.mount("tmpfs", dev + "/shm", "tmpfs", MS_NOSUID | MS_NODEV,
-                         "mode=1777,size=1g")
-
-
-def _proc() -> bool:
-    """A /proc that shows no other user's process where the kernel allows; whether it does."""
-    target = _STAGE + "/proc"
-    os.mkdir(target)
-    try:
-        namespaces.mount("proc", target, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=2")
-        return True
-    except OSError:  # a user namespace may not mount a proc of its own: the machine's, bound
-        namespaces.mount("/proc", target, None, MS_BIND | namespaces.MS_REC)
-        return False
-
-
-def _bind_kept(kept: list[tuple[str, int, bool]]) -> list[str]:
-    problems = []
-    for path, descriptor, writable in kept:
-        target = _STAGE + path
-        try:
-            if not os.path.lexists(target):  # the path itself may lie under the stage now
-                if stat.S_ISDIR(os.fstat(descriptor).st_mode):
-                    os.makedirs(target)
-                else:
-                    os.makedirs(os.path.dirname(target), exist_ok=True)
-                    open(target, "w").close()
-            namespaces.bind(f"/proc/self/fd/{descriptor}", target, writable)
-        except OSError as exc:
-            problems.append(f"{path}: {exc.strerror}")
-    return problems
-
-
-def _accounts(plan: Plan) -> None:
-    """Stand-ins for /etc/passwd and /etc/group: root and the sandbox's user only."""
-    if not os.path.isfile(_STAGE + "/etc/passwd"):
-        return
-    uid = plan.sandbox_id if plan.sandbox_id is not None else os.geteuid()
-    os.mkdir(_STAGE + "/.accounts")
-    nologin = "/usr/sbin/nologin"
-    files = {"passwd": f"root:x:0:0:root:/root:{nologin}\n"
-                       f"sandbox:x:{uid}:{uid}:kernelevo sandbox:{plan.home}:{nologin}\n",
-             "group": f"root:x:0:\nsandbox:x:{uid}:\n"}
-    for name, text in files.items():
-        Path(_STAGE + "/.accounts/" + name).write_text(text)
-        if os.path.isfile(_STAGE + "/etc/" + name):
-            namespaces.bind(_STAGE + "/.accounts/" + name, _STAGE + "/etc/" + name, False)
-
-
-def _read_only_elsewhere(plan: Plan) -> list[str]:
-    """Every mount but the writable ones and /proc read-only (a bind's submounts too)."""
-    writable = set(plan.writable + plan.shared) | {"/tmp", plan.home, "/dev/shm"}
-    problems = []
-    for point in dict.fromkeys(namespaces.mount_points()):
-        if point in writable or point == "/proc" or point.startswith("/proc/"):
-            continue
-        try:
-            namespaces.remount(point, writable=False)
-        except OSError as exc:
-            problems.append(f"{point}: {exc.strerror}")
-    return problems
-
-
-def _close_folders_outside() -> None:
-    """Close inherited folder descriptors: through one, `..` would reach the old root."""
-    for name in os.listdir("/proc/self/fd"):
-        with contextlib.suppress(OSError, ValueError):
-            if stat.S_ISDIR(os.fstat(int(name)).st_mode):
-                os.close(int(name))
 
 
 def drop_privileges(plan: Plan) -> str:
@@ -406,6 +204,20 @@ def drop_privileges(plan: Plan) -> str:
     except OSError as exc:
         return f"keeps its privileges ({exc.strerror})"
     return f"runs as uid {uid} without privileges (user namespace)"
+
+
+def _scope_signals() -> str:
+    """The worker may signal and trace only what it started itself (Landlock).
+
+    Without it a worker that keeps root's uid (a GPU job's) could kill any
+    root process of the machine by its number, and workers of one user one
+    another.
+    """
+    try:
+        namespaces.scope_signals()
+    except OSError as exc:
+        return f"signals reach beyond the job ({exc.strerror})"
+    return "signals and traces only within the job (Landlock)"
 
 
 def unshare_network() -> str:

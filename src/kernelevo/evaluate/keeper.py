@@ -11,9 +11,10 @@ descendants, then exits as the worker did, so the judge reads the worker's
 own exit code or signal.
 
 Why not a PID namespace: CUDA IPC handles, which carry a GPU worker's outputs
-to the judge, cannot be opened across PID namespaces. The worker runs as
-another user than the keeper (confine.py), so it can neither signal nor
-trace the keeper.
+to the judge, cannot be opened across PID namespaces. Once the worker is
+forked, a root keeper becomes a user of its own that keeps only the right to
+kill (CAP_KILL): a worker, root's uid or the sandbox's, can neither signal
+nor trace it.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import NoReturn
 from kernelevo.evaluate import namespaces
 
 _MAX_ROUNDS = 10_000  # rounds of killing; each round ends all processes that exist then
+KEEPER_ID = 65532  # the keeper's user: neither root nor the worker's (confine.SANDBOX_ID)
 
 
 class _JobEnds(Exception):
@@ -55,6 +57,7 @@ def _keep(worker: int) -> NoReturn:
     status = 0x9  # killed (SIGKILL) unless the worker's own status is seen
     signal.signal(signal.SIGTERM, _end_job)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the judge's Ctrl-C is the judge's to handle
+    _keep_only_the_right_to_kill()
     with contextlib.suppress(OSError):  # the forkserver gone: end the job, not just this process
         namespaces.prctl(namespaces.PR_SET_PDEATHSIG, signal.SIGTERM)
     try:
@@ -70,6 +73,20 @@ def _keep(worker: int) -> NoReturn:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     kill_descendants()
     _end_as(status)
+
+
+def _keep_only_the_right_to_kill() -> None:
+    """A root keeper becomes KEEPER_ID with CAP_KILL alone; else it stays as it is."""
+    if os.geteuid() != 0:
+        return
+    try:
+        namespaces.prctl(namespaces.PR_SET_KEEPCAPS, 1)
+        os.setgroups([])
+        os.setresgid(KEEPER_ID, KEEPER_ID, KEEPER_ID)
+        os.setresuid(KEEPER_ID, KEEPER_ID, KEEPER_ID)
+        namespaces.keep_only_capabilities(namespaces.CAP_KILL)
+    except OSError:
+        pass  # a keeper that stays root still ends the job; only a root worker could stop it
 
 
 def _end_job(signum: int, frame: object) -> None:

@@ -10,6 +10,9 @@ times the torch.compile baseline would otherwise pay that again.
 import os
 
 from kernelevo.cache_dir import keep_bytecode
+from kernelevo.evaluate import namespaces
+
+namespaces.undumpable()  # out of a worker's reach, as the judge is
 
 keep_bytecode()  # the judge's bytecode folder, written here too (cache_dir.py)
 

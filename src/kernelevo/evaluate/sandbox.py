@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from kernelevo.cache_dir import default_cache_dir
-from kernelevo.evaluate import confine, redact
+from kernelevo.evaluate import confine, namespaces, redact
 from kernelevo.evaluate.lifeline import (
     MARKER_ENV, die_with_parent, kill_marked, release_forkserver, start_guard, stop_guard)
 
@@ -59,9 +59,9 @@ def stop_all_jobs() -> None:
     """
     _stopping.set()
     with _live_lock:
-        running = list(_live_jobs.items())
-    for pid, marker in running:
-        _end_job(pid, marker)
+        running = list(_live_jobs)
+    for pid in running:
+        _end_job(pid)
 
 
 def stopping() -> bool:
@@ -197,7 +197,7 @@ class Deadline:
 
     def kill(self) -> None:
         if self.pid:
-            _end_job(self.pid, self.marker)
+            _end_job(self.pid)
 
 
 class Channel:
@@ -221,6 +221,7 @@ def _child_main(target: Callable[..., None], payload: dict[str, Any], connection
                 plan: confine.Plan) -> None:
     """Entry point in the forked child: detach, confine, redirect output, run."""
     os.setsid()
+    namespaces.undumpable()  # the guard forked next, too
     # Bytecode of what the forkserver imported may be cached (cache_dir.py);
     # a candidate's own modules, each in a new folder, would only pile up there.
     sys.dont_write_bytecode = True
@@ -288,6 +289,8 @@ def run_job(target: Callable[..., None], payload: dict[str, Any], scratch: Path,
     # CUDA IPC hands a GPU worker's outputs over: reference counts in /dev/shm.
     cuda = payload.get("device") == "cuda" and child_environment.get("CUDA_VISIBLE_DEVICES") != ""
     plan = confine.plan_for(scratch, child_environment, str(payload.get("task_folder", "")), cuda)
+    if plan.enabled:
+        namespaces.undumpable()  # the judge, its API key in its environment
     secrets = redact.secret_values(os.environ, [default_cache_dir()])
     process = context.Process(
         target=_child_main,
@@ -305,7 +308,7 @@ def run_job(target: Callable[..., None], payload: dict[str, Any], scratch: Path,
         _live_jobs[process.pid] = marker
     deadline.pid, deadline.marker = process.pid, marker
     if _stopping.is_set():  # told to stop while this one was starting
-        _end_job(process.pid, marker)
+        _end_job(process.pid)
     child_end.close()
     lifeline_read.close()
     try:
@@ -364,7 +367,7 @@ def _decode(raw: bytes) -> dict[str, Any]:
     return message if isinstance(message, dict) else {"kind": "garbage"}
 
 
-def _end_job(pid: int, marker: str) -> None:
+def _end_job(pid: int) -> None:
     """Ask the job's keeper to kill every process of the job (and then end itself)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, signal.SIGTERM)
@@ -373,7 +376,7 @@ def _end_job(pid: int, marker: str) -> None:
 def _stop(process: Any, marker: str) -> None:
     """End the job, wait for its first process; kill what a keeper did not end in time."""
     if process.exitcode is None:
-        _end_job(process.pid, marker)
+        _end_job(process.pid)
         process.join(_KEEPER_GRACE_S)
     # Only a pid not yet reaped is signalled: a reaped one may be another process's by now.
     _kill_group(process.pid if process.exitcode is None else None, marker)
