@@ -144,7 +144,10 @@ def test_feedback_for_incorrect_says_where_and_how_large():
 
 def test_feedback_for_ok_gives_times_and_speedups():
     text = feedback(OK)
-    assert "time: 0.1234 ms median (IQR 0.0011 ms, 100 samples)" in text
+    assert "): 0.1234 ms median (IQR 0.0011 ms, 100 samples)" in text
+    # The model is told which measure it is asked to lower.
+    measure = {"call": "call time", "gpu": "GPU time", "": "GPU time"}[OK.timing_measure]
+    assert f"time ({measure}" in text
     assert "PyTorch eager: 0.2468 ms median" in text and "speedup 2.00x" in text
     assert "torch.compile: 0.1500 ms median" in text and "speedup 1.22x" in text
     assert "note: own kernels: 97% of GPU kernel time" in text

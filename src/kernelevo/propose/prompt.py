@@ -200,7 +200,8 @@ def _timing_lines(verdict: Verdict) -> list[str]:
     own = verdict.timings.get("candidate")
     if own is None:
         return ["time: not measured"]
-    lines = [f"time: {_stats(own)}"]
+    measure = _MEASURE_WORDS.get(verdict.timing_measure, verdict.timing_measure or "GPU time")
+    lines = [f"time ({measure}): {_stats(own)}"]
     speedups = {"eager": verdict.speedup_vs_eager, "compile": verdict.speedup_vs_compile}
     for name, stats in verdict.timings.items():
         if name == "candidate":
@@ -209,6 +210,15 @@ def _timing_lines(verdict: Verdict) -> list[str]:
         speed = f" -> speedup {gain:.2f}x" if gain else ""
         lines.append(f"{_BASELINE_LABELS.get(name, name)}: {_stats(stats)}{speed}")
     return lines
+
+
+# What each measure means, so the model knows what it is asked to lower.
+_MEASURE_WORDS = {
+    "call": "call time: host time per call in a loop of calls, launch overhead included, "
+            "what a user calling the model waits",
+    "gpu": "GPU time: device time per call, launch gaps hidden",
+    "kernelbench": "KernelBench's protocol: mean of 100 event-timed calls",
+}
 
 
 def _stats(stats: TimingStats) -> str:
