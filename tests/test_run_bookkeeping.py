@@ -219,7 +219,7 @@ OTHER_TASK = ROOT / "tests/fixtures/tasks/softmax.py"
     (["--device", "auto"], "--device ([eval] device = 'auto'; the run's: 'cpu')"),
     (["--policy", "strict"], "--policy ([eval] policy"),
     (["--no-compile"], "--no-compile ([eval.timing] baselines = ('eager',)"),
-    (["--timing", "call"], "--timing ([eval.timing] measure = 'call'; the run's: 'gpu')"),
+    (["--timing", "gpu"], "--timing ([eval.timing] measure = 'gpu'; the run's: 'call')"),
     (["--backend", "cuda"], "--backend ([search] backend = 'cuda'; the run's: 'triton')"),
     (["--islands", "5"], "--islands ([search] islands = 5; the run's: 3)"),
     (["--seed", str(SEED)], f"--seed {SEED} (not one of the run's starting candidates)"),
