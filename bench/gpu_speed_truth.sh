@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 KERNELEVO_CACHE_DIR=${KERNELEVO_CACHE_DIR:-/tmp/ke-cache} PYTHONPATH=src
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-work=/tmp/agree
+work=/tmp/agree; rm -rf $work
 L1="19_relu__honest.py 21_sigmoid__honest.py 23_softmax__honest.py 26_gelu__honest.py
     36_rmsnorm__honest.py 40_layernorm__honest.py 47_sum_dim__honest.py 88_mingpt_gelu__honest.py"
 L2=$(python3 -c "import tomllib; e=tomllib.load(open('bench/kernelbench/manifest.toml','rb'))['candidate']; print(' '.join(x['problem'] for x in e if x['problem'].startswith('level2') and x['kind']=='honest' and x.get('backend','triton')=='triton'))")

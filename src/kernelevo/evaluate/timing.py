@@ -275,7 +275,7 @@ def time_contestants(contestants: dict[str, Contestant], sets: list[list[Any]],
 def _gpu_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, float]],
               graphed: set[str], sampler: _Sampler, rotation: _Rotation, config: Any,
               after: AfterSample, run: TimingRun,
-              count: LaunchCount) -> dict[str, TimingStats]:
+              launch_count: LaunchCount) -> dict[str, TimingStats]:
     slowest = max(per_call for per_call, _ in warm.values())
     count = int(min(config.max_samples, max(config.min_samples, config.target_ms / slowest)))
     # Twice the host's queueing time, so the call is queued before the sleep ends.
@@ -287,9 +287,9 @@ def _gpu_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, 
         for name in _rotated(list(calls), index):
             if name not in calls:
                 continue
-            before = count()
+            before = launch_count()
             event_ms, tail_ms, output = sampler.sample(calls[name], set_index, hold_ms[name])
-            run.count_launches("gpu", name, count() - before)
+            run.count_launches("gpu", name, launch_count() - before)
             events[name].append((set_index, event_ms))
             tails[name].append((set_index, tail_ms))
             run.drop(calls, name, after(name, "gpu", set_index, output))
@@ -307,7 +307,7 @@ def _gpu_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, 
 def _call_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, float]],
                sampler: _Sampler, rotation: _Rotation, config: Any,
                after: AfterSample, run: TimingRun,
-               count: LaunchCount) -> dict[str, TimingStats]:
+               launch_count: LaunchCount) -> dict[str, TimingStats]:
     """Loops of back-to-back calls (at least 2 ms each), interleaved; median per call."""
     if not calls:
         return {}
@@ -321,9 +321,9 @@ def _call_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float,
         for name in _rotated(list(calls), index):
             if name not in calls:
                 continue
-            before = count()
+            before = launch_count()
             per_call_ms, output = sampler.loop(calls[name], set_index, per_loop[name])
-            run.count_launches("call", name, (count() - before) / per_loop[name])
+            run.count_launches("call", name, (launch_count() - before) / per_loop[name])
             samples[name].append((set_index, per_call_ms))
             run.drop(calls, name, after(name, "call", set_index, output))
     return {name: summarize(rotation.split(samples[name])[0], "call_loop") for name in calls}
