@@ -136,11 +136,11 @@ def test_flags_left_out_never_override_the_file(tmp_path, captured):
                "--runs-dir", str(tmp_path))
     assert "stopped by the test" in done.output
     options = captured[0]
-    search, llm, evaluation = options["search"], options["llm"], options["eval"]
+    search, llm, evaluation = options.search, options.llm, options.eval
     assert (search.backend, search.islands, search.llm_in_flight) == ("cuda", 5, 2)
     assert (llm["api_key_env"], llm["in_flight"]) == ("MY_KEY", 2)
     assert llm["models"] == {"big": 2.0, "small": 1.0}
-    assert options["budget"]["tokens"] == 2_000_000
+    assert options.budget["tokens"] == 2_000_000
     assert (evaluation.timeout_s, evaluation.policy, evaluation.timing.measure) == \
         (60.0, "strict", "call")
 
@@ -150,21 +150,21 @@ def test_flags_given_override_the_file(tmp_path, captured):
         "--islands", "4", "--backend", "triton", "--api-key-env", "OTHER", "--tokens", "3M",
         "--policy", "permissive", "--timing", "gpu", "--model", "solo")
     options = captured[0]
-    assert (options["search"].backend, options["search"].islands) == ("triton", 4)
-    assert options["llm"]["api_key_env"] == "OTHER" and options["llm"]["models"] == {"solo": 1.0}
-    assert options["budget"]["tokens"] == 3_000_000
-    assert options["eval"].policy == "permissive" and options["eval"].timing.measure == "gpu"
-    assert options["eval"].timeout_s == 60.0  # not given: still the file's
+    assert (options.search.backend, options.search.islands) == ("triton", 4)
+    assert options.llm["api_key_env"] == "OTHER" and options.llm["models"] == {"solo": 1.0}
+    assert options.budget["tokens"] == 3_000_000
+    assert options.eval.policy == "permissive" and options.eval.timing.measure == "gpu"
+    assert options.eval.timeout_s == 60.0  # not given: still the file's
 
 
 def test_api_arguments_left_out_never_override_the_file(tmp_path, monkeypatch):
     seen = []
-    monkeypatch.setattr("kernelevo.cli_evolve.run_evolve",
-                        lambda console, task, options: seen.append(options))
+    monkeypatch.setattr("kernelevo.evolve_driver.run_evolve",
+                        lambda task, options, view: seen.append(options))
     kernelevo.evolve(ADD_TASK, config_file=toml(tmp_path, FILE), runs_dir=tmp_path)
-    assert seen[0]["search"].islands == 5 and seen[0]["llm"]["api_key_env"] == "MY_KEY"
+    assert seen[0].search.islands == 5 and seen[0].llm["api_key_env"] == "MY_KEY"
     kernelevo.evolve(ADD_TASK, config_file=toml(tmp_path, FILE), runs_dir=tmp_path, islands=7)
-    assert seen[1]["search"].islands == 7
+    assert seen[1].search.islands == 7
 
 
 # -- kernelevo config ------------------------------------------------------------

@@ -32,7 +32,7 @@ def test_the_version_is_written_once_and_reported():
     project = PYPROJECT["project"]
     assert "version" not in project and "version" in project["dynamic"]
     assert PYPROJECT["tool"]["setuptools"]["dynamic"]["version"] == {
-        "attr": "kernelevo.__version__"}
+        "attr": "kernelevo.version.__version__"}
     done = kernelevo_cli("--version")
     assert done.returncode == 0 and done.stdout.strip() == f"kernelevo {kernelevo.__version__}"
 

@@ -252,7 +252,8 @@ def test_the_same_task_seeds_and_settings_again_are_not_a_change(tmp_path):
                                                    "search": {"backend": "triton"}}, FLAGS),
                                     resume="run-r", seeds=[SEED])
         setup.refuse_changes(store, task, same)
-        other = {**same, "seeds": [SEED, ROOT / "tests/fixtures/candidates/python_infinite_loop.py"]}
+        other = dataclasses.replace(
+            same, seeds=[SEED, ROOT / "tests/fixtures/candidates/python_infinite_loop.py"])
         with pytest.raises(ResumeConflict, match="python_infinite_loop.py .not one of the run"):
             setup.refuse_changes(store, task, other)
 

@@ -103,15 +103,11 @@ def test_estimated_tokens_are_shown_apart_from_billed_ones(tmp_path):
 
 
 def test_a_resumed_run_says_how_much_of_its_spend_is_estimated(tmp_path):
-    from rich.console import Console
-
-    from kernelevo.cli_evolve import _print_spent
+    from kernelevo.evolve_driver import spent_notice
 
     runs = tmp_path / "runs"
     run_id = make_run_with_estimates(runs)
-    console = Console(record=True, width=200)
     with RunStore.open(runs / run_id) as store:
-        _print_spent(console, store, {"tokens": 100_000})
-    text = console.export_text()
+        text = spent_notice(store, {"tokens": 100_000})
     assert f"run {run_id} has been charged 2,350 tokens of a budget of 100,000" in text
     assert "2,000 of them estimated" in text and "raise --tokens" in text

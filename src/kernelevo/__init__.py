@@ -15,8 +15,7 @@ import inspect
 import types
 from typing import TYPE_CHECKING, Any
 
-# The one place the version is written; pyproject.toml reads it from here.
-__version__ = "0.1.0"
+from kernelevo.version import __version__
 
 __all__ = ["__version__", "compare", "evaluate", "evolve", "export"]
 

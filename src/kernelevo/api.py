@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,9 +29,10 @@ from kernelevo.errors import CandidateError, ConfigError
 from kernelevo.task import Task, load_task, task_from_source
 
 if TYPE_CHECKING:
-    from kernelevo.cli_evolve import EvolveResult
     from kernelevo.evaluate.compare import ComparisonResult
     from kernelevo.evaluate.verdict import Verdict
+    from kernelevo.evolve_driver import EvolveResult
+    from kernelevo.search.loop import Progress as RunProgress
 
 __all__ = ["Exported", "compare", "evaluate", "evolve", "export"]
 
@@ -78,6 +80,7 @@ def evolve(task: TaskLike | None = None, *, seeds: list[str | os.PathLike[str]] 
            runs_dir: str | os.PathLike[str] | None = None, llm_in_flight: int | None = None,
            islands: int | None = None, kernelbench_dir: str | None = None,
            config_file: str | None = None, quiet: bool = False,
+           on_progress: Callable[[RunProgress], None] | None = None,
            **settings: Any) -> EvolveResult:
     """Search for faster kernels within budgets, as `kernelevo evolve`; the run is stored.
 
@@ -85,11 +88,11 @@ def evolve(task: TaskLike | None = None, *, seeds: list[str | os.PathLike[str]] 
     CUDA kernel among `seeds`. `time` is a duration ("2h") or seconds.
     Arguments left as None take the config file's value, else the default
     (backend triton, 3 islands, 8 LLM calls in flight, key in OPENAI_API_KEY).
+    The run's notices go to stderr unless `quiet`; `on_progress` is given
+    each Progress as the search goes.
     """
-    from rich.console import Console
-
-    from kernelevo import evolve_setup as setup
-    from kernelevo.cli_evolve import run_evolve
+    import kernelevo.evolve_setup as setup
+    from kernelevo.evolve_driver import PlainView, run_evolve
 
     if task is None and resume is None:
         raise ConfigError("give a task, or resume=RUN to continue a run")
@@ -100,8 +103,8 @@ def evolve(task: TaskLike | None = None, *, seeds: list[str | os.PathLike[str]] 
                                    runs_dir=runs_dir or _runs_dir(), resume=resume, gpus=gpus,
                                    seeds=[Path(seed) for seed in seeds or []])
     loaded = as_task(task, kernelbench_dir) if task is not None else None
-    console = Console(stderr=True, quiet=quiet)
-    return _outside_event_loop(lambda: run_evolve(console, loaded, options))
+    view = PlainView(say=_ignore if quiet else _to_stderr, on_progress=on_progress or _ignore)
+    return _outside_event_loop(lambda: run_evolve(loaded, options, view))
 
 
 @dataclass(frozen=True)
@@ -170,6 +173,14 @@ def _eval_overrides(settings: dict[str, Any]) -> dict[str, dict[str, Any]]:
     timing_keys = TABLES["eval.timing"].hints
     return {"eval": {k: v for k, v in settings.items() if k not in timing_keys},
             "eval.timing": {k: v for k, v in settings.items() if k in timing_keys}}
+
+
+def _ignore(_: Any) -> None:
+    return None
+
+
+def _to_stderr(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
 
 
 def _runs_dir() -> Path:

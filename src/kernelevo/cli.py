@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from kernelevo import __version__
+from kernelevo.version import __version__
 from kernelevo.cli_config import config_command
 from kernelevo.cli_serve import serve_command
 from kernelevo.cli_suite import suite_command

@@ -7,11 +7,11 @@ import json
 import os
 import random
 import re
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernelevo import config_file
+import kernelevo.config_file as config_file
 from kernelevo.budget import Budget
 from kernelevo.candidate import Candidate, load_candidate
 from kernelevo.config import EvalConfig
@@ -19,7 +19,7 @@ from kernelevo.config_file import Effective
 from kernelevo.errors import ConfigError
 from kernelevo.llm.openai_compat import ClientConfig
 from kernelevo.logs import get_logger
-from kernelevo.run_resume import changed_settings, refuse, split_given
+from kernelevo.run_resume import Given, Overrides, changed_settings, refuse, split_given
 from kernelevo.search.loop import SEARCH_BACKENDS, SearchConfig  # noqa: F401 (re-exported)
 from kernelevo.store import RunStore
 from kernelevo.task import Task, task_from_source
@@ -32,21 +32,41 @@ CLIENT_SETTINGS = tuple(f.name for f in dataclasses.fields(ClientConfig)
                         if f.name not in ("base_url", "model", "api_key_env"))
 
 
+@dataclass(frozen=True)
+class EvolveOptions:
+    """What run_evolve needs: a new run's settings, or the run to resume and what may change.
+
+    `llm` and `budget` are the run config's [llm] and [budget] sections as
+    stored (config_file.llm_settings, budget_limits).
+    """
+
+    runs_dir: Path
+    eval: EvalConfig
+    search: SearchConfig
+    llm: dict[str, Any]
+    budget: dict[str, Any]
+    resume: str | None = None  # a run id or folder
+    gpus: str | None = None  # as --gpus writes them: "all" or "0,1"
+    overrides: Overrides = field(default_factory=dict)  # resume: settings to apply
+    fixed: list[Given] = field(default_factory=list)  # resume: settings that must match
+    seeds: list[Path] = field(default_factory=list)
+
+
 def evolve_options(effective: Effective, *, runs_dir: str | Path = DEFAULT_RUNS_DIR,
                    resume: str | None = None, gpus: str | None = None,
-                   seeds: list[Path] | None = None) -> dict[str, Any]:
+                   seeds: list[Path] | None = None) -> EvolveOptions:
     """What run_evolve needs, from the effective settings (defaults, file, then flags).
 
     On resume, the settings the file or the flags give are split as
     run_resume.py says: `overrides` to apply, `fixed` that must match the run's.
     """
     overrides, fixed = split_given(effective) if resume else ({}, [])
-    return {"runs_dir": Path(runs_dir), "eval": config_file.eval_config(effective),
-            "search": config_file.search_config(effective),
-            "llm": config_file.llm_settings(effective),
-            "budget": config_file.budget_limits(effective), "resume": resume, "gpus": gpus,
-            "overrides": overrides, "fixed": fixed,
-            "seeds": [Path(seed) for seed in seeds or []]}
+    return EvolveOptions(Path(runs_dir), config_file.eval_config(effective),
+                         config_file.search_config(effective),
+                         config_file.llm_settings(effective),
+                         config_file.budget_limits(effective), resume=resume, gpus=gpus,
+                         overrides=overrides, fixed=fixed,
+                         seeds=[Path(seed) for seed in seeds or []])
 
 
 def evolve_overrides(backend: str | None = None, islands: int | None = None,
@@ -235,15 +255,15 @@ def open_to_resume(runs_dir: Path, resume: str) -> tuple[RunStore, Task, dict[st
     return store, task_from_source(info.task_source, name=info.task_name), info.config
 
 
-def refuse_changes(store: RunStore, task: Task | None, options: dict[str, Any]) -> None:
+def refuse_changes(store: RunStore, task: Task | None, options: EvolveOptions) -> None:
     """ResumeConflict if the task, seeds or settings given differ from the resumed run's."""
     info = store.run_info()
     eval_config, search = configs_from_run(info.config)
-    problems = changed_settings(options.get("fixed", []), {
+    problems = changed_settings(options.fixed, {
         "eval": eval_config, "eval.timing": eval_config.timing, "search": search})
     if task is not None and task.source != info.task_source:
         problems.append(f"TASK {task.name} (not the run's task, {info.task_name})")
     planted = {c.candidate.source for c in store.candidates() if c.candidate.origin == "seed"}
     problems += [f"--seed {path} (not one of the run's starting candidates)"
-                 for path in options.get("seeds", []) if load_candidate(path).source not in planted]
+                 for path in options.seeds if load_candidate(path).source not in planted]
     refuse(info.id, problems)

@@ -55,9 +55,9 @@ def describe_host() -> dict[str, Any]:
 
     import torch
 
-    import kernelevo
+    from kernelevo.version import __version__
 
-    return {**_identity(), "kernelevo": kernelevo.__version__, "job_version": JOB_VERSION,
+    return {**_identity(), "kernelevo": __version__, "job_version": JOB_VERSION,
             "torch": torch.__version__,
             "gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0,
             # A daemonic process may not start children, and the judge must.

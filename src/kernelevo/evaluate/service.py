@@ -31,12 +31,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernelevo import __version__
 from kernelevo.errors import ConfigError
 from kernelevo.evaluate import sandbox
 from kernelevo.evaluate.protocol import JudgeJob
 from kernelevo.evaluate.service_client import SERVICE_FILE
 from kernelevo.logs import get_logger
+from kernelevo.version import __version__
 
 log = get_logger(__name__)
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
