@@ -8,7 +8,8 @@ import pytest
 
 from kernelevo import config_file
 from kernelevo.budget import BudgetLimits
-from kernelevo.config import EvalConfig, TimingConfig, load_eval_config
+from kernelevo.config import EvalConfig, TimingConfig
+from kernelevo.config_file import load_eval_config
 from kernelevo.errors import ConfigError
 from kernelevo.llm.openai_compat import ClientConfig
 from kernelevo.search.loop import SearchConfig

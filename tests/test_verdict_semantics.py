@@ -5,7 +5,8 @@ import json
 import pytest
 import torch
 
-from kernelevo.config import EvalConfig, TimingConfig, load_eval_config
+from kernelevo.config import EvalConfig, TimingConfig
+from kernelevo.config_file import load_eval_config
 from kernelevo.errors import ConfigError
 from kernelevo.evaluate import decide, outcome
 from kernelevo.evaluate.inputs import describe_stress, is_discrete, stress_tensor

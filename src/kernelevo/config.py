@@ -100,13 +100,3 @@ def tolerances(dtype_name: str, task_atol: float | None, task_rtol: float | None
     atol = config.atol if config.atol is not None else (task_atol or default_atol)
     rtol = config.rtol if config.rtol is not None else (task_rtol or default_rtol)
     return float(atol), float(rtol)
-
-
-def load_eval_config(path: str | None, **overrides) -> EvalConfig:
-    """An EvalConfig from a TOML file's [eval] table, then settings given as overrides."""
-    from kernelevo.config_file import TABLES, eval_config, resolve
-
-    timing_keys = TABLES["eval.timing"].hints
-    return eval_config(resolve(path, {
-        "eval": {k: v for k, v in overrides.items() if k not in timing_keys},
-        "eval.timing": {k: v for k, v in overrides.items() if k in timing_keys}}))

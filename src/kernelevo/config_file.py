@@ -204,6 +204,14 @@ def eval_config(effective: Effective) -> EvalConfig:
     return EvalConfig(timing=timing, **effective.values["eval"])
 
 
+def load_eval_config(path: str | None, **overrides: Any) -> EvalConfig:
+    """An EvalConfig from a TOML file's [eval] tables, then settings given as overrides."""
+    timing_keys = TABLES["eval.timing"].hints
+    return eval_config(resolve(path, {
+        "eval": {k: v for k, v in overrides.items() if k not in timing_keys},
+        "eval.timing": {k: v for k, v in overrides.items() if k in timing_keys}}))
+
+
 def search_config(effective: Effective) -> SearchConfig:
     return SearchConfig(**effective.values["search"])
 
