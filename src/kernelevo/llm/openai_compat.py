@@ -22,11 +22,11 @@ from typing import Any
 
 import httpx
 
+import kernelevo.llm.replies as replies
 from kernelevo.errors import ConfigError
 from kernelevo.llm.breaker import DEFAULT_GIVE_UP_S, CircuitBreaker
 from kernelevo.schema import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, Annotated, OneOf, check_fields
 from kernelevo.llm.pricing import Price, PriceTable
-from kernelevo.llm import replies
 from kernelevo.llm.replies import TOKEN_FIELDS
 from kernelevo.llm.protocol import (
     CALL_PROGRESS,

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import httpx
 
+import kernelevo.llm.charges as charges
 from kernelevo.budget import Budget, BudgetExhausted, Reservation
 from kernelevo.errors import ConfigError
-from kernelevo.llm import charges
 from kernelevo.llm.breaker import CircuitBreaker
 from kernelevo.llm.openai_compat import ClientConfig, OpenAICompatClient
 from kernelevo.llm.pricing import UNKNOWN_PRICE, Price, PriceTable

@@ -20,9 +20,9 @@ from urllib.parse import quote
 import jinja2
 from markupsafe import Markup
 
+import kernelevo.report.units as units
 from kernelevo.errors import ConfigError
 from kernelevo.evaluate.verdict import REASONS
-from kernelevo.report import units
 from kernelevo.report.data import Improvement, RunData, load_run
 from kernelevo.report.detail import CandidateDetail, prompt_messages
 from kernelevo.report.diff import diff_html

@@ -34,8 +34,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
+import kernelevo.report.html as html
+import kernelevo.report.units as units
 from kernelevo.errors import ConfigError, KernelEvoError
-from kernelevo.report import html, units
 from kernelevo.report.data import load_run, run_database
 from kernelevo.report.detail import CandidateDetail, load_candidate_detail
 from kernelevo.run_lock import status_now
