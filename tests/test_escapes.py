@@ -176,12 +176,24 @@ def leave_a_process_behind(payload, channel):
         time.sleep(600)
 
 
+def say_hello(payload, channel):
+    channel.send("hello")
+
+
+@pytest.fixture(scope="module")
+def warm(tmp_path_factory):
+    """A forkserver done with its imports, so that a job's short limit is all its own."""
+    run_job(say_hello, {}, tmp_path_factory.mktemp("warm"), timeout_s=300,
+            output_limit_bytes=1 << 20)
+
+
 @pytest.mark.parametrize("hang", [False, True], ids=["ends", "killed"])
-def test_the_keeper_kills_what_left_the_worker(tmp_path, hang):
+def test_the_keeper_kills_what_left_the_worker(tmp_path, hang, warm):
     mark = f"kernelevo-escape-{uuid.uuid4().hex}"
     result = run_job(leave_a_process_behind, {"mark": mark, "hang": hang}, tmp_path / "job",
                      timeout_s=5, output_limit_bytes=1 << 20)
-    assert [m["kind"] for m in result.messages] == ["isolation", "left"]
+    assert [m["kind"] for m in result.messages] == ["isolation", "left"], (
+        result.exit_code, result.log_tail)
     assert result.timed_out == hang
     assert _running(mark, wait_s=0) == []
 
