@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import random
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Iterable
 
 FAST_P = (0.0, 0.5, 0.8, 1.0, 1.5, 2.0)
@@ -50,6 +51,17 @@ class SuiteSummary:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class SuiteResult:
+    """A finished suite: every row judged, the best per task, the summary, where it is."""
+
+    rows: list[dict[str, Any]]
+    tasks: list[TaskResult]
+    summary: SuiteSummary
+    out: Path
+    gpu: str | None
 
 
 def best_of(key: str, rows: list[dict[str, Any]]) -> TaskResult:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from kernelevo.suite.metrics import FAST_P
 
 if TYPE_CHECKING:
-    from kernelevo.suite.runner import SuiteResult
+    from kernelevo.suite.metrics import SuiteResult
 
 
 def _fraction(value: float | None) -> str:

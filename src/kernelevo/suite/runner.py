@@ -19,7 +19,7 @@ from kernelevo.config import EvalConfig
 from kernelevo.errors import KernelEvoError, TaskError
 from kernelevo.suite.baselines import BaselineStore, gpu_model
 from kernelevo.suite.evolve import SearchBudget, evolve_task
-from kernelevo.suite.metrics import SuiteSummary, TaskResult, best_of, summarize
+from kernelevo.suite.metrics import SuiteResult, best_of, summarize
 from kernelevo.suite.tasks import Solution, SuiteTask, expand_specs, find_solutions
 
 RESULTS, PLAN = "results.jsonl", "plan.json"
@@ -57,15 +57,6 @@ class SuitePlan:
                 "config": asdict(self.config),
                 "search": asdict(self.search) if self.search else None,
                 "gpus": list(self.gpus)}
-
-
-@dataclass(frozen=True)
-class SuiteResult:
-    rows: list[dict[str, Any]]
-    tasks: list[TaskResult]
-    summary: SuiteSummary
-    out: Path
-    gpu: str | None
 
 
 def run_suite(plan: SuitePlan, progress: Progress | None = None) -> SuiteResult:
