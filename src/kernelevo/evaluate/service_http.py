@@ -25,7 +25,7 @@ from kernelevo.errors import KernelEvoError
 from kernelevo.evaluate import sandbox
 from kernelevo.evaluate.gate import GateAbandoned
 from kernelevo.evaluate.protocol import JudgeJob, verdicts_to_data
-from kernelevo.evaluate.service import JobCancelled, JobControl, JudgePool, ServiceSettings
+from kernelevo.evaluate.judge_pool import JobCancelled, JobControl, JudgePool, ServiceSettings
 from kernelevo.evaluate.service_client import MAX_BODY_BYTES
 from kernelevo.logs import get_logger
 
