@@ -15,17 +15,34 @@ import contextlib
 import os
 import stat
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from kernelevo.evaluate import keeper, namespaces
 from kernelevo.evaluate.namespaces import MNT_DETACH, MS_BIND, MS_NODEV, MS_NOEXEC, MS_NOSUID
 
-if TYPE_CHECKING:
-    from kernelevo.evaluate.confine import Plan
-
 _SYSTEM = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "opt", "sys")
 _DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 _STAGE = "/tmp"  # where the new root is assembled, on a tmpfs of its own
+
+
+class RootPlan(Protocol):
+    """What a root is built from: the fields of confine.Plan read here.
+
+    Named as a protocol so this module need not import confine, which imports it.
+    """
+
+    @property
+    def writable(self) -> tuple[str, ...]: ...
+    @property
+    def shared(self) -> tuple[str, ...]: ...
+    @property
+    def readable(self) -> tuple[str, ...]: ...
+    @property
+    def home(self) -> str: ...
+    @property
+    def share_shm(self) -> bool: ...
+    @property
+    def sandbox_id(self) -> int | None: ...
 
 
 def existing_paths(paths: list[str]) -> list[str]:
@@ -39,7 +56,7 @@ def existing_paths(paths: list[str]) -> list[str]:
     return sorted(found, key=lambda p: (p.count(os.sep), p))
 
 
-def enter_root(plan: Plan) -> list[str]:
+def enter_root(plan: RootPlan) -> list[str]:
     """A mount namespace whose root holds only what the plan names; the layers it gives."""
     try:
         # Its own System V IPC too: nothing to share with the machine's segments.
@@ -73,7 +90,7 @@ def enter_root(plan: Plan) -> list[str]:
     return layers
 
 
-def _assemble(plan: Plan) -> tuple[bool, list[str]]:
+def _assemble(plan: RootPlan) -> tuple[bool, list[str]]:
     """The new root, on a tmpfs over the stage: (processes hidden, binds that failed)."""
     # Opened before anything covers them (the stage covers /tmp); a bind from
     # a descriptor opened before the unshare would be refused.
@@ -102,7 +119,7 @@ def _pivot() -> None:
     os.rmdir("/.old")
 
 
-def _kept_paths(plan: Plan) -> list[str]:
+def _kept_paths(plan: RootPlan) -> list[str]:
     """Paths to bind into the new root: all writable ones, readable ones not already there."""
     system = ["/" + name for name in _SYSTEM]
     kept: list[str] = []
@@ -123,7 +140,7 @@ def _system_folders() -> None:
             namespaces.bind(source, target, writable=False)
 
 
-def _private_folders(plan: Plan) -> None:
+def _private_folders(plan: RootPlan) -> None:
     """An empty /tmp and an empty home, on tmpfs of their own (writable by the worker)."""
     owner = plan.sandbox_id if plan.sandbox_id is not None else os.geteuid()
     os.mkdir(_STAGE + "/tmp")
@@ -193,7 +210,7 @@ def _bind_kept(kept: list[tuple[str, int, bool]]) -> list[str]:
     return problems
 
 
-def _accounts(plan: Plan) -> None:
+def _accounts(plan: RootPlan) -> None:
     """Stand-ins for /etc/passwd and /etc/group: root and the sandbox's user only."""
     if not os.path.isfile(_STAGE + "/etc/passwd"):
         return
@@ -209,7 +226,7 @@ def _accounts(plan: Plan) -> None:
             namespaces.bind(_STAGE + "/.accounts/" + name, _STAGE + "/etc/" + name, False)
 
 
-def _read_only_elsewhere(plan: Plan) -> list[str]:
+def _read_only_elsewhere(plan: RootPlan) -> list[str]:
     """Every mount but the writable ones and /proc read-only (a bind's submounts too)."""
     writable = set(plan.writable + plan.shared) | {"/tmp", plan.home, "/dev/shm"}
     problems = []
