@@ -223,7 +223,8 @@ def run_one(entry: dict, folder: Path, timeout: float, device: str,
         "median_ms": {name: stats.get("median_ms")
                       for name, stats in (verdict.get("timings") or {}).items() if stats},
         "task": task if edits else f"kernelbench:{entry['problem']}", "cpu_task_edits": edits,
-        "eval_args": entry.get("eval_args", []), "wall_s": round(wall, 1),
+        "eval_args": entry.get("eval_args", []), "extra_args": extra_args,
+        "wall_s": round(wall, 1),
         "stderr_tail": "" if verdict else (err or "")[-2000:],
     }
 
