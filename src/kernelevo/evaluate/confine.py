@@ -141,6 +141,9 @@ def _hand_over(folders: list[str]) -> int | None:
 
 
 def _has_gpu() -> bool:
+    if "torch" not in sys.modules:  # a process that never loaded torch (the probe): no import
+        return any(name[len("nvidia"):].isdigit() for name in os.listdir("/dev")
+                   if name.startswith("nvidia"))
     import torch
 
     return torch.cuda.is_available()
