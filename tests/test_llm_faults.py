@@ -336,9 +336,11 @@ def test_a_run_whose_calls_all_failed_is_llm_failed(tmp_path):
     assert outcome.status == "llm_failed"
     assert outcome.reason.startswith("all ") and "LLM calls failed" in outcome.reason
     assert "HTTP 500" in outcome.reason
-    # Calls stopped at the time limit while waiting to retry sent nothing: no charge.
+    # Every call was answered with an error and no usage: nothing billed. A call
+    # whose request was out when the time ran out (on a loaded machine) is
+    # charged its worst case, as an estimate only.
     totals = store.totals()
-    assert totals.tokens_in + totals.tokens_out == 0
+    assert totals.tokens_in + totals.tokens_out == totals.estimated_tokens
 
 
 class BrokenProposer:
