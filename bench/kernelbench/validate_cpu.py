@@ -182,6 +182,13 @@ def kernelevo_command() -> list[str]:
     return [sys.executable, "-c", "from kernelevo.cli import app; app()"]
 
 
+def trimmed(message: str, limit: int = 2000) -> str:
+    """The message's head and tail: a compiler log's error is at its end."""
+    if len(message) <= limit:
+        return message
+    return message[: limit // 4] + "\n[...]\n" + message[-(limit - limit // 4):]
+
+
 def run_one(entry: dict, folder: Path, timeout: float, device: str,
             extra_args: list[str]) -> dict:
     if device == "cpu":
@@ -216,7 +223,7 @@ def run_one(entry: dict, folder: Path, timeout: float, device: str,
         "problem": entry["problem"], "kind": entry["kind"],
         "structured": entry.get("structured", False), "expected": expected, "got": got,
         "ok": got in expected, "status": verdict.get("status"), "exit_code": rc,
-        "message": verdict.get("message", "")[:2000],
+        "message": trimmed(verdict.get("message", "")),
         "notes": verdict.get("notes", []), "errors": verdict.get("errors"),
         "speedup_vs_eager": verdict.get("speedup_vs_eager"),
         "speedup_vs_compile": verdict.get("speedup_vs_compile"),
