@@ -9,7 +9,8 @@ from kernelevo.candidate import Candidate
 from kernelevo.config import EvalConfig
 from kernelevo.errors import TaskError
 from kernelevo.evaluate.judge import Judge
-from kernelevo.task import load_task, perturb_sizes, shrink_sizes, task_from_source
+from kernelevo.task import (find_constants, load_task, perturb_sizes, replace_constants,
+                            shrink_sizes, task_from_source)
 from tests.conftest import ROOT, write
 
 GOOD = textwrap.dedent("""
@@ -208,7 +209,6 @@ NOT_CONSTANTS = {
     "a huge power": "N = 2 ** 10 ** 9",
     "a huge shift": "N = 1 << 100000",
     "a bool": "N = True",
-    "a chained assignment": "N = P = 64",
     "a starred tuple": "N, *rest = 64, 1, 2",
 }
 
@@ -279,3 +279,17 @@ def _literal_sizes(tree: ast.Module) -> set[str]:
         elif isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple):
             found |= {t.id for t, v in zip(target.elts, value.elts) if is_literal(v)}
     return found
+
+
+def test_a_chained_assignment_is_one_size_that_changes_every_name():
+    source = "batch = 16\nheight = width = 128\nchannels = height * 2\n"
+    constants = find_constants(ast.parse(source))
+    assert constants == {"batch": 16, "height": 128}  # width follows height
+    changed = replace_constants(source, perturb_sizes(constants))
+    assert "height = width = 113" in changed and "batch = 15" in changed
+    assert "channels = height * 2" in changed
+
+
+def test_perturbed_sizes_always_differ_from_the_task_s():
+    for value in range(16, 300):
+        assert perturb_sizes({"n": value})["n"] != value

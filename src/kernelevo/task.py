@@ -155,13 +155,25 @@ def _size_slots(tree: ast.Module) -> dict[str, _Slot]:
             continue
         # The right-hand side is evaluated before any target is bound (a, b = b, a).
         found = [(name, _slots_of(name, value, known)) for name, value in pairs]
-        for name, _ in pairs:
+        also = _chained_names(statement)
+        for name in [name for name, _ in pairs] + also:
             _forget(name, known, slots)
         for name, (value, own) in found:
             if value is not None:
                 known[name] = value
+                # `height = width = 128`: one literal, so one slot (the first
+                # name's); a change to it changes every name, as the file says.
+                known.update({other: value for other in also})
             slots.update(own)
     return slots
+
+
+def _chained_names(statement: ast.stmt) -> list[str]:
+    """The names after the first of `a = b = x` (all bound to the first one's value)."""
+    if isinstance(statement, ast.Assign) and len(statement.targets) > 1 \
+            and all(isinstance(t, ast.Name) for t in statement.targets):
+        return [t.id for t in statement.targets[1:]]  # type: ignore[attr-defined]
+    return []
 
 
 def _slots_of(name: str, value: ast.expr,
@@ -220,8 +232,11 @@ def _assignment_pairs(statement: ast.stmt) -> list[tuple[str, ast.expr]] | None:
     if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name) \
             and statement.value is not None:
         return [(statement.target.id, statement.value)]
-    if not (isinstance(statement, ast.Assign) and len(statement.targets) == 1):
+    if not isinstance(statement, ast.Assign):
         return None
+    if len(statement.targets) > 1:  # a = b = x: the first name holds x (_chained_names)
+        return [(statement.targets[0].id, statement.value)] if _chained_names(statement) \
+            else None
     target, value = statement.targets[0], statement.value
     if isinstance(target, ast.Name):
         return [(target.id, value)]
@@ -276,7 +291,8 @@ def perturb_sizes(constants: dict[str, int]) -> dict[str, int]:
     for name, value in constants.items():
         if value >= SIZE_CONSTANT_MIN:
             new = value - value // 8 + 1
-            changed[name] = new if new % 2 == 1 else new + 1
+            new = new if new % 2 == 1 else new + 1
+            changed[name] = new if new != value else value - 2  # 17 would stay 17
     return changed
 
 
