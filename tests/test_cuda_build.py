@@ -640,3 +640,13 @@ def test_a_build_cut_short_is_not_remembered(tmp_path, monkeypatch):
         with pytest.raises(RuntimeError):
             hook.load_inline("ext", "void f();", "__global__ void k() { }", ["f"])
     assert len(calls) == 2
+
+
+def test_a_long_compiler_log_keeps_its_error_lines_ahead_of_the_tail():
+    from kernelevo.evaluate.cuda_build import _errors_first
+
+    log = "k.cu(3): error: no instance of function template matches\n" + "expanded macro\n" * 2000
+    kept = _errors_first(log)
+    assert len(kept) <= 6000 and kept.startswith("k.cu(3): error: no instance")
+    assert kept.endswith("expanded macro\n")
+    assert _errors_first("short log") == "short log"

@@ -244,4 +244,14 @@ def _nvcc(nvcc: str, cuda_sources: list[str], stubs: bool) -> tuple[Any, str]:
         # The same nvcc commands, host and device front ends at once where possible.
         done = (compile_cuda(nvcc, command[1:])
                 or subprocess.run(command, capture_output=True, text=True, timeout=600))
-    return done, (done.stdout + done.stderr)[-6000:]
+    return done, _errors_first(done.stdout + done.stderr)
+
+
+def _errors_first(text: str, limit: int = 6000) -> str:
+    """The compiler's error lines, then the tail: nvcc can echo a macro's whole
+    expansion after an error, which pushed the error itself out of a plain tail."""
+    if len(text) <= limit:
+        return text
+    errors = [line for line in text.splitlines() if "error" in line.lower()][:20]
+    head = "\n".join(errors)[: limit // 3]
+    return f"{head}\n[...]\n{text[-(limit - len(head) - 7):]}" if head else text[-limit:]
