@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from kernelevo.store import RunStore  # noqa: E402
+from kernelevo.store.run_store import RunStore  # noqa: E402
 
 
 def busy_share(store: RunStore, start: str = "first-llm", judges: int = 1) -> dict:

@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT / "src"), str(ROOT)]
 
-from kernelevo.store import RunStore  # noqa: E402
+from kernelevo.store.run_store import RunStore  # noqa: E402
 from tests.fakes.openai_server import FakeOpenAIServer  # noqa: E402
 from tests.local_cluster import LocalDaskCluster  # noqa: E402
 
@@ -98,7 +98,7 @@ def main() -> None:
             FakeOpenAIServer([], default=answers()) as server:
         env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "200"}
         env.pop("OPENAI_API_KEY", None)
-        command = [sys.executable, "-m", "kernelevo.cli", "evolve", str(TASK), "--model",
+        command = [sys.executable, "-m", "kernelevo.cli.app", "evolve", str(TASK), "--model",
                    "fake", "--base-url", server.base_url, "--runs-dir", str(folder / "runs"),
                    "--cluster", cluster.address, "--candidates", str(args.candidates),
                    "--llm-in-flight", "2"]

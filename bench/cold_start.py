@@ -42,7 +42,7 @@ def main() -> None:
         print(name, result[name], flush=True)
     evals = []
     for _ in range(2):
-        wall, out = _wall([python, "-m", "kernelevo.cli", "eval", "--local", "--json",
+        wall, out = _wall([python, "-m", "kernelevo.cli.app", "eval", "--local", "--json",
                            str(ROOT / "examples/softmax/task.py"),
                            str(ROOT / "examples/softmax/triton_candidate.py")], env)
         try:

@@ -36,7 +36,7 @@ def main() -> None:
     from kernelevo.cache_dir import keep_bytecode
 
     keep_bytecode()
-    from kernelevo.evaluate.sandbox import start_forkserver
+    from kernelevo.evaluate.sandbox.jobs import start_forkserver
 
     start_forkserver(False)
     mark("forkserver asked for")

@@ -5,7 +5,7 @@
 
 Variants: `plain` is the old path (KERNELEVO_COMPILER_SHIMS=0: torch's own
 compilers, as the judge built before issue 9); `fast` is the judge as it is
-(the compiler stand-ins of `kernelevo.evaluate.cuda_shims`); `as_written` is
+(the compiler stand-ins of `kernelevo.evaluate.cuda.shims`); `as_written` is
 `fast` without the try of torch/types.h for torch/extension.h
 (KERNELEVO_CUDA_LIGHT_HEADER=0). Each variant gets
 a fresh cache folder. In it every candidate is built cold (nothing built yet;
@@ -96,7 +96,7 @@ def child(candidate: Path, scratch: Path) -> dict[str, Any]:
     """Import one candidate under the judge's hook; seconds, CPU seconds, ninja's steps."""
     from kernelevo.evaluate import guards
     from kernelevo.evaluate import inputs as task_inputs
-    from kernelevo.evaluate.cuda_build import LoadInlineHook
+    from kernelevo.evaluate.cuda.build import LoadInlineHook
 
     extensions_dir = Path(os.environ["TORCH_EXTENSIONS_DIR"])
     hook = LoadInlineHook(True, guards.KernelSwitch())
@@ -171,7 +171,7 @@ def phases(build_dir: Path, pch_store: Path | None) -> list[dict[str, Any]]:
 
 def _header_for(compile_: list[str], pch_store: Path | None) -> Path | None:
     """The folder of the precompiled header the judge's build made for this compile, if any."""
-    from kernelevo.evaluate import cuda_shims
+    from kernelevo.evaluate.cuda import shims as cuda_shims
 
     plan = cuda_shims.host_plan(compile_[1:])
     compiler = shutil.which(compile_[0])

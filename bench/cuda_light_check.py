@@ -7,7 +7,7 @@ Takes the CUDA sources of KernelBench's own example and unit-test kernels
 (every .py under src/kernelbench that includes torch/extension.h; they are
 run up to load_inline, which only records its arguments), writes each .cu as
 load_inline does, and compiles it through the nvcc stand-in
-(kernelevo.evaluate.cuda_shims.compile_cuda) with the light header: which
+(kernelevo.evaluate.cuda.shims.compile_cuda) with the light header: which
 attempt built it. For the --compare names it also builds the file as written
 to the same object path (so both get the same module id) and compares the
 objects: global text symbols and the device code (.nv_fatbin) must be equal.
@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from kernelevo.evaluate import cuda_shims  # noqa: E402
+from kernelevo.evaluate.cuda import shims as cuda_shims  # noqa: E402
 
 PREFIX = "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n"
 

@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from busy_share import busy_share  # noqa: E402
-from kernelevo.store import RunStore  # noqa: E402
+from kernelevo.store.run_store import RunStore  # noqa: E402
 from tests.fakes.openai_server import Delay, FakeOpenAIServer  # noqa: E402
 
 SOFTMAX = ROOT / "examples/softmax"
@@ -53,7 +53,7 @@ def evolve(runs: Path, task: Path, *flags: str, server: FakeOpenAIServer | None 
     runs.mkdir(parents=True, exist_ok=True)
     config_file = runs / "kernelevo.toml"
     config_file.write_text(config)
-    command = [sys.executable, "-m", "kernelevo.cli", "evolve", str(task), "--runs-dir",
+    command = [sys.executable, "-m", "kernelevo.cli.app", "evolve", str(task), "--runs-dir",
                str(runs), "--config", str(config_file), *flags]
     if server is not None:
         command += ["--model", "fake-model", "--base-url", server.base_url]

@@ -12,7 +12,7 @@ OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 TIMEFORMAT=%R
 for label in first warm1 warm2 warm3; do
-    wall=$( { time timeout 120 python -m kernelevo.cli eval examples/softmax/task.py \
+    wall=$( { time timeout 120 python -m kernelevo.cli.app eval examples/softmax/task.py \
         examples/softmax/triton_candidate.py --local > "$OUT/eval_$label.txt" 2>&1 ; } 2>&1 )
     echo "$label: $wall s, exit $(grep -c passed "$OUT/eval_$label.txt") passed lines" >> "$OUT/cold_eval.txt"
 done

@@ -14,10 +14,10 @@ TASK=examples/softmax/task.py CAND=examples/softmax/triton_candidate.py
 EARLY="import sys
 from kernelevo.cache_dir import keep_bytecode
 keep_bytecode()
-from kernelevo.evaluate.sandbox import start_forkserver
+from kernelevo.evaluate.sandbox.jobs import start_forkserver
 start_forkserver(False)
 sys.argv = ['kernelevo', 'eval', '$TASK', '$CAND', '--local']
-from kernelevo.cli import main
+from kernelevo.cli.app import main
 main()"
 TIMEFORMAT=%R
 one() {  # label, command...
@@ -25,9 +25,9 @@ one() {  # label, command...
     wall=$( { time timeout 120 "$@" > "$OUT/eval_$label.txt" 2>&1 ; } 2>&1 )
     echo "$label: $wall s, $(grep -c 'passed' "$OUT/eval_$label.txt") passed lines" >> "$OUT/cold_eval_ab.txt"
 }
-one first python -m kernelevo.cli eval $TASK $CAND --local
+one first python -m kernelevo.cli.app eval $TASK $CAND --local
 for i in 1 2 3; do
-    one plain$i python -m kernelevo.cli eval $TASK $CAND --local
+    one plain$i python -m kernelevo.cli.app eval $TASK $CAND --local
     one early$i python -c "$EARLY"
 done
 cat "$OUT/cold_eval_ab.txt"

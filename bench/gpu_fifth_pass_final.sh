@@ -13,7 +13,7 @@ timeout 230 python bench/throughput.py --kb .kb --out "$OUT" --phases pool1 pool
     > /dev/null 2>&1
 TIMEFORMAT=%R
 for label in warm1 warm2; do
-    wall=$( { time timeout 30 python -m kernelevo.cli eval examples/softmax/task.py \
+    wall=$( { time timeout 30 python -m kernelevo.cli.app eval examples/softmax/task.py \
         examples/softmax/triton_candidate.py --local > "$OUT/eval_$label.txt" 2>&1 ; } 2>&1 )
     echo "$label: $wall s, exit $(grep -c passed "$OUT/eval_$label.txt") passed lines" >> "$OUT/cold_eval.txt"
 done

@@ -7,12 +7,12 @@ cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 KERNELEVO_CACHE_DIR=${KERNELEVO_CACHE_DIR:-/tmp/ke-cache} PYTHONPATH=src
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
-python -m kernelevo.cli serve > "$OUT/serve.txt" 2>&1 &
+python -m kernelevo.cli.app serve > "$OUT/serve.txt" 2>&1 &
 SERVER=$!
 for i in $(seq 100); do [ -f "$KERNELEVO_CACHE_DIR/service.json" ] && break; sleep 0.2; done
 TIMEFORMAT=%R
 for label in service1 service2 service3; do
-    wall=$( { time timeout 60 python -m kernelevo.cli eval examples/softmax/task.py \
+    wall=$( { time timeout 60 python -m kernelevo.cli.app eval examples/softmax/task.py \
         examples/softmax/triton_candidate.py > "$OUT/eval_$label.txt" 2>&1 ; } 2>&1 )
     echo "$label: $wall s, $(grep -c passed "$OUT/eval_$label.txt") passed lines" >> "$OUT/service.txt"
 done

@@ -10,7 +10,7 @@ export PYTHONUNBUFFERED=1 KERNELEVO_CACHE_DIR=${KERNELEVO_CACHE_DIR:-/tmp/ke-cac
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 bash bench/kernelbench/setup_device.sh > /dev/null 2>&1
-timeout 100 python -m kernelevo.cli eval examples/softmax/task.py \
+timeout 100 python -m kernelevo.cli.app eval examples/softmax/task.py \
     examples/softmax/triton_candidate.py --local --json > "$OUT/probe.json" 2> "$OUT/probe_err.txt"
 probe=$?
 echo "confined eval: exit $probe"

@@ -17,7 +17,7 @@ timeout 100 python -m pytest -m gpu -rA -p no:cacheprovider tests/test_fixtures.
     -k "illegal_address or gpu_oom or race_reduction" > "$OUT/pytest_gpu.txt" 2>&1
 bash bench/kernelbench/setup_device.sh > /dev/null 2>&1
 TIMEFORMAT="wall %R s"
-{ time timeout 120 python -m kernelevo.cli eval examples/softmax/task.py \
+{ time timeout 120 python -m kernelevo.cli.app eval examples/softmax/task.py \
     examples/softmax/triton_candidate.py --local ; } > "$OUT/first_eval.txt" 2>&1
 timeout 450 python bench/throughput.py --kb .kb --out "$OUT" \
     --phases pool1 pool2 pool3 kb cli "$@" > "$OUT/throughput.txt" 2>&1

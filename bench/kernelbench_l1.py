@@ -8,7 +8,7 @@
 For each [[candidate]] of the manifest (problem = "level1/19", file in
 candidates/ beside it, kind = "honest" | "bad", expect_reasons = [...]), one
 after another, each step a fresh subprocess with a timeout:
-  ours     `python -m kernelevo.cli eval kernelbench:PROBLEM FILE --json`
+  ours     `python -m kernelevo.cli.app eval kernelbench:PROBLEM FILE --json`
   ours_kb  the same with --timing kernelbench (recorded as unsupported if the
            CLI rejects the flag)
   timers   bench/reference_timers.py: do_bench, back-to-back loop, profiler
@@ -251,7 +251,7 @@ def parse_verdict(data: dict | None) -> dict | None:
 
 def our_eval(entry: Entry, candidate: Path, args: argparse.Namespace, timeout: float,
              extra: list[str]) -> dict:
-    cmd = [sys.executable, "-m", "kernelevo.cli", "eval", f"kernelbench:{entry.problem}",
+    cmd = [sys.executable, "-m", "kernelevo.cli.app", "eval", f"kernelbench:{entry.problem}",
            str(candidate), "--json", "--kernelbench-dir", args.kb, *extra]
     step = run_step(cmd, child_env(args.src), timeout)
     raw = step.pop("json")

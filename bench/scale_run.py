@@ -47,7 +47,7 @@ sys.path.append(str(Path(__file__).resolve().parent.parent / "src"))
 import kernelevo  # noqa: E402
 from kernelevo.candidate import Candidate  # noqa: E402
 from kernelevo.evaluate.verdict import TimingStats, verdict_for  # noqa: E402
-from kernelevo.store import DB_NAME, RunStore  # noqa: E402
+from kernelevo.store.run_store import DB_NAME, RunStore  # noqa: E402
 
 SEED_SOURCE = "import torch\nclass ModelNew(torch.nn.Module):\n    def forward(self, x):\n"
 PROMPT = {"messages": [{"role": "user", "content": "make it faster " * 200}]}
@@ -164,7 +164,7 @@ def _resume_open_s(run_dir: Path) -> float:
 
 def _resume_start(run_dir: Path) -> dict[str, float]:
     """`evolve --resume` up to its first proposal: budget, archive, queue, progress tick."""
-    from kernelevo.evolve_setup import make_budget
+    from kernelevo.run.setup import make_budget
     from kernelevo.search.loop import Evolution, SearchConfig
 
     with tempfile.TemporaryDirectory(prefix="kernelevo-resume-") as folder:
@@ -190,7 +190,7 @@ def _ui_server(runs_dir: Path) -> Iterator[tuple[str, int]]:
     """`kernelevo ui` over `runs_dir` in its own process; yields its URL and pid."""
     environment = dict(os.environ, PYTHONPATH=str(Path(kernelevo.__file__).parent.parent))
     process = subprocess.Popen(
-        [sys.executable, "-m", "kernelevo.cli", "ui", "--runs-dir", str(runs_dir), "--port", "0"],
+        [sys.executable, "-m", "kernelevo.cli.app", "ui", "--runs-dir", str(runs_dir), "--port", "0"],
         env=environment, stderr=subprocess.PIPE, text=True)
     try:
         assert process.stderr is not None

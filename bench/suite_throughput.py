@@ -63,7 +63,7 @@ def suite_phase(entries: list[dict], tasks: Path, solutions: Path, out: Path,
     env = {**os.environ, "KERNELEVO_CACHE_DIR": tempfile.mkdtemp(prefix="ke-suite-cache-")}
     started = time.perf_counter()
     with (out / "suite_log.txt").open("w") as log:
-        process = subprocess.Popen([sys.executable, "-m", "kernelevo.cli", "suite", str(tasks),
+        process = subprocess.Popen([sys.executable, "-m", "kernelevo.cli.app", "suite", str(tasks),
                                     "--solutions", str(solutions), "--out", str(result_dir)],
                                    env=env, text=True, stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True)

@@ -77,7 +77,7 @@ def pool_phase(entries: list[dict], problems: dict, phase: str, out: Path) -> di
     from kernelevo.config import EvalConfig
     from kernelevo.evaluate.judge import Judge
     from kernelevo.evaluate.protocol import JudgeJob
-    from kernelevo.evaluate.service import JudgePool, ServiceSettings
+    from kernelevo.evaluate.remote.service import JudgePool, ServiceSettings
     from kernelevo.task import load_task
 
     lanes = int(phase[4:].rstrip("wc"))
@@ -191,7 +191,7 @@ def kb_phase(entries: list[dict], problems: dict, sample: int, kb: Path, out: Pa
 
 def _cli(args: list[str], env: dict) -> tuple[float, int, str]:
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "kernelevo.cli", *args], capture_output=True,
+    done = subprocess.run([sys.executable, "-m", "kernelevo.cli.app", *args], capture_output=True,
                           text=True, env=env, timeout=300)
     return time.perf_counter() - started, done.returncode, (done.stdout + done.stderr)[-600:]
 
@@ -213,7 +213,7 @@ def cli_phase(out: Path) -> dict:
     for key in ("TRITON_CACHE_DIR",):
         serve_env.pop(key, None)
     started = time.perf_counter()
-    server = subprocess.Popen([sys.executable, "-m", "kernelevo.cli", "serve"], env=serve_env,
+    server = subprocess.Popen([sys.executable, "-m", "kernelevo.cli.app", "serve"], env=serve_env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     record = Path(serve_env["KERNELEVO_CACHE_DIR"]) / "service.json"
     while not record.exists() and time.perf_counter() - started < 120:

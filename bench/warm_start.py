@@ -80,7 +80,7 @@ def _sync(device: str) -> None:
 
 def run_probes(count: int, task: Path, device: str) -> list[dict]:
     import warm_start
-    from kernelevo.evaluate.sandbox import run_job
+    from kernelevo.evaluate.sandbox.jobs import run_job
 
     rows = []
     for _ in range(count):
@@ -105,7 +105,7 @@ def run_probes(count: int, task: Path, device: str) -> list[dict]:
 def restart_forkserver(extra: list[str], warm: str = "") -> float:
     from multiprocessing import forkserver
 
-    from kernelevo.evaluate import sandbox
+    from kernelevo.evaluate.sandbox import jobs as sandbox
 
     forkserver._forkserver._stop()
     os.environ["KERNELEVO_BENCH_PRELOAD"] = ",".join(extra)
@@ -117,7 +117,7 @@ def restart_forkserver(extra: list[str], warm: str = "") -> float:
     sandbox._ensure_forkserver()
     # ensure_running returns before the preload ends: a trivial job waits for it
     import warm_start  # noqa: F401
-    from kernelevo.evaluate.sandbox import run_job
+    from kernelevo.evaluate.sandbox.jobs import run_job
 
     scratch = Path(tempfile.mkdtemp(prefix="ke-probe-"))
     run_job(warm_start._noop, {}, scratch, 300, 1 << 20, isolate_network=False)

@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from kernelevo import store_schema
-from kernelevo.cli import app
+from kernelevo.store import schema as store_schema
+from kernelevo.cli.app import app
 from kernelevo.config_file import TABLES, read_config_file
 from kernelevo.errors import ConfigError
-from kernelevo.run_lock import status_now
-from kernelevo.evaluate.address import check_address, resolve_host
+from kernelevo.store.lock import status_now
+from kernelevo.evaluate.remote.address import check_address, resolve_host
 from kernelevo.schema import _split
 from kernelevo.search.loop import SearchConfig
-from kernelevo.store import RunStore, StoreError
+from kernelevo.store.run_store import RunStore, StoreError
 from kernelevo.suite.tasks import parse_ranges
 from tests.conftest import ROOT
 from tests.fakes import FakeOpenAIServer

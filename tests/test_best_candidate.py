@@ -17,13 +17,13 @@ from typer.testing import CliRunner
 
 from kernelevo.budget import Budget
 from kernelevo.candidate import Candidate
-from kernelevo.cli import app
+from kernelevo.cli.app import app
 from kernelevo.evaluate.verdict import TimingStats, Verdict, verdict_for
 from kernelevo.report import write_report
 from kernelevo.report.data import load_run
 from kernelevo.report.server import route
 from kernelevo.search.loop import Evolution, SearchConfig
-from kernelevo.store import RunStore
+from kernelevo.store.run_store import RunStore
 
 TASK = '''import torch
 import torch.nn as nn

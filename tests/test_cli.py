@@ -14,7 +14,7 @@ WRONG = ROOT / "tests/fixtures/candidates/off_by_one_mask.py"
 
 def kernelevo(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "kernelevo.cli", *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "kernelevo.cli.app", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
 
 
@@ -75,7 +75,7 @@ def test_compare_decides_only_above_noise():
 
 def test_export_over_an_existing_file_exits_2_and_names_it(tmp_path):
     from kernelevo.candidate import Candidate
-    from kernelevo.store import RunStore
+    from kernelevo.store.run_store import RunStore
 
     with RunStore.create(tmp_path / "runs", "add", ADD_TASK.read_text(), {}, run_id="r") as store:
         store.add_candidate(Candidate(HONEST.read_text(), "triton", origin="seed"))
@@ -95,7 +95,7 @@ def test_eval_starts_the_forkserver_before_the_command_imports_torch():
     probe = (
         "import sys\n"
         "from multiprocessing import forkserver\n"
-        "import kernelevo.cli as cli\n"
+        "import kernelevo.cli.app as cli\n"
         "assert 'torch' not in sys.modules, 'the command line imports torch at its start'\n"
         "assert cli._service_or_forkserver(True, None) is None\n"
         "assert forkserver._forkserver._forkserver_pid is not None\n"

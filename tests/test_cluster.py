@@ -18,13 +18,14 @@ import pytest
 from typer.testing import CliRunner
 
 from kernelevo.candidate import Candidate
-from kernelevo.cli import app
+from kernelevo.cli.app import app
 from kernelevo.config import EvalConfig
 from kernelevo.errors import ConfigError, EnvironmentProblem, TaskError
-from kernelevo.evaluate import cluster, remote
+from kernelevo.evaluate.remote import cluster
+from kernelevo.evaluate.remote import job as remote
 from kernelevo.evaluate.protocol import JudgeJob, JudgeLike
 from kernelevo.evaluate.verdict import verdict_for
-from kernelevo.store import RunStore
+from kernelevo.store.run_store import RunStore
 from kernelevo.task import load_task
 from tests.conftest import ROOT
 from tests.fakes.openai_server import FakeOpenAIServer
@@ -114,7 +115,7 @@ def test_evolve_on_the_cluster_records_who_judged_each_candidate(two_workers, tm
     runs = tmp_path / "runs"
     with FakeOpenAIServer([], default=lambda request: fenced) as server:
         done = subprocess.run(
-            [sys.executable, "-m", "kernelevo.cli", "evolve", str(TASK_PATH), "--model", "fake",
+            [sys.executable, "-m", "kernelevo.cli.app", "evolve", str(TASK_PATH), "--model", "fake",
              "--base-url", server.base_url, "--runs-dir", str(runs), "--config", str(config),
              "--cluster", two_workers.address, "--candidates", "3", "--llm-in-flight", "2"],
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
@@ -227,7 +228,7 @@ def test_a_task_error_on_the_worker_is_raised_here_by_name():
 
 
 def test_a_stopping_run_cancels_its_cluster_job():
-    from kernelevo.evaluate import sandbox
+    from kernelevo.evaluate.sandbox import jobs as sandbox
 
     judge = fake_judge(TimeoutError())
     sandbox.stop_all_jobs()
@@ -291,7 +292,7 @@ def test_evolve_with_an_unreachable_cluster_exits_2_with_the_address(tmp_path):
 
 def test_the_cluster_is_a_search_setting_of_the_file_and_of_a_resume(tmp_path):
     from kernelevo import config_file
-    from kernelevo.run_resume import split_given
+    from kernelevo.run.resume import split_given
 
     path = tmp_path / "k.toml"
     path.write_text('[search]\ncluster = "tcp://10.0.0.1:8786"\ncluster_slots = 4\n')

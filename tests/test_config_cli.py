@@ -12,7 +12,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 import kernelevo
-from kernelevo.cli import app
+from kernelevo.cli.app import app
 from kernelevo.errors import ConfigError
 from kernelevo.evaluate.verdict import Verdict
 from kernelevo.render import print_verdict
@@ -108,7 +108,7 @@ def captured(monkeypatch):
         seen.append(options)
         raise ConfigError("stopped by the test")
 
-    monkeypatch.setattr("kernelevo.cli_evolve.run_evolve", fake_run_evolve)
+    monkeypatch.setattr("kernelevo.cli.evolve.run_evolve", fake_run_evolve)
     return seen
 
 
@@ -159,7 +159,7 @@ def test_flags_given_override_the_file(tmp_path, captured):
 
 def test_api_arguments_left_out_never_override_the_file(tmp_path, monkeypatch):
     seen = []
-    monkeypatch.setattr("kernelevo.evolve_driver.run_evolve",
+    monkeypatch.setattr("kernelevo.run.driver.run_evolve",
                         lambda task, options, view: seen.append(options))
     kernelevo.evolve(ADD_TASK, config_file=toml(tmp_path, FILE), runs_dir=tmp_path)
     assert seen[0].search.islands == 5 and seen[0].llm["api_key_env"] == "MY_KEY"

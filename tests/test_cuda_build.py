@@ -17,10 +17,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from kernelevo.evaluate import cuda_build, cuda_shims
-from kernelevo.evaluate.cuda_build import build_key
-from kernelevo.evaluate.cuda_compilers import compiler_shims, write_script
-from kernelevo.evaluate.cuda_shims import compile_cuda, host_plan, parse_dryrun
+from kernelevo.evaluate.cuda import build as cuda_build
+from kernelevo.evaluate.cuda import shims as cuda_shims
+from kernelevo.evaluate.cuda.build import build_key
+from kernelevo.evaluate.cuda.compilers import compiler_shims, write_script
+from kernelevo.evaluate.cuda.shims import compile_cuda, host_plan, parse_dryrun
 
 SHIMS = Path(cuda_shims.__file__)
 needs_gcc = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
@@ -60,7 +61,7 @@ def test_the_key_is_the_same_in_another_process(monkeypatch):
     """Another run or task finds the build: no hash seed, object id or dict order in the key."""
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "9.0")
     arguments = (["decl;"], ["kernel"], ["f"], {"extra_cuda_cflags": ["-O3"], "verbose": False})
-    script = ("from kernelevo.evaluate.cuda_build import build_key\n"
+    script = ("from kernelevo.evaluate.cuda.build import build_key\n"
               f"print(build_key(*{arguments!r}))")
     environment = {**os.environ, "PYTHONHASHSEED": "12345",
                    "PYTHONPATH": str(Path(cuda_shims.__file__).parents[2])}
@@ -81,7 +82,7 @@ def test_the_hook_passes_the_candidates_sources_as_written(tmp_path, monkeypatch
     """C++ sources unchanged; CUDA sources changed only by the knockout check and its setter."""
     from torch.utils import cpp_extension
 
-    from kernelevo.evaluate.cuda_build import LoadInlineHook
+    from kernelevo.evaluate.cuda.build import LoadInlineHook
     from kernelevo.evaluate.guards import KernelSwitch
 
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
@@ -108,7 +109,7 @@ def test_the_hook_passes_the_candidates_sources_as_written(tmp_path, monkeypatch
 def test_the_hook_names_each_build_by_its_key(tmp_path, monkeypatch):
     from torch.utils import cpp_extension
 
-    from kernelevo.evaluate.cuda_build import LoadInlineHook
+    from kernelevo.evaluate.cuda.build import LoadInlineHook
     from kernelevo.evaluate.guards import KernelSwitch
 
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
@@ -495,7 +496,7 @@ def test_shims_can_be_switched_off(tmp_path, monkeypatch):
 
 _LOAD_AGAIN = """
 import sys, time
-from kernelevo.evaluate.cuda_build import LoadInlineHook
+from kernelevo.evaluate.cuda.build import LoadInlineHook
 from kernelevo.evaluate.guards import KernelSwitch
 hook = LoadInlineHook(True, KernelSwitch())
 module = hook.load_inline(sys.argv[1], sys.argv[2], sys.argv[3] or None, [sys.argv[4]])
@@ -525,7 +526,7 @@ def test_a_host_only_extension_builds_with_the_header_loads_cached_and_reports_e
     """torch's own headers, a real build: the header is made by the first build only."""
     from torch.utils import cpp_extension
 
-    from kernelevo.evaluate.cuda_build import LoadInlineHook
+    from kernelevo.evaluate.cuda.build import LoadInlineHook
     from kernelevo.evaluate.guards import KernelSwitch
 
     times, extensions = tmp_path / "times.jsonl", tmp_path / "extensions"
@@ -570,7 +571,7 @@ def test_a_candidate_built_through_the_stand_ins_runs_right_and_loads_from_the_c
     import torch
     from torch.utils import cpp_extension
 
-    from kernelevo.evaluate.cuda_build import LoadInlineHook
+    from kernelevo.evaluate.cuda.build import LoadInlineHook
     from kernelevo.evaluate.guards import KernelSwitch
 
     times, extensions = tmp_path / "times.jsonl", tmp_path / "extensions"
@@ -600,7 +601,7 @@ def test_a_candidate_built_through_the_stand_ins_runs_right_and_loads_from_the_c
 def _failing_hook(tmp_path, monkeypatch, message):
     from torch.utils import cpp_extension
 
-    from kernelevo.evaluate.cuda_build import LoadInlineHook
+    from kernelevo.evaluate.cuda.build import LoadInlineHook
     from kernelevo.evaluate.guards import KernelSwitch
 
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
@@ -643,7 +644,7 @@ def test_a_build_cut_short_is_not_remembered(tmp_path, monkeypatch):
 
 
 def test_a_long_compiler_log_keeps_its_error_lines_ahead_of_the_tail():
-    from kernelevo.evaluate.cuda_build import _errors_first
+    from kernelevo.evaluate.cuda.build import _errors_first
 
     log = "k.cu(3): error: no instance of function template matches\n" + "expanded macro\n" * 2000
     kept = _errors_first(log)

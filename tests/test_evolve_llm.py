@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from kernelevo.store import RunStore
+from kernelevo.store.run_store import RunStore
 from tests.conftest import ROOT
 from tests.fakes.openai_server import Delay, FakeOpenAIServer, Status, closed_port_url
 
@@ -40,7 +40,7 @@ def evolve_cli(tmp_path, base_url, *flags, returncode=0, env_base_url=False):
         env["OPENAI_BASE_URL"], where = base_url, []
     runs = tmp_path / "runs"
     done = subprocess.run(
-        [sys.executable, "-m", "kernelevo.cli", "evolve", str(TASK), "--model", "fake-model",
+        [sys.executable, "-m", "kernelevo.cli.app", "evolve", str(TASK), "--model", "fake-model",
          *where, "--runs-dir", str(runs), "--config", str(config),
          "--llm-in-flight", "2", *flags],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)

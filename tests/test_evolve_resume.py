@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelevo.store import RunStore
-from kernelevo.store_listing import list_runs
+from kernelevo.store.run_store import RunStore
+from kernelevo.store.listing import list_runs
 from tests.conftest import ROOT
 
 TASK = ROOT / "tests/fixtures/tasks/add.py"
@@ -20,7 +20,7 @@ SEED = ROOT / "tests/fixtures/candidates/honest_add.py"
 
 def _evolve(runs: Path, *extra: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    return subprocess.Popen([sys.executable, "-m", "kernelevo.cli", "evolve", *extra,
+    return subprocess.Popen([sys.executable, "-m", "kernelevo.cli.app", "evolve", *extra,
                              "--runs-dir", str(runs)], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)

@@ -18,7 +18,7 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 def kernelevo_cli(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "kernelevo.cli", *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "kernelevo.cli.app", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
 
 
@@ -73,10 +73,10 @@ def test_python_version_floor_matches_what_the_code_needs():
 
 
 def test_choices_are_the_values_the_settings_accept():
-    from kernelevo import cli
+    from kernelevo.cli import app as cli
     from kernelevo.candidate import BACKENDS
     from kernelevo.config import POLICIES, PRECISIONS, TIMING_MEASURES
-    from kernelevo.evolve_setup import SEARCH_BACKENDS
+    from kernelevo.run.setup import SEARCH_BACKENDS
 
     def values(enum):
         return tuple(member.value for member in enum)

@@ -25,7 +25,7 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[1] / "src" / "kernelevo"
 
 # Layers from the bottom up (docs/architecture.md): a module may import its
 # own layer and those below. fnmatch patterns; the longest that matches wins,
-# so `kernelevo.store*` also takes a future store/ package.
+# so `kernelevo.store*` takes the whole store/ package.
 LAYERS: tuple[tuple[str, ...], ...] = (
     # settings, inputs and the small things every layer uses
     ("kernelevo.version", "kernelevo.errors", "kernelevo.logs", "kernelevo.cache_dir",
@@ -34,13 +34,13 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     # the judge and the model client, each knowing nothing of runs
     ("kernelevo.evaluate*", "kernelevo.llm*"),
     # what is kept of a run, and the prompts made from it
-    ("kernelevo.render", "kernelevo.export_guard", "kernelevo.store*", "kernelevo.run_lock",
-     "kernelevo.run_signals", "kernelevo.propose*"),
+    ("kernelevo.render", "kernelevo.export_guard", "kernelevo.store*", "kernelevo.run",
+     "kernelevo.run.signals", "kernelevo.propose*"),
     # the search over a store, and what reads stored runs back
-    ("kernelevo.search*", "kernelevo.runs_view", "kernelevo.runs_json", "kernelevo.report*"),
+    ("kernelevo.search*", "kernelevo.run.view", "kernelevo.run.as_json", "kernelevo.report*"),
     # one run put together from the settings and driven
-    ("kernelevo.config_file", "kernelevo.run_resume", "kernelevo.evolve_setup",
-     "kernelevo.evolve_driver"),
+    ("kernelevo.config_file", "kernelevo.run.resume", "kernelevo.run.setup",
+     "kernelevo.run.driver"),
     # the front doors: the Python API and suites of tasks
     ("kernelevo", "kernelevo.api", "kernelevo.suite*"),
     ("kernelevo.cli*",),
@@ -206,9 +206,9 @@ def _cycle_within(graph: ImportGraph, component: set[str]) -> list[str]:
 
 
 def is_cli(module: str) -> bool:
-    """kernelevo.cli, kernelevo.cli_* and anything under them."""
+    """kernelevo.cli and anything under it."""
     parts = module.split(".")
-    return len(parts) > 1 and (parts[1] == "cli" or parts[1].startswith("cli_"))
+    return len(parts) > 1 and parts[1] == "cli"
 
 
 def cli_imports(graph: ImportGraph) -> list[tuple[str, str]]:
@@ -275,11 +275,11 @@ def test_relative_lazy_and_package_imports_are_edges(tmp_path):
 
 
 def test_cli_imports_and_upward_imports_are_found():
-    edges = {("kernelevo.api", "kernelevo.cli_evolve"), ("kernelevo.cli", "kernelevo.cli_evolve"),
-             ("kernelevo.cli", "kernelevo.api"), ("kernelevo.config", "kernelevo.config_file")}
+    edges = {("kernelevo.api", "kernelevo.cli.evolve"), ("kernelevo.cli.app", "kernelevo.cli.evolve"),
+             ("kernelevo.cli.app", "kernelevo.api"), ("kernelevo.config", "kernelevo.config_file")}
     graph = ImportGraph(frozenset(m for edge in edges for m in edge), frozenset(edges))
-    assert cli_imports(graph) == [("kernelevo.api", "kernelevo.cli_evolve")]
-    assert upward_imports(graph) == [("kernelevo.api", "kernelevo.cli_evolve"),
+    assert cli_imports(graph) == [("kernelevo.api", "kernelevo.cli.evolve")]
+    assert upward_imports(graph) == [("kernelevo.api", "kernelevo.cli.evolve"),
                                      ("kernelevo.config", "kernelevo.config_file")]
 
 

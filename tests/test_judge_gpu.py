@@ -45,7 +45,7 @@ def test_eval_ends_cleanly_while_the_judge_still_warms_its_comparisons(tmp_path)
     candidate.write_text("import torch\nimport triton\n\n\nclass ModelNew(torch.nn.Module):\n"
                          "    def forward(self, x):\n        try:\n            return x.softmax(-1)\n"
                          "        except Exception:\n            return torch.softmax(x, dim=-1)\n")
-    done = subprocess.run([sys.executable, "-m", "kernelevo.cli", "eval",
+    done = subprocess.run([sys.executable, "-m", "kernelevo.cli.app", "eval",
                            str(SOFTMAX / "task.py"), str(candidate), "--local"],
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 1, done.stdout[-2000:] + done.stderr[-2000:]

@@ -26,7 +26,7 @@ from kernelevo.llm import ClientConfig, ModelPool, OpenAICompatClient, input_tok
 from kernelevo.llm.protocol import Attempt, LLMError, LLMRequestError, LLMUnavailable
 from kernelevo.search.loop import Evolution, RunOutcome, SearchConfig
 from kernelevo.search.proposals import LLMProposer
-from kernelevo.store import RunStore
+from kernelevo.store.run_store import RunStore
 from tests.conftest import ROOT
 from tests.fakes import Delay, FakeOpenAIServer, Reply, Status
 from tests.fakes.openai_server import closed_port_url
@@ -460,7 +460,7 @@ from kernelevo.candidate import Candidate
 from kernelevo.evaluate.verdict import verdict_for
 from kernelevo.llm import ClientConfig, ModelPool
 from kernelevo.search.proposals import LLMProposer
-from kernelevo.store import RunStore
+from kernelevo.store.run_store import RunStore
 store = RunStore.open(sys.argv[1])
 seed = store.add_candidate(Candidate(source=sys.argv[3], backend="triton", origin="seed"))
 store.mark_evaluating(seed)
@@ -473,7 +473,7 @@ asyncio.run(proposer.propose(store.candidate(seed), [], repair=False))
 
 
 def test_a_call_cut_off_by_a_kill_is_charged_its_worst_case_on_resume(tmp_path):
-    from kernelevo.evolve_setup import make_budget
+    from kernelevo.run.setup import make_budget
 
     path = RunStore.create(tmp_path, "add", TASK_SOURCE, {}).path
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}

@@ -73,8 +73,9 @@ def test_a_retry_after_holds_every_call_to_the_endpoint():
         first = asyncio.create_task(llm.complete(MESSAGES, max_tokens=MAX_TOKENS))
         await asyncio.sleep(0.15)  # the first call's 429 has come back by now
         second = await llm.complete(MESSAGES, max_tokens=MAX_TOKENS)
+        first_result = await first  # both calls done before the client closes under them
         await llm.aclose()
-        return await first, second
+        return first_result, second
 
     with FakeOpenAIServer([Status(429, retry_after="0.6"), "a", "b"]) as server:
         first, second = asyncio.run(two_calls(client(server.base_url, retry_after_max_s=2.0)))

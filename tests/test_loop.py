@@ -10,7 +10,7 @@ from kernelevo.budget import Budget
 from kernelevo.candidate import Candidate
 from kernelevo.evaluate.verdict import TimingStats, verdict_for
 from kernelevo.search.loop import Evolution, RunOutcome, SearchConfig
-from kernelevo.store import RunStore
+from kernelevo.store.run_store import RunStore
 from tests.conftest import ROOT
 
 CUDA_SEED = (ROOT / "tests/fixtures/candidates/honest_cuda_add.py").read_text()

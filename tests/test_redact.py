@@ -3,7 +3,7 @@
 import json
 import sys
 
-from kernelevo.evaluate import redact
+from kernelevo.evaluate.sandbox import redact
 
 
 def test_secret_variables_are_left_out_by_name_and_by_registration():

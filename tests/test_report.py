@@ -22,8 +22,8 @@ from kernelevo.report import units, write_comparison, write_report
 from kernelevo.report.diff import diff_counts
 from kernelevo.report.highlight import highlight, tokens
 from kernelevo.report.svg import NO_TIMINGS, nice_ticks
-from kernelevo.store import RunStore
-from kernelevo.store_listing import list_runs
+from kernelevo.store.run_store import RunStore
+from kernelevo.store.listing import list_runs
 from tests.conftest import ROOT
 
 TIMED_RUN_ID = "20260101-000000-add-timed"
@@ -50,7 +50,7 @@ def make_runs(runs_dir: Path) -> dict[str, Path]:
 def _run_real_search(runs_dir: Path) -> None:
     environment = dict(os.environ, PYTHONPATH=str(ROOT / "src"), TRITON_INTERPRET="1")
     result = subprocess.run(
-        [sys.executable, "-m", "kernelevo.cli", "evolve", "tests/fixtures/tasks/add.py",
+        [sys.executable, "-m", "kernelevo.cli.app", "evolve", "tests/fixtures/tasks/add.py",
          "--seed", "tests/fixtures/candidates/honest_add.py", "--candidates", "3",
          "--runs-dir", str(runs_dir)],
         cwd=ROOT, env=environment, capture_output=True, text=True, timeout=600)

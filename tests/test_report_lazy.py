@@ -18,7 +18,7 @@ import pytest
 from kernelevo.budget import Budget
 from kernelevo.candidate import Candidate
 from kernelevo.evaluate.verdict import verdict_for
-from kernelevo.evolve_setup import make_budget
+from kernelevo.run.setup import make_budget
 from kernelevo.report import data, units, write_report
 from kernelevo.report.data import call_mode, load_run
 from kernelevo.report.detail import load_candidate_detail
@@ -28,7 +28,7 @@ from kernelevo.report.svg import thin_timeline
 from kernelevo.report.table import CandidateRow, candidate_table
 from kernelevo.search.archive import Archive, ArchiveEntry, fitness
 from kernelevo.search.loop import Evolution, SearchConfig
-from kernelevo.store import RunStore, StoredCandidate
+from kernelevo.store.run_store import RunStore, StoredCandidate
 from tests.test_report import TIMED_RUN_ID, make_timed_run, section, timed_verdict
 from tests.test_report_scale import scale_run_module
 

@@ -13,20 +13,20 @@ import torch
 from rich.console import Console
 from typer.testing import CliRunner
 
-from kernelevo import evolve_setup as setup
+from kernelevo.run import setup
 from kernelevo.candidate import load_candidate
-from kernelevo.cli import app
-from kernelevo.cli_evolve import run_evolve
-from kernelevo.cli_options import FLAGS
+from kernelevo.cli.app import app
+from kernelevo.cli.evolve import run_evolve
+from kernelevo.cli.options import FLAGS
 from kernelevo.config import EvalConfig
 from kernelevo.config_file import budget_limits, resolve
 from kernelevo.errors import ConfigError
-from kernelevo.run_lock import (LOCK_NAME, RunBusyError, acquire_run_lock, is_driven,
+from kernelevo.store.lock import (LOCK_NAME, RunBusyError, acquire_run_lock, is_driven,
                                 status_now)
-from kernelevo.run_resume import CHANGE_EVENT, ResumeConflict, apply_overrides, split_given
+from kernelevo.run.resume import CHANGE_EVENT, ResumeConflict, apply_overrides, split_given
 from kernelevo.search.loop import Evolution, SearchConfig
-from kernelevo.store import RunStore
-from kernelevo.store_listing import list_runs
+from kernelevo.store.run_store import RunStore
+from kernelevo.store.listing import list_runs
 from kernelevo.task import load_task
 from tests.conftest import ROOT
 
@@ -37,7 +37,7 @@ SEED = ROOT / "tests/fixtures/candidates/honest_add.py"
 def kernelevo(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "200"}
     env.pop("OPENAI_BASE_URL", None)
-    return subprocess.run([sys.executable, "-m", "kernelevo.cli", *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "kernelevo.cli.app", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=600)
 
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from kernelevo.cli import app
+from kernelevo.cli.app import app
 from kernelevo.report.server import route
-from kernelevo.store import RunStore
+from kernelevo.store.run_store import RunStore
 from tests.conftest import ROOT
 from tests.fakes import FakeOpenAIServer, Status
 
@@ -43,7 +43,7 @@ def test_a_run_ended_by_a_429_for_ever_shows_llm_failed_everywhere(tmp_path):
     env.pop("OPENAI_BASE_URL", None)
     with FakeOpenAIServer(default=Status(429)) as server:
         done = subprocess.run(
-            [sys.executable, "-m", "kernelevo.cli", "evolve", str(TASK), "--model", "m",
+            [sys.executable, "-m", "kernelevo.cli.app", "evolve", str(TASK), "--model", "m",
              "--base-url", server.base_url, "--runs-dir", str(runs), "--config", str(config),
              "--device", "cpu", "--no-compile", "--json"],
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
@@ -103,7 +103,7 @@ def test_estimated_tokens_are_shown_apart_from_billed_ones(tmp_path):
 
 
 def test_a_resumed_run_says_how_much_of_its_spend_is_estimated(tmp_path):
-    from kernelevo.evolve_driver import spent_notice
+    from kernelevo.run.driver import spent_notice
 
     runs = tmp_path / "runs"
     run_id = make_run_with_estimates(runs)

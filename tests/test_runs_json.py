@@ -7,9 +7,9 @@ import sys
 
 from typer.testing import CliRunner
 
-from kernelevo.cli import app
-from kernelevo.runs_json import public_config
-from kernelevo.store import RunStore
+from kernelevo.cli.app import app
+from kernelevo.run.as_json import public_config
+from kernelevo.store.run_store import RunStore
 from tests.conftest import ROOT
 from tests.test_run_bookkeeping import stored_run
 from tests.test_runs_view import runs_dir  # noqa: F401  (a fixture)
@@ -74,7 +74,7 @@ def test_evolve_json_prints_the_final_summary_on_stdout(tmp_path):
     runs = tmp_path / "runs"
     stored_run(runs)
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    done = subprocess.run([sys.executable, "-m", "kernelevo.cli", "evolve", "--resume", "run-r",
+    done = subprocess.run([sys.executable, "-m", "kernelevo.cli.app", "evolve", "--resume", "run-r",
                            "--candidates", "0", "--json", "--runs-dir", str(runs)], cwd=ROOT,
                           env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr

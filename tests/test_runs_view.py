@@ -11,19 +11,19 @@ import pytest
 import torch
 from rich.console import Console
 
-from kernelevo import runs_view
+from kernelevo.run import view as runs_view
 from kernelevo.candidate import Candidate
 from kernelevo.config import EvalConfig, TimingConfig
 from kernelevo.errors import ConfigError, KernelEvoError
 from kernelevo.evaluate.verdict import TimingStats, Verdict, verdict_for
-from kernelevo.runs_view import (
+from kernelevo.run.view import (
     eval_config_from_run,
     export_candidate,
     list_runs_table,
     show_run,
     task_support_source,
 )
-from kernelevo.store import RunStore, StoreError
+from kernelevo.store.run_store import RunStore, StoreError
 
 # A tiny task: its sizes, a float used by get_init_inputs, a helper used by
 # get_inputs, and an import (math) that only the reference Model needs.

@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from kernelevo.evaluate.sandbox import run_job
+from kernelevo.evaluate.sandbox.jobs import run_job
 
 
 def report_start(payload, channel):

@@ -39,7 +39,7 @@ class Service:
         environment.update(KERNELEVO_CACHE_DIR=str(cache), TRITON_INTERPRET="1")
         self.output = cache / "serve.log"
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "kernelevo.cli", "serve", "--lanes", "2",
+            [sys.executable, "-m", "kernelevo.cli.app", "serve", "--lanes", "2",
              "--read-timeout", str(READ_TIMEOUT_S), "--max-timeout", str(MAX_TIMEOUT_S)],
             env=environment, stdout=self.output.open("w"), stderr=subprocess.STDOUT)
         self.record = cache / "service.json"
@@ -365,7 +365,7 @@ def _alive(pid: int) -> bool:
                                                ("read_timeout_s", "--read-timeout")])
 @pytest.mark.parametrize("value", [math.nan, math.inf, 0, -1])
 def test_the_service_limits_are_finite_and_positive(setting, flag, value):
-    from kernelevo.evaluate.service import ServiceSettings
+    from kernelevo.evaluate.remote.service import ServiceSettings
 
     with pytest.raises(ConfigError, match=flag):
         ServiceSettings(**{setting: value})

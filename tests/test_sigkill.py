@@ -8,9 +8,9 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-from kernelevo.cli import app
-from kernelevo.cli_evolve import UNRECORDED_STOP
-from kernelevo.store import RunStore
+from kernelevo.cli.app import app
+from kernelevo.cli.evolve import UNRECORDED_STOP
+from kernelevo.store.run_store import RunStore
 from tests.conftest import ROOT, write
 from tests.fakes.openai_server import Delay, FakeOpenAIServer
 from tests.test_evolve_resume import _wait_for_verdicts

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kernelevo.run_signals import EXIT_TERMINATED
-from kernelevo.store import RunStore
+from kernelevo.run.signals import EXIT_TERMINATED
+from kernelevo.store.run_store import RunStore
 from tests.conftest import ROOT, write
 from tests.fakes.openai_server import Delay, FakeOpenAIServer
 from tests.test_evolve_resume import _wait_for_verdicts
@@ -30,7 +30,7 @@ def start(tag: str, *args: str) -> subprocess.Popen:
     """A kernelevo command whose processes, children included, carry `tag` in their environment."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), TAG_ENV: tag}
     env.pop("OPENAI_BASE_URL", None)
-    return subprocess.Popen([sys.executable, "-m", "kernelevo.cli", *args], cwd=ROOT, env=env,
+    return subprocess.Popen([sys.executable, "-m", "kernelevo.cli.app", *args], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
 

@@ -8,11 +8,11 @@ import torch
 
 from kernelevo.candidate import BACKENDS
 from kernelevo.errors import ConfigError
-from kernelevo.evaluate.static import (
+from kernelevo.evaluate.static.checks import (
     PERMISSIVE_REASONS, POLICIES, STATIC_REASONS, Finding, check_source,
 )
-from kernelevo.evaluate.static_cuda import SOURCE_RULES
-from kernelevo.evaluate.static_rules import ATTRIBUTE_RULES, NAME_RULES
+from kernelevo.evaluate.static.cuda_source import SOURCE_RULES
+from kernelevo.evaluate.static.rules import ATTRIBUTE_RULES, NAME_RULES
 from kernelevo.evaluate.verdict import REASONS
 
 ROOT = Path(__file__).resolve().parent.parent

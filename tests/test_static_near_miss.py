@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from kernelevo.evaluate.static import STATIC_REASONS, check_source
+from kernelevo.evaluate.static.checks import STATIC_REASONS, check_source
 
 PRELUDE = "import torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n"
 KERNEL = """

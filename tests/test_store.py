@@ -16,9 +16,9 @@ import pytest
 import kernelevo
 from kernelevo.candidate import Candidate
 from kernelevo.evaluate.verdict import ErrorMetrics, TimingStats, Verdict, verdict_for
-from kernelevo.store import DB_NAME, RunStore, StoreError, rank_candidates
-from kernelevo.store_listing import list_runs
-from kernelevo.store_schema import SCHEMA_VERSION
+from kernelevo.store.run_store import DB_NAME, RunStore, StoreError, rank_candidates
+from kernelevo.store.listing import list_runs
+from kernelevo.store.schema import SCHEMA_VERSION
 
 SOURCE = "import torch\nclass ModelNew(torch.nn.Module):\n    pass\n"
 
@@ -305,7 +305,7 @@ CHILD = """
 import sys
 from kernelevo.candidate import Candidate
 from kernelevo.evaluate.verdict import verdict_for
-from kernelevo.store import RunStore
+from kernelevo.store.run_store import RunStore
 store = RunStore.open(sys.argv[1])
 index = 0
 while True:

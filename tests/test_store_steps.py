@@ -20,9 +20,9 @@ import pytest
 from kernelevo.report.data import load_run
 from kernelevo.report.lineage import archive_settings, cells_of
 from kernelevo.search.archive import Archive
-from kernelevo.store import RunStore
-from kernelevo.store_records import Judged
-from kernelevo.store_steps import METRICS, Step, scan_steps
+from kernelevo.store.run_store import RunStore
+from kernelevo.store.records import Judged
+from kernelevo.store.steps import METRICS, Step, scan_steps
 from test_store_briefs import add, random_verdict
 
 CELLS = (("triton", "1", False), ("triton", "2", True), ("cuda", "1", False), None)
@@ -31,7 +31,7 @@ CELLS = (("triton", "1", False), ("triton", "2", True), ("cuda", "1", False), No
 def random_run(store: RunStore, rng: random.Random, count: int, monkeypatch) -> None:
     """Verdicts at random moments (some equal), a few candidates judged again."""
     clock = iter(rng.choice((rng.uniform(0, 100), 50.0)) + 1e9 for _ in itertools.count())
-    monkeypatch.setattr("kernelevo.store.time.time", lambda: next(clock))
+    monkeypatch.setattr("kernelevo.store.run_store.time.time", lambda: next(clock))
     ids = [add(store, f"c{index}", rng.choice(("triton", "cuda", "pytorch")),
                island=rng.randrange(3), cell=rng.choice(CELLS)) for index in range(count)]
     for candidate_id in rng.sample(ids, int(count * 0.9)):
@@ -97,7 +97,7 @@ def test_improvements_spend_what_calls_finished_by_then(tmp_path: Path, seed: in
         random_run(store, rng, 40, monkeypatch)
         for _ in range(30):
             call = store.start_llm_call("m", {"messages": []})
-            monkeypatch.setattr("kernelevo.store.time.time",
+            monkeypatch.setattr("kernelevo.store.run_store.time.time",
                                 lambda: 1e9 + rng.choice((rng.uniform(0, 100), 50.0)))
             store.finish_llm_call(call, "reply", rng.randrange(100), rng.randrange(100),
                                   rng.uniform(0, 0.01), 1.0)

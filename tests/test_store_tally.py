@@ -10,9 +10,9 @@ import pytest
 
 from kernelevo.candidate import Candidate
 from kernelevo.evaluate.verdict import verdict_for
-from kernelevo.store import RunStore
-from kernelevo.store_records import Totals
-from kernelevo.store_tally import scan_totals
+from kernelevo.store.run_store import RunStore
+from kernelevo.store.records import Totals
+from kernelevo.store.tally import scan_totals
 
 SOURCE = "import torch\nclass ModelNew(torch.nn.Module):\n    pass\n"
 

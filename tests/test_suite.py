@@ -43,7 +43,7 @@ def bench(tmp_path):
 
 def kernelevo(*args, extra_env=None, **kw):
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "COLUMNS": "200", **(extra_env or {})}
-    return subprocess.Popen([sys.executable, "-m", "kernelevo.cli", *args], cwd=ROOT, env=env,
+    return subprocess.Popen([sys.executable, "-m", "kernelevo.cli.app", *args], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
 
 

@@ -14,7 +14,7 @@ import pytest
 sync_api = pytest.importorskip("playwright.sync_api")
 
 from kernelevo.candidate import Candidate  # noqa: E402
-from kernelevo.store import RunStore  # noqa: E402
+from kernelevo.store.run_store import RunStore  # noqa: E402
 from tests.test_report import TIMED_RUN_ID, make_runs  # noqa: E402
 from tests.test_ui import serving  # noqa: E402
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from kernelevo.cli import app
+from kernelevo.cli.app import app
 from kernelevo.errors import ConfigError
 from kernelevo.report import make_server
 from kernelevo.report.server import TOKEN_ENV, ui_token
@@ -109,7 +109,7 @@ def test_a_port_out_of_range_is_refused(tmp_path, port):
 def test_kernelevo_ui_beyond_loopback_prints_its_url_with_a_token(runs):
     environment = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
     process = subprocess.Popen(
-        [sys.executable, "-m", "kernelevo.cli", "ui", "--runs-dir", str(runs["dir"]),
+        [sys.executable, "-m", "kernelevo.cli.app", "ui", "--runs-dir", str(runs["dir"]),
          "--host", "0.0.0.0", "--port", "0"],
         env=environment, stderr=subprocess.PIPE, text=True)
     try:

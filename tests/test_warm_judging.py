@@ -10,12 +10,12 @@ import pytest
 from kernelevo.candidate import load_candidate
 from kernelevo.config import EvalConfig
 from kernelevo.errors import ConfigError, EnvironmentProblem
-from kernelevo.evaluate import sandbox
+from kernelevo.evaluate.sandbox import jobs as sandbox
 from kernelevo.evaluate.gate import GpuGate, Hold, gate_for
 from kernelevo.evaluate.judge import Judge
 from kernelevo.evaluate.protocol import JudgeJob, JudgeLike
-from kernelevo.evaluate.service import Service, ServiceSettings
-from kernelevo.evaluate.service_client import ServiceJudge, find_service, request
+from kernelevo.evaluate.remote.service import Service, ServiceSettings
+from kernelevo.evaluate.remote.client import ServiceJudge, find_service, request
 from kernelevo.task import load_task
 from tests.conftest import ROOT
 

@@ -30,7 +30,7 @@ compiles their CUDA source with nvcc and ends with `no_gpu` (compiled) or
 
 With --device gpu the same table is made on a GPU machine: the KernelBench
 tasks as they are (no edits), expect_reasons rather than cpu_expect_reasons,
-the CLI run as `python3 -c "from kernelevo.cli import app; app()"` with src/ on
+the CLI run as `python3 -c "from kernelevo.cli.app import app; app()"` with src/ on
 PYTHONPATH where there is no .venv, and results/gpu_validation.json written.
 """
 
@@ -179,7 +179,7 @@ def kernelevo_command() -> list[str]:
     script = REPO / ".venv" / "bin" / "kernelevo"
     if script.exists():
         return [str(script)]
-    return [sys.executable, "-c", "from kernelevo.cli import app; app()"]
+    return [sys.executable, "-c", "from kernelevo.cli.app import app; app()"]
 
 
 def trimmed(message: str, limit: int = 2000) -> str:

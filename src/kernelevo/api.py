@@ -31,7 +31,7 @@ from kernelevo.task import Task, load_task, task_from_source
 if TYPE_CHECKING:
     from kernelevo.evaluate.compare import ComparisonResult
     from kernelevo.evaluate.verdict import Verdict
-    from kernelevo.evolve_driver import EvolveResult
+    from kernelevo.run.driver import EvolveResult
     from kernelevo.search.loop import Progress as RunProgress
 
 __all__ = ["Exported", "compare", "evaluate", "evolve", "export"]
@@ -91,8 +91,8 @@ def evolve(task: TaskLike | None = None, *, seeds: list[str | os.PathLike[str]] 
     The run's notices go to stderr unless `quiet`; `on_progress` is given
     each Progress as the search goes.
     """
-    import kernelevo.evolve_setup as setup
-    from kernelevo.evolve_driver import PlainView, run_evolve
+    import kernelevo.run.setup as setup
+    from kernelevo.run.driver import PlainView, run_evolve
 
     if task is None and resume is None:
         raise ConfigError("give a task, or resume=RUN to continue a run")
@@ -125,7 +125,7 @@ def export(run: str | os.PathLike[str] | EvolveResult, path: str | os.PathLike[s
     is judged again on the way out unless `recheck=False`; an existing file
     is replaced only with `force=True`.
     """
-    from kernelevo.runs_view import export_candidate
+    from kernelevo.run.view import export_candidate
 
     best = candidate is None if best is None else best
     where = getattr(run, "run_dir", run)
@@ -184,7 +184,7 @@ def _to_stderr(text: str) -> None:
 
 
 def _runs_dir() -> Path:
-    from kernelevo.runs_view import default_runs_dir
+    from kernelevo.run.view import default_runs_dir
 
     return default_runs_dir()
 

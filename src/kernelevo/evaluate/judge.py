@@ -24,9 +24,10 @@ from kernelevo.cache_dir import default_cache_dir, keep_bytecode
 from kernelevo.candidate import Candidate
 from kernelevo.config import EvalConfig
 from kernelevo.errors import TaskError
-from kernelevo.evaluate import decide, static
+from kernelevo.evaluate import decide
+from kernelevo.evaluate.static import checks as static
 from kernelevo.evaluate.gate import gate_for
-from kernelevo.evaluate.sandbox import run_job, set_triton_mode, stopping
+from kernelevo.evaluate.sandbox.jobs import run_job, set_triton_mode, stopping
 from kernelevo.evaluate.session import Session
 from kernelevo.evaluate.worker import cache_environment, run_prebuild
 from kernelevo.logs import get_logger

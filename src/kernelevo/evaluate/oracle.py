@@ -17,7 +17,7 @@ import torch
 from kernelevo.config import DEFAULT_TOLERANCES
 from kernelevo.evaluate import inputs as task_inputs
 from kernelevo.evaluate.oplog import record_ops
-from kernelevo.evaluate.sandbox import Channel
+from kernelevo.evaluate.sandbox.jobs import Channel
 from kernelevo.evaluate.tolerance import compare_tensor
 from kernelevo.evaluate.transfer import export_bundle
 

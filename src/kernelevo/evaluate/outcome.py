@@ -9,7 +9,7 @@ import torch
 
 from kernelevo.evaluate import decide
 from kernelevo.evaluate.floor import compute_floor
-from kernelevo.evaluate.sandbox import JobResult
+from kernelevo.evaluate.sandbox.jobs import JobResult
 from kernelevo.evaluate.transfer import TransferError, import_bundle
 from kernelevo.evaluate.verdict import (NO_CUSTOM_KERNEL_FLAG, SPECIALISED_FLAG, TimingStats,
                                          Verdict, speedup, verdict_for)

@@ -10,7 +10,7 @@ times the torch.compile baseline would otherwise pay that again.
 import os
 
 from kernelevo.cache_dir import keep_bytecode
-from kernelevo.evaluate import namespaces
+from kernelevo.evaluate.sandbox import namespaces
 
 namespaces.undumpable()  # out of a worker's reach, as the judge is
 

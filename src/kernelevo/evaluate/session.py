@@ -36,7 +36,7 @@ from kernelevo.evaluate import decide, preload_modules
 from kernelevo.evaluate.gate import Hold, gate_for
 from kernelevo.evaluate.oracle import run_oracle
 from kernelevo.evaluate.outcome import build_verdicts
-from kernelevo.evaluate.sandbox import Deadline, JobResult, run_job, stopping
+from kernelevo.evaluate.sandbox.jobs import Deadline, JobResult, run_job, stopping
 from kernelevo.evaluate.transfer import import_bundle
 from kernelevo.evaluate.worker import run_worker
 from kernelevo.task import Task

@@ -18,10 +18,10 @@ import torch
 
 from kernelevo.evaluate import guards
 from kernelevo.evaluate import inputs as task_inputs
-from kernelevo.evaluate.cuda_build import CompileOnly, LoadInlineHook
+from kernelevo.evaluate.cuda.build import CompileOnly, LoadInlineHook
 from kernelevo.evaluate.oplog import record_ops
-from kernelevo.evaluate.redact import candidate_traceback
-from kernelevo.evaluate.sandbox import Channel
+from kernelevo.evaluate.sandbox.redact import candidate_traceback
+from kernelevo.evaluate.sandbox.jobs import Channel
 from kernelevo.evaluate.transfer import export_bundle
 from kernelevo.evaluate.worker_timing import rotation_check, run_timing, warm_baselines
 

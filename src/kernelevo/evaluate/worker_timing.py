@@ -16,7 +16,7 @@ import torch
 
 from kernelevo.evaluate import guards
 from kernelevo.evaluate import inputs as task_inputs
-from kernelevo.evaluate.sandbox import Channel
+from kernelevo.evaluate.sandbox.jobs import Channel
 from kernelevo.evaluate.timing import load_set, time_contestants
 from kernelevo.evaluate.tolerance import compare_tensor
 

@@ -26,7 +26,7 @@ from kernelevo.report.lineage import (
     lineage,
 )
 from kernelevo.report.table import ROW_LIMIT, CandidateRow, CandidateTable, RowGroup, choose_rows
-from kernelevo.store import (
+from kernelevo.store.run_store import (
     DB_NAME,
     CandidateBrief,
     LlmCall,
@@ -37,8 +37,8 @@ from kernelevo.store import (
     StoreError,
     Totals,
 )
-from kernelevo.run_lock import status_now
-from kernelevo.store_records import baseline_text
+from kernelevo.store.lock import status_now
+from kernelevo.store.records import baseline_text
 
 __all__ = ["CandidateRow", "RunData", "load_run"]  # CandidateRow: re-exported from table
 

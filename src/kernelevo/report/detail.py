@@ -7,8 +7,8 @@ from pathlib import Path
 
 from kernelevo.report.data import call_modes, reference_source, run_database
 from kernelevo.report.lineage import MAX_LINEAGE_STEPS, LineageStep, lineage
-from kernelevo.run_lock import status_now
-from kernelevo.store import LlmCall, RunStore, StoredCandidate
+from kernelevo.store.lock import status_now
+from kernelevo.store.run_store import LlmCall, RunStore, StoredCandidate
 
 
 @dataclass(frozen=True)

@@ -39,9 +39,9 @@ import kernelevo.report.units as units
 from kernelevo.errors import ConfigError, KernelEvoError
 from kernelevo.report.data import load_run, run_database
 from kernelevo.report.detail import CandidateDetail, load_candidate_detail
-from kernelevo.run_lock import status_now
-from kernelevo.store import DB_NAME, RunStore
-from kernelevo.store_listing import list_runs
+from kernelevo.store.lock import status_now
+from kernelevo.store.run_store import DB_NAME, RunStore
+from kernelevo.store.listing import list_runs
 
 # Run ids are folder names; anything else (slashes, '..') could leave runs_dir.
 _RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")

@@ -34,7 +34,7 @@ from typing import Any
 
 from kernelevo.errors import ConfigError
 from kernelevo.evaluate.verdict import Verdict
-from kernelevo.store_records import Judged
+from kernelevo.store.records import Judged
 
 SNAPSHOT_FORMAT = 1
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Coroutine
 
 from kernelevo.budget import Budget, BudgetExhausted
 from kernelevo.candidate import Candidate
-from kernelevo.evaluate.address import check_address
+from kernelevo.evaluate.remote.address import check_address
 from kernelevo.evaluate.verdict import Verdict, verdict_for
 from kernelevo.llm.protocol import LLMError
 from kernelevo.propose import tuner
@@ -37,7 +37,7 @@ from kernelevo.search.archive import Archive, fitness
 from kernelevo.schema import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, Annotated, Bound, OneOf,
                               check_fields)
 from kernelevo.search.descriptors import cell_of
-from kernelevo.store import RunStore, StoreError
+from kernelevo.store.run_store import RunStore, StoreError
 
 if TYPE_CHECKING:
     from kernelevo.search.proposals import LLMProposer, Proposal

@@ -23,7 +23,7 @@ from kernelevo.llm import charges
 from kernelevo.llm.protocol import Attempt, CallStart, Completion, LLMError
 from kernelevo.propose.parse import parse_answer
 from kernelevo.propose.prompt import Exemplar, PromptRequest, build_messages, choose_mode
-from kernelevo.store import RunStore
+from kernelevo.store.run_store import RunStore
 
 if TYPE_CHECKING:
     from kernelevo.llm.pool import ModelPool

@@ -36,7 +36,7 @@ def evolve_task(out: Path, key: str, task: Any, seeds: list[Path], config: EvalC
                 search: SearchBudget, gpus: tuple[int, ...] = ()) -> dict[str, Any]:
     """Search one task (or resume its stored run) and describe its best kernel as a row."""
     import kernelevo
-    from kernelevo.store_listing import list_runs
+    from kernelevo.store.listing import list_runs
 
     folder = runs_folder(out, key)
     earlier = list_runs(folder) if folder.is_dir() else []

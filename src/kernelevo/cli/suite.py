@@ -1,0 +1,108 @@
+"""`kernelevo suite`: judge the solutions of many tasks; correct fraction, fast_p, geomean."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from kernelevo.cli.options import (CONFIG_OPTION, DEVICE_OPTION, KERNELBENCH_OPTION,
+                                   POLICY_OPTION, PRECISION_OPTION, TIMING_OPTION, Device,
+                                   Policy, Precision, Timing, console, eval_overrides,
+                                   eval_settings, fail, out)
+from kernelevo.errors import KernelEvoError
+
+
+def suite_command(
+    tasks: list[str] = typer.Argument(..., help="kernelbench:level1, kernelbench:level1/1-100, "
+                                      "kernelbench:level1/3,5,7-9, a folder of task files "
+                                      "or a task file; several may be given"),
+    solutions: Optional[Path] = typer.Option(
+        None, "--solutions", help="folder of candidates to judge (with --evolve: seeds): "
+        "level_L_problem_P_sample_S_kernel.py (KernelBench's layout) or <task stem>.py / "
+        "<task stem>__*.py"),
+    out_dir: Path = typer.Option(..., "--out", help="folder for results.jsonl, suite.json, "
+                                 "suite.md and suite.html"),
+    resume: bool = typer.Option(False, help="continue the suite in --out"),
+    max_input_elements: Optional[int] = typer.Option(
+        None, min=1, help="shrink tasks whose input set holds more values than this"),
+    gpus: Optional[str] = typer.Option(None, help="GPUs to use, 'all' or indexes like 0,1: "
+                                       "tasks are judged side by side, one per GPU (with "
+                                       "--evolve: each search's judges); default: one GPU"),
+    lanes: int = typer.Option(3, min=1, help="tasks judged at once per GPU; their timing "
+                              "phases take turns"),
+    build_workers: Optional[int] = typer.Option(
+        None, min=1, help="CUDA builds at once, ahead of judging (default: by cores and "
+        "memory)"),
+    fresh_baselines: bool = typer.Option(False, help="time the baselines again instead of "
+                                         "reusing those stored for this GPU model"),
+    precision: Optional[Precision] = PRECISION_OPTION, device: Optional[Device] = DEVICE_OPTION,
+    policy: Optional[Policy] = POLICY_OPTION,
+    timeout: Optional[float] = typer.Option(None, help="wall-clock limit per process, seconds"),
+    timing: Optional[Timing] = TIMING_OPTION,
+    no_compile: bool = typer.Option(False, help="skip the torch.compile baseline"),
+    as_json: bool = typer.Option(False, "--json", help="print suite.json to stdout"),
+    evolve: bool = typer.Option(False, "--evolve", help="search each task with evolve instead "
+                                "of judging given solutions; its best kernel is the task's"),
+    model: Optional[list[str]] = typer.Option(None, "--model", help="with --evolve: model "
+                                              "(repeatable, M=WEIGHT); none: the tuner alone"),
+    base_url: Optional[str] = typer.Option(None, help="with --evolve: OpenAI-compatible "
+                                           "endpoint"),
+    tokens: Optional[str] = typer.Option(None, help="with --evolve: token budget per task"),
+    usd: Optional[str] = typer.Option(None, help="with --evolve: dollar budget per task"),
+    time_limit: Optional[str] = typer.Option(None, "--time", help="with --evolve: wall-clock "
+                                             "budget per task (e.g. 20m)"),
+    candidates: Optional[int] = typer.Option(None, min=1, help="with --evolve: candidates "
+                                             "per task"),
+    kernelbench_dir: Optional[str] = KERNELBENCH_OPTION,
+    config_file: Optional[str] = CONFIG_OPTION,
+) -> None:
+    """Judge solutions of many tasks (or --evolve each): correct fraction, fast_p, geomean."""
+    from kernelevo.suite import SuitePlan, run_suite
+    from kernelevo.suite.evolve import SearchBudget
+    from kernelevo.suite.render import as_json as suite_json
+    from kernelevo.suite.render import summary_table, task_table
+
+    try:
+        _check_out(out_dir)
+        config = eval_settings(config_file, eval_overrides(
+            precision, device, policy, timeout=timeout, no_compile=no_compile, measure=timing))
+        search = SearchBudget(tuple(model or ()), base_url, tokens, usd, time_limit,
+                              candidates) if evolve else None
+        plan = SuitePlan(tuple(tasks), solutions, out_dir, config, kernelbench_dir,
+                         max_input_elements, resume, not fresh_baselines, search,
+                         _gpu_indexes(gpus), lanes, build_workers)
+        result = run_suite(plan, progress=lambda line: console.print(
+            line, markup=False, highlight=False))
+    except KernelEvoError as exc:
+        fail(exc)
+    if as_json:
+        out.print_json(json.dumps(suite_json(result)))
+        return
+    out.print(task_table(result), markup=False, highlight=False, soft_wrap=True)
+    out.print("")
+    out.print(summary_table(result), markup=False, highlight=False, soft_wrap=True)
+    console.print(f"written: {plan.out}/suite.json, suite.md and suite.html", markup=False,
+                  highlight=False)
+
+
+def _check_out(out_dir: Path) -> None:
+    """--out must be a folder, or a path where one can be made."""
+    blocking = next((path for path in (out_dir, *out_dir.parents)
+                     if path.exists() and not path.is_dir()), None)
+    if blocking is not None:
+        raise KernelEvoError(f"--out {out_dir}: {blocking} is a file, not a folder: give "
+                             "--out a folder for the suite's results (made if missing)")
+
+
+def _gpu_indexes(gpus: str | None) -> tuple[int, ...]:
+    """--gpus as indexes of visible GPUs (checked); () when not given."""
+    if gpus is None:
+        return ()
+    import torch
+
+    from kernelevo.run.setup import select_gpus
+
+    return tuple(select_gpus(gpus, torch.cuda.device_count()))

@@ -1,0 +1,1 @@
+"""The judge: candidates checked, run and timed in their own processes."""

@@ -1,0 +1,1 @@
+"""CUDA candidates: load_inline builds, cached, instrumented and checked."""

@@ -1,0 +1,1 @@
+"""Judging elsewhere: the evaluation service, its client, and a Dask cluster."""

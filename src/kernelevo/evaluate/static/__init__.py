@@ -1,0 +1,1 @@
+"""Static honesty checks: what a candidate's source shows before it runs."""

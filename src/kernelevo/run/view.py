@@ -1,0 +1,435 @@
+"""`kernelevo runs`, `show RUN` and `export RUN`: plain functions the CLI calls."""
+
+from __future__ import annotations
+
+import ast
+import os
+import sqlite3
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from kernelevo.candidate import Candidate
+from kernelevo.config import EvalConfig, TimingConfig
+from kernelevo.errors import ConfigError
+from kernelevo.export_guard import GUARD_SOURCE, needs_guard
+from kernelevo.evaluate.verdict import Verdict
+from kernelevo.render import print_verdict
+from kernelevo.store.lock import status_now
+from kernelevo.store.run_store import (DB_NAME, Ranking, RunInfo, RunStore, StoreError, StoredCandidate,
+                             rank_candidates)
+from kernelevo.store.listing import list_runs
+from kernelevo.task import find_constants, task_from_source
+
+TOP_CANDIDATES = 10
+# Entry points of a KernelBench file besides the model: the harness calls these.
+TASK_ENTRY_POINTS = ("get_inputs", "get_init_inputs")
+SECTION_RULE = "# " + "-" * 76
+_DEFINITIONS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+_IMPORTS = (ast.Import, ast.ImportFrom)
+
+
+def default_runs_dir() -> Path:
+    """KERNELEVO_RUNS_DIR, else ./runs; read at call time so tests and shells can change it."""
+    return Path(os.environ.get("KERNELEVO_RUNS_DIR") or "runs")
+
+
+def eval_config_from_run(config: Mapping[str, Any]) -> EvalConfig:
+    """Rebuild the run's EvalConfig from its stored JSON; absent settings take defaults."""
+    values = dict(config.get("eval") or {})
+    timing_values = dict(values.pop("timing", None) or {})
+    # Settings a newer or older KernelEvo wrote that this one lacks are dropped,
+    # so an old run can still be shown and exported.
+    values = {k: v for k, v in values.items() if k in EvalConfig.__dataclass_fields__}
+    timing_values = {k: v for k, v in timing_values.items()
+                     if k in TimingConfig.__dataclass_fields__}
+    if "baselines" in timing_values:
+        timing_values["baselines"] = tuple(timing_values["baselines"])  # JSON made it a list
+    return EvalConfig(timing=TimingConfig(**timing_values), **values)
+
+
+RUN_COLUMNS = ("run", "task", "status", "created", "candidates", "best vs eager",
+               "best vs compile", "tokens", "cost")
+_LEFT_COLUMNS = 5  # the rest are numbers, aligned right
+
+
+def list_runs_table(console: Console, runs_dir: Path, plain: bool | None = None) -> int:
+    """Print one row per run under `runs_dir`, oldest first; returns how many.
+
+    `plain` (default: when the console is not a terminal) prints aligned text
+    as wide as it needs: a rich table fits its width by cutting cells, and a
+    script reading the output needs whole run ids.
+    """
+    summaries = list_runs(runs_dir)
+    if not summaries:
+        console.print(f"no runs in {escape(str(runs_dir))}: start one with "
+                      "`kernelevo evolve TASK`, or point KERNELEVO_RUNS_DIR at the folder "
+                      "that holds them")
+        return 0
+    rows = [_run_row(summary.run_id, summary.path, summary.problem) for summary in summaries]
+    if not console.is_terminal if plain is None else plain:
+        _print_plain(console, [[Text.from_markup(cell).plain for cell in row] for row in rows])
+        return len(summaries)
+    table = Table(header_style="bold")
+    longest_id = max(len(summary.run_id) for summary in summaries)
+    for index, column in enumerate(RUN_COLUMNS):
+        table.add_column(column, justify="left" if index < _LEFT_COLUMNS else "right",
+                         no_wrap=index == 0, min_width=longest_id if index == 0 else None)
+    for row in rows:
+        table.add_row(*row)
+    console.print(table)
+    return len(summaries)
+
+
+def _print_plain(console: Console, rows: list[list[str]]) -> None:
+    """Columns padded to their widest cell, two spaces apart; never wrapped or cut."""
+    lines = [list(RUN_COLUMNS)] + rows
+    widths = [max(len(line[i]) for line in lines) for i in range(len(RUN_COLUMNS))]
+    for line in lines:
+        cells = [cell.ljust(width) if i < _LEFT_COLUMNS else cell.rjust(width)
+                 for i, (cell, width) in enumerate(zip(line, widths))]
+        console.print("  ".join(cells).rstrip(), markup=False, highlight=False, crop=False,
+                      soft_wrap=True)
+
+
+def _run_row(run_id: str, path: Path, problem: str) -> list[str]:
+    unreadable = [run_id, escape(problem), "[red]unreadable[/]"] + [""] * 6
+    if problem:
+        return unreadable
+    try:
+        with RunStore.open(path) as store:
+            info, totals, best = store.run_info(), store.totals(), store.ranking().best
+    except (StoreError, sqlite3.Error) as exc:  # deleted or corrupted since it was listed
+        unreadable[1] = escape(str(exc))
+        return unreadable
+    total = sum(totals.candidates_by_status.values())
+    evaluated = total - totals.candidates_by_status.get("unevaluated", 0)
+    return [info.id, escape(info.task_name), status_now(info.status, path), _when(info.created_at),
+            f"{evaluated}/{total}",
+            # Both columns are the one best kernel's, never two different candidates.
+            _speedup(best.speedup_vs_eager if best else None),
+            _speedup(best.speedup_vs_compile if best else None),
+            tokens_text(totals.tokens_in + totals.tokens_out, totals.estimated_tokens),
+            _usd(totals.cost_usd)]
+
+
+def tokens_text(tokens: int, estimated_tokens: int) -> str:
+    """Tokens charged, with the part that is an estimate (calls cut off) named apart."""
+    return f"{tokens:,}" + (f" ({estimated_tokens:,} est.)" if estimated_tokens else "")
+
+
+def show_run(console: Console, runs_dir: Path, run: str) -> None:
+    """Print a run's summary, spend, its best candidates and the best one's verdict."""
+    with open_run(runs_dir, run) as store:
+        info, totals, candidates = store.run_info(), store.totals(), store.candidates()
+    status = status_now(info.status, Path(store.path).parent)
+    console.print(f"[bold]run {info.id}[/]  task {escape(info.task_name)}  status {status}")
+    if status != info.status:
+        console.print(f"no process drives it (run.db says {info.status}: its driver was killed "
+                      f"or its machine stopped); continue it with --resume {info.id}")
+    finished = f", finished {_when(info.finished_at)}" if info.finished_at else ""
+    console.print(f"created {_when(info.created_at)}{finished}")
+    for section, text in _config_essentials(info.config).items():
+        console.print(f"{section}: {text}")
+    in_flight = (f" ({totals.llm_calls_in_flight} in flight, up to "
+                 f"{_usd(totals.in_flight_cost_bound_usd)})" if totals.llm_calls_in_flight else "")
+    console.print(f"tokens: {totals.tokens_in:,} in, {totals.tokens_out:,} out; "
+                  f"cost {_usd(totals.cost_usd)}; LLM calls {totals.llm_calls}{in_flight}")
+    if totals.estimated_tokens or totals.estimated_usd:
+        console.print(f"  of which billed {totals.billed_tokens:,} tokens; estimated "
+                      f"{totals.estimated_tokens:,} tokens, {_usd(totals.estimated_usd)} "
+                      "(calls cut off after sending, charged their worst case, or usage a "
+                      "server reported wrong)")
+    by_status = ", ".join(f"{status} {count}"
+                          for status, count in sorted(totals.candidates_by_status.items()))
+    console.print(f"candidates: {len(candidates)} ({by_status or 'none yet'})")
+    _print_best(console, candidates)
+
+
+def _print_best(console: Console, candidates: list[StoredCandidate]) -> None:
+    """The baseline on its own line, then the passing kernels and the best one's verdict."""
+    ranking = rank_candidates(candidates)
+    never = "; the PyTorch reference, never the best" if ranking.baseline else ""
+    console.print(f"baseline: {escape(ranking.baseline_text())}{never}")
+    if ranking.best is None:
+        console.print(ranking.no_best_message())
+        return
+    by_id = {stored.id: stored for stored in candidates}
+    ranked = [by_id[entry.id] for entry in ranking.kernels]
+    console.print(_top_table(ranked[:TOP_CANDIDATES], len(ranked)))
+    if not ranking.timed:
+        console.print("no timings (judged without a GPU): every passing kernel scores alike, "
+                      "so the best is the first one judged")
+    print_verdict(console, f"best {ranked[0].id}", ranked[0].verdict)
+
+
+def _config_essentials(config: Mapping[str, Any]) -> dict[str, str]:
+    """One line per config section: the settings that shape results, no secrets."""
+    lines = {}
+    try:
+        evaluation = eval_config_from_run(config)
+        lines["eval"] = (f"device {evaluation.device}, {evaluation.precision}, policy "
+                         f"{evaluation.policy}, {evaluation.input_sets} input sets, baselines "
+                         f"{', '.join(evaluation.timing.baselines) or 'none'}")
+    except (ConfigError, TypeError) as exc:
+        lines["eval"] = f"[red]unreadable[/] ({escape(str(exc))})"
+    for section in ("search", "llm", "budget"):
+        values = config.get(section) or {}
+        # Scalars only, and never anything that could name a credential.
+        shown = [f"{key} {value}" for key, value in sorted(values.items())
+                 if isinstance(value, (str, int, float, bool)) and value != ""
+                 and not any(word in key.lower() for word in ("key", "secret", "password"))]
+        if shown:
+            lines[section] = escape(", ".join(shown))
+    return lines
+
+
+def _top_table(top: list[StoredCandidate], passed: int) -> Table:
+    table = Table(title=f"top {len(top)} of {passed} passing custom kernels",
+                  header_style="bold")
+    for column in ("candidate", "vs eager", "vs compile", "runtime", "origin", "backend",
+                   "parents"):
+        table.add_column(column)
+    for stored in top:
+        verdict = stored.verdict
+        timing = verdict.timings.get("candidate")
+        table.add_row(stored.id, _speedup(verdict.speedup_vs_eager),
+                      _speedup(verdict.speedup_vs_compile),
+                      f"{timing.median_ms:.4f} ms" if timing else "-",
+                      stored.candidate.origin, stored.candidate.backend,
+                      ", ".join(stored.candidate.parent_ids) or "-")
+    return table
+
+
+def export_candidate(runs_dir: Path, run: str, output: Path, candidate_id: str | None,
+                     best: bool, recheck: bool = True,
+                     progress: Callable[[str], None] | None = None,
+                     force: bool = False) -> tuple[Path, Verdict | None]:
+    """Write a candidate as a standalone KernelBench file; with `recheck`, judge it afresh.
+
+    An existing `output` is replaced only with `force`.
+    """
+    if not force:
+        refuse_to_overwrite(Path(output))
+    if best == (candidate_id is not None):
+        raise ConfigError("say which candidate to export: --best, or --candidate ID "
+                          "(ids are listed by `kernelevo show RUN`), not both")
+    with open_run(runs_dir, run) as store:
+        info = store.run_info()
+        stored = store.candidate(candidate_id) if candidate_id else _best_or_refuse(store)
+    text = standalone_source(info, stored)
+    verdict = _recheck(info, stored, progress) if recheck else None
+    _write_atomically(Path(output), text, replace=force)
+    return Path(output), verdict
+
+
+def _best_or_refuse(store: RunStore) -> StoredCandidate:
+    ranking = store.ranking()
+    if ranking.best is None:
+        raise ConfigError(_no_best_to_export(store.run_id, ranking))
+    return store.candidate(ranking.best.id)
+
+
+def _no_best_to_export(run_id: str, ranking: Ranking) -> str:
+    message = f"run {run_id} has no best to export, {ranking.no_best_message()}"
+    if ranking.baseline is None:
+        return (f"{message}. Export a candidate anyway with --candidate ID "
+                "(see `kernelevo show RUN`)")
+    return (f"{message}; the baseline {ranking.baseline_text()} is the PyTorch reference, never "
+            f"the best. Export it anyway with --candidate {ranking.baseline.id}, or any candidate "
+            "with --candidate ID (see `kernelevo show RUN`)")
+
+
+def _recheck(info: RunInfo, stored: StoredCandidate, progress: Callable[[str], None] | None):
+    from kernelevo.evaluate.judge import Judge  # here, so `runs` and `show` need no torch
+
+    task = task_from_source(info.task_source, name=info.task_name)
+    judge = Judge(task, eval_config_from_run(info.config), progress=progress)
+    return judge.evaluate(Candidate(source=stored.candidate.source,
+                                    backend=stored.candidate.backend, name=stored.id))
+
+
+def standalone_source(info: RunInfo, stored: StoredCandidate) -> str:
+    """The candidate's file, then the task's sizes and input functions, so it runs alone."""
+    candidate = stored.candidate
+    parents = ", ".join(candidate.parent_ids) or "none"
+    header = [f"# KernelEvo export of run {info.id}, task {info.task_name}",
+              f"# candidate {stored.id}: origin {candidate.origin}, backend {candidate.backend},"
+              f" parents {parents}",
+              f"# recorded verdict: {_verdict_summary(stored.verdict)}", ""]
+    support = ["", "", SECTION_RULE, f"# From the task {info.task_name}: its sizes and inputs"
+               " (the reference Model is left out).", SECTION_RULE, "",
+               task_support_source(info.task_source, candidate.source)]
+    if stored.verdict is not None and needs_guard(stored.verdict.flags):
+        support.append(GUARD_SOURCE)
+    # A candidate chosen by id is written as stored, even if it does not parse:
+    # the user asked for it, often to see why it failed.
+    return "\n".join(header) + candidate.source.rstrip("\n") + "\n" + "\n".join(support)
+
+
+def task_support_source(task_source: str, candidate_source: str = "") -> str:
+    """The task's int constants and input functions, with every module-level name they use."""
+    tree = ast.parse(task_source)
+    binders: dict[str, ast.stmt] = {}
+    for node in tree.body:
+        for name in _bound_names(node):
+            binders[name] = node
+    wanted = list(TASK_ENTRY_POINTS) + list(find_constants(tree))
+    chosen: set[int] = set()
+    while wanted:
+        node = binders.get(wanted.pop())
+        # The reference Model stays out: the export must stand on ModelNew alone.
+        if node is None or id(node) in chosen or "Model" in _bound_names(node):
+            continue
+        chosen.add(id(node))
+        wanted.extend(n.id for n in ast.walk(node)
+                      if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))
+    repeated = _imports_of(candidate_source)  # the candidate already imports these
+    kept = [node for node in tree.body if id(node) in chosen and ast.unparse(node) not in repeated]
+    lines, parts = task_source.splitlines(), []
+    for before, node in zip([None] + kept, kept):
+        parts.append(_gap(before, node) + _statement_text(lines, node))
+    return "".join(parts) + "\n"
+
+
+def _imports_of(source: str) -> set[str]:
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    return {ast.unparse(n) for n in tree.body if isinstance(n, _IMPORTS)}
+
+
+def _gap(before: ast.stmt | None, after: ast.stmt) -> str:
+    """PEP 8 spacing: two blank lines around definitions, one between kinds of statement."""
+    if before is None:
+        return ""
+    if isinstance(before, _DEFINITIONS) or isinstance(after, _DEFINITIONS):
+        return "\n\n\n"
+    return "\n" if isinstance(before, _IMPORTS) == isinstance(after, _IMPORTS) else "\n\n"
+
+
+def _bound_names(node: ast.stmt) -> list[str]:
+    """Module-level names a statement defines; `from __future__` binds none that move."""
+    if isinstance(node, ast.Import):
+        return [alias.asname or alias.name.split(".")[0] for alias in node.names]
+    if isinstance(node, ast.ImportFrom):
+        if node.module == "__future__":  # legal only at the top of a file
+            return []
+        return [alias.asname or alias.name for alias in node.names]
+    if isinstance(node, _DEFINITIONS):
+        return [node.name]
+    targets = node.targets if isinstance(node, ast.Assign) else (
+        [node.target] if isinstance(node, ast.AnnAssign) else [])
+    return [n.id for target in targets for n in ast.walk(target) if isinstance(n, ast.Name)]
+
+
+def _statement_text(lines: list[str], node: ast.stmt) -> str:
+    decorators = getattr(node, "decorator_list", [])
+    first = min([node.lineno] + [d.lineno for d in decorators])
+    return "\n".join(lines[first - 1:node.end_lineno])
+
+
+def refuse_to_overwrite(output: Path) -> None:
+    """ConfigError when `output` is an existing file: overwriting it takes --force."""
+    if output.exists() and not output.is_dir():
+        raise ConfigError(f"{output} exists: pass --force to overwrite it, or give another "
+                          "file with -o")
+
+
+def _write_atomically(output: Path, text: str, replace: bool = False) -> None:
+    """Write through a temporary file in the same folder, so `output` is never half written.
+
+    Without `replace`, a file that appeared at `output` meanwhile is kept: the
+    temporary file is linked in, which fails if the name is taken.
+    """
+    if output.is_dir():
+        raise ConfigError(f"{output} is a folder: give a file name such as {output / 'best.py'}")
+    temporary = None
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=output.parent, prefix=f".{output.name}.",
+                                         suffix=".tmp", delete=False) as handle:
+            temporary = Path(handle.name)
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        temporary.chmod(0o644)  # mkstemp makes 0600; an exported kernel is meant to be shared
+        _move_into_place(temporary, output, replace)
+    except OSError as exc:
+        if temporary is not None:
+            temporary.unlink(missing_ok=True)
+        if isinstance(exc, FileExistsError) and output.exists():
+            refuse_to_overwrite(output)
+        raise ConfigError(f"cannot write {output}: {exc}") from exc
+
+
+def _move_into_place(temporary: Path, output: Path, replace: bool) -> None:
+    if replace:
+        os.replace(temporary, output)
+        return
+    try:
+        os.link(temporary, output)  # atomic, and fails if the name is taken
+    except FileExistsError:
+        raise
+    except OSError:  # a filesystem without hard links: check, then rename
+        if output.exists():
+            raise FileExistsError(output) from None
+        os.replace(temporary, output)
+        return
+    temporary.unlink()
+
+
+def open_run(runs_dir: Path, run: str) -> RunStore:
+    """Open a run by id, by a unique part of its id, or by its folder or run.db path."""
+    if not run.strip():
+        # An empty part of an id is part of every id: it must not pick one.
+        raise StoreError(f"the run given is empty: give a run id, part of one, or a run "
+                         f"folder (`kernelevo runs --runs-dir {runs_dir}` lists them)")
+    given = Path(run)
+    if given.is_file() or (given / DB_NAME).is_file():
+        return RunStore.open(given)
+    if (Path(runs_dir) / run / DB_NAME).is_file():
+        return RunStore.open(Path(runs_dir) / run)
+    runs = list_runs(runs_dir)
+    matches = [summary for summary in runs if run in summary.run_id]
+    if len(matches) == 1:
+        return RunStore.open(matches[0].path)
+    if not runs:
+        raise StoreError(f"no run {run!r}: {runs_dir} holds no runs (set KERNELEVO_RUNS_DIR "
+                         "or give the path to a run folder)")
+    listed = matches if matches else runs
+    ids = ", ".join(summary.run_id for summary in listed[-20:])
+    more = f" and {len(listed) - 20} older" if len(listed) > 20 else ""
+    why = f"{run!r} matches several runs" if matches else f"no run {run!r} in {runs_dir}"
+    raise StoreError(f"{why}: give one of {ids}{more}")
+
+
+def _verdict_summary(verdict: Verdict | None) -> str:
+    if verdict is None:
+        return "not evaluated"
+    timing = verdict.timings.get("candidate")
+    parts = [f"{verdict.status} ({verdict.reason})",
+             verdict.speedup_vs_eager and f"{verdict.speedup_vs_eager:.2f}x vs eager",
+             verdict.speedup_vs_compile and f"{verdict.speedup_vs_compile:.2f}x vs torch.compile",
+             timing and f"{timing.median_ms:.4f} ms median"]
+    return ", ".join(part for part in parts if part)
+
+
+def _speedup(value: float | None) -> str:
+    return f"{value:.2f}x" if value else "-"
+
+
+def _usd(value: float) -> str:
+    return f"${value:.4f}" if value < 1 else f"${value:.2f}"
+
+
+def _when(timestamp: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(timestamp)) if timestamp else "-"

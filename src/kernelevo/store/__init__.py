@@ -1,0 +1,1 @@
+"""The durable run store: one SQLite file per run, its schema, records and reads."""

@@ -1,0 +1,310 @@
+"""Light reads of a run: what tables, plots, the archive and the best-kernel rule need.
+
+Sources, verdict JSON, prompts and replies are nearly all of a run's bytes
+(356 MB at 50,000 candidates); reading them all made a report of such a run
+take 13 s to write and the UI hold every prompt in memory. These queries
+leave them unread, and the covering indexes of store_schema.INDEXES answer
+them without visiting the rows that hold them. Where SQLite can sum, sort or
+pick the few rows a page shows, it does, so no Python object is made per
+candidate except where a search's order must be replayed. A page then reads
+in full only the few candidates and calls it shows (RunStore.candidate,
+.ancestry, .llm_calls_of).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from kernelevo.evaluate.verdict import NO_CUSTOM_KERNEL_FLAG, Verdict
+from kernelevo.store.records import (
+    BASELINE_BACKEND,
+    KERNEL_BACKENDS,
+    CandidateBrief,
+    Judged,
+    RankEntry,
+    Ranking,
+    rank,
+    rank_entry_from_row,
+)
+from kernelevo.store.schema import Database
+from kernelevo.store.steps import METRICS, Step
+
+_RANK_COLUMNS = ("c.id, c.sequence, c.backend, c.origin, v.status, v.speedup_vs_eager,"
+                 " v.speedup_vs_compile, v.evaluated_at")
+# A verdict's JSON is parsed only when it names the flag at all.
+_FLAGGED = "CASE WHEN instr(v.verdict_json, ?) > 0 THEN v.verdict_json END AS flagged_json"
+_BRIEF_COLUMNS = (f"{_RANK_COLUMNS}, {_FLAGGED}, c.name, c.parent_ids_json, c.island,"
+                  " c.cell_json, c.created_at, c.state, v.reason, v.runtime_ms")
+# RankEntry.is_kernel in SQL; store_records.rank is the rule, tests hold the two equal.
+_KERNEL = ("v.status = 'ok' AND c.backend IN ("
+           + ", ".join(f"'{backend}'" for backend in KERNEL_BACKENDS) + ")"
+           " AND (instr(v.verdict_json, ?) = 0 OR NOT EXISTS"
+           " (SELECT 1 FROM json_each(v.verdict_json, '$.flags') WHERE value = ?))")
+# Candidate first: `CROSS JOIN` keeps SQLite scanning the candidate_brief
+# index and finding verdicts by id, never reading a candidate's row (and
+# its source) to find its cell or backend.
+_JUDGED = "candidate c CROSS JOIN verdict v ON v.candidate_id = c.id"
+# The best kernel in the order of store_records.rank: timed ones fastest
+# first, then (a run without a GPU) the first judged.
+# A verdict's place in the search's order and its archive fitness
+# (archive.fitness_of); cells and islands as `Archive.replay` reads them.
+_FITNESS = "CASE WHEN v.status = 'ok' THEN COALESCE(v.speedup_vs_eager, 1.0) END"
+_ARCHIVE_CELL = "COALESCE(c.island, 0), COALESCE(c.cell_json, '[]')"
+_NO_ENVIRONMENT = '{"environment": {}'
+_BEST_QUERIES = (("IS NOT NULL", "v.speedup_vs_eager DESC, v.evaluated_at, c.sequence"),
+                 ("IS NULL", "v.evaluated_at, c.sequence"))
+
+@dataclass(frozen=True)
+class ArchiveOffers:
+    """A run's verdicts as its archive replays them (Briefs.archive_offers).
+
+    offers: (place in the order judged from 1, candidate id, cell, island,
+    fitness); failures: (island, cell, count).
+    """
+
+    additions: int
+    highest_island: int
+    offers: list[tuple[int, str, tuple[Any, ...], int, float]]
+    failures: list[tuple[int, tuple[Any, ...], int]]
+
+
+class EventSummary(NamedTuple):
+    """last_at: the latest event's time; elapsed_s: the largest 'elapsed' (None
+    without one); stop_reason: the last stop's (None without one)."""
+
+    last_at: float | None
+    elapsed_s: float | None
+    stop_reason: str | None
+    migrations: int
+
+
+class Briefs:
+    """A run's light reads; RunStore.briefs."""
+
+    def __init__(self, database: Database) -> None:
+        self._database = database
+
+    def candidates(self, *, newest_first: bool = False,
+                   limit: int | None = None) -> list[CandidateBrief]:
+        """Candidates without their sources in creation order (or the reverse), `limit` at most."""
+        return self._briefs("candidate c LEFT JOIN verdict v ON v.candidate_id = c.id", "",
+                            "c.sequence DESC" if newest_first else "c.sequence",
+                            -1 if limit is None else limit)
+
+    def fastest(self, limit: int) -> list[CandidateBrief]:
+        """The `limit` fastest passing candidates with timings (any backend), ties oldest first."""
+        return self._briefs("verdict v JOIN candidate c ON c.id = v.candidate_id",
+                            "WHERE v.status = 'ok' AND v.speedup_vs_eager IS NOT NULL",
+                            "v.speedup_vs_eager DESC, c.sequence", limit)
+
+    def _briefs(self, tables: str, where: str, order: str, limit: int) -> list[CandidateBrief]:
+        rows = self._database.query(
+            f"SELECT {_BRIEF_COLUMNS} FROM {tables} {where} ORDER BY {order} LIMIT ?",
+            (NO_CUSTOM_KERNEL_FLAG, limit))
+        return [CandidateBrief(
+            id=row[0], sequence=row[1], backend=row[2], origin=row[3], status=row[4],
+            speedup_vs_eager=row[5], speedup_vs_compile=row[6], evaluated_at=row[7],
+            flags=_flags(row[8]), name=row[9], parent_ids=tuple(json.loads(row[10])),
+            island=row[11], cell=None if row[12] is None else tuple(json.loads(row[12])),
+            created_at=row[13], state=row[14], reason=row[15], runtime_ms=row[16])
+            for row in rows]
+
+    def judged_in_order(self) -> list[Judged]:
+        """Every verdict in the order judged: what the archive and best-so-far lines replay."""
+        rows = self._database.query(
+            "SELECT c.id, c.cell_json, c.island, v.status, v.speedup_vs_eager,"
+            f" v.speedup_vs_compile, v.evaluated_at, {_KERNEL}"
+            f" FROM {_JUDGED} ORDER BY v.evaluated_at, c.sequence",
+            (NO_CUSTOM_KERNEL_FLAG, NO_CUSTOM_KERNEL_FLAG))
+        cells: dict[str | None, tuple[Any, ...]] = {None: ()}  # a few cells, repeated
+        for row in rows:
+            if row[1] not in cells:
+                cells[row[1]] = tuple(json.loads(row[1]))
+        return [Judged(row[0], cells[row[1]], row[2], row[3], row[4], row[5], row[6],
+                       bool(row[7])) for row in rows]
+
+    def best_steps(self) -> list[Step]:
+        """The best-so-far steps of both metrics (store_steps), each in the order judged."""
+        rows = self._database.query(
+            "SELECT metric, candidate_id, speedup, evaluated_at FROM best_step"
+            " ORDER BY metric = ?, evaluated_at, sequence", (METRICS[1],))
+        return [Step(row[0], row[1], row[2], row[3]) for row in rows]
+
+    def spend_by(self, moments: list[float]) -> list[tuple[int, float]]:
+        """Tokens and dollars of the calls finished by each moment (ascending order)."""
+        spent, tokens, cost_usd, previous = [], 0, 0.0, -math.inf
+        for moment in moments:
+            # Each span's sum reads only its own calls: one pass over the
+            # finishing-time index for all the moments together.
+            rows = self._database.query(
+                "SELECT COALESCE(SUM(input_tokens + output_tokens), 0), COALESCE(SUM(cost_usd), 0)"
+                " FROM llm_call WHERE finished_at > ? AND finished_at <= ?", (previous, moment))
+            tokens, cost_usd = tokens + rows[0][0], cost_usd + rows[0][1]
+            spent.append((tokens, cost_usd))
+            previous = moment
+        return spent
+
+    def archive_offers(self) -> ArchiveOffers:
+        """What `Archive.replay` of judged_in_order needs, without a row per verdict.
+
+        A passing verdict no faster than an earlier one in its own cell of its
+        own island is always refused (an elite only ever gets fitter), so only
+        the others are read, each with its place in the order; failures are
+        counted per cell, since their order changes nothing.
+        """
+        # One ordered pass over the verdicts (a covering index and one sort in
+        # SQLite); the running best per cell is kept here, which is cheaper than
+        # SQL window functions over every row.
+        rows = self._database.query(
+            f"SELECT c.id, COALESCE(c.cell_json, '[]'), COALESCE(c.island, 0), {_FITNESS}"
+            f" FROM {_JUDGED} ORDER BY v.evaluated_at, c.sequence")
+        best: dict[tuple[int, str], float] = {}
+        failed: dict[tuple[int, str], int] = {}
+        offers = []
+        highest_island = 0
+        for position, (candidate_id, cell, island, fitness) in enumerate(rows, start=1):
+            highest_island = max(highest_island, island)
+            key = (island, cell)
+            if fitness is None:
+                failed[key] = failed.get(key, 0) + 1
+                continue
+            earlier = best.get(key)
+            if earlier is None or fitness > earlier:
+                best[key] = fitness
+                offers.append((position, candidate_id, _cell(cell), island, fitness))
+        failures = [(island, _cell(cell), count) for (island, cell), count
+                    in sorted(failed.items(), key=lambda item: (item[1], item[0]))]
+        additions = len(rows)
+        return ArchiveOffers(additions, highest_island or 0, offers, failures)
+
+    def event_summary(self) -> EventSummary:
+        """The few things a page shows of the events log, summed by SQLite."""
+        rows = self._database.query(
+            "SELECT (SELECT MAX(at) FROM events),"
+            " (SELECT MAX(COALESCE(json_extract(payload_json, '$.elapsed_s'), 0.0)) FROM events"
+            "  WHERE kind = 'elapsed'),"
+            " (SELECT COALESCE(json_extract(payload_json, '$.reason'), '') FROM events"
+            "  WHERE kind = 'stop' ORDER BY id DESC LIMIT 1),"
+            " (SELECT COUNT(*) FROM events WHERE kind = 'migration')")
+        last_at, elapsed_s, stop_reason, migrations = rows[0]
+        return EventSummary(last_at, elapsed_s, stop_reason, migrations)
+
+    def moments(self) -> tuple[float, float] | None:
+        """The first and the last moment a candidate was made or judged; None before any."""
+        rows = self._database.query(
+            "SELECT MIN(made_first, COALESCE(judged_first, made_first)),"
+            " MAX(made_last, COALESCE(judged_last, made_last))"
+            " FROM (SELECT MIN(created_at) AS made_first, MAX(created_at) AS made_last"
+            " FROM candidate), (SELECT MIN(evaluated_at) AS judged_first,"
+            " MAX(evaluated_at) AS judged_last FROM verdict)")
+        first, last = rows[0]
+        return None if first is None else (first, last)
+
+    def status_changes(self, first: float, width: float,
+                       spans: int) -> list[tuple[float, float, str | None, int]]:
+        """Candidates made and judged per span of time, in time order.
+
+        Rows are (span, its last moment, status, count): status None counts
+        candidates made, any other the verdicts of that status. With spans=0
+        every moment is a span of its own; otherwise the `first` moment is,
+        and the rest fall into `spans` spans of `width` seconds from it, the
+        last one closed (svg.thin_timeline's cut).
+        """
+        def span(moment: str) -> str:
+            return moment if spans == 0 else (
+                f"CASE WHEN {moment} = ? THEN -1.0"
+                f" ELSE MIN(CAST(({moment} - ?) / ? AS INTEGER), ?) END")
+
+        rows = self._database.query(
+            f"SELECT * FROM (SELECT {span('created_at')} AS span, MAX(created_at), NULL,"
+            " COUNT(*) FROM candidate GROUP BY span UNION ALL SELECT"
+            f" {span('evaluated_at')} AS span, MAX(evaluated_at), status, COUNT(*)"
+            " FROM verdict GROUP BY span, status) ORDER BY span",
+            (first, first, width, spans) * 2 if spans else ())
+        return [(row[0], row[1], row[2], row[3]) for row in rows]
+
+    def ranking(self) -> Ranking:
+        """Every candidate ranked (store_records.rank) from the columns the rule reads."""
+        rows = self._database.query(
+            f"SELECT {_RANK_COLUMNS}, {_FLAGGED}"
+            " FROM candidate c LEFT JOIN verdict v ON v.candidate_id = c.id",
+            (NO_CUSTOM_KERNEL_FLAG,))
+        return rank(rank_entry_from_row(row) for row in rows)
+
+    def best(self) -> RankEntry | None:
+        """`rank(...).best` from an index: the same candidate, in well under a millisecond."""
+        for speedup_test, order in _BEST_QUERIES:
+            rows = self._database.query(
+                f"SELECT {_RANK_COLUMNS}, NULL AS flagged_json FROM verdict v"
+                " JOIN candidate c ON c.id = v.candidate_id"
+                f" WHERE v.speedup_vs_eager {speedup_test} AND {_KERNEL}"
+                f" ORDER BY {order} LIMIT 1",
+                (NO_CUSTOM_KERNEL_FLAG, NO_CUSTOM_KERNEL_FLAG))
+            if rows:
+                return rank_entry_from_row(rows[0])
+        return None
+
+    def baseline(self) -> RankEntry | None:
+        """`rank(...).baseline`: the first PyTorch seed, else the first PyTorch candidate."""
+        for origin_test in ("AND c.origin = 'seed'", ""):
+            rows = self._database.query(
+                f"SELECT {_RANK_COLUMNS}, {_FLAGGED} FROM candidate c"
+                " LEFT JOIN verdict v ON v.candidate_id = c.id"
+                f" WHERE c.backend = ? {origin_test} ORDER BY c.sequence LIMIT 1",
+                (NO_CUSTOM_KERNEL_FLAG, BASELINE_BACKEND))
+            if rows:
+                return rank_entry_from_row(rows[0])
+        return None
+
+    def proposed_count(self) -> int:
+        """Candidates of every origin but 'seed': what the candidate budget counts."""
+        rows = self._database.query("SELECT COUNT(*) FROM candidate WHERE origin != 'seed'")
+        return int(rows[0][0])
+
+    def spend_over_time(self) -> list[tuple[float, int, float]]:
+        """(finished_at, tokens, dollars) of every finished call, in finishing order."""
+        rows = self._database.query(
+            "SELECT finished_at, input_tokens + output_tokens, cost_usd FROM llm_call"
+            " WHERE finished_at IS NOT NULL ORDER BY finished_at, id")
+        return [(row[0], row[1], row[2]) for row in rows]
+
+    def spend_of(self, candidate_ids: Iterable[str]) -> dict[str, tuple[int, float]]:
+        """Tokens and dollars of the calls linked to each of these candidates."""
+        rows = self._database.query(
+            "SELECT candidate_id, SUM(input_tokens + output_tokens), SUM(cost_usd) FROM llm_call"
+            " WHERE candidate_id IN (SELECT value FROM json_each(?)) GROUP BY candidate_id",
+            (json.dumps(list(candidate_ids)),))
+        return {row[0]: (row[1], row[2]) for row in rows}
+
+    def models(self) -> list[tuple[str, int, int, float]]:
+        """(model, calls, tokens, dollars) per model, in the order each was first called."""
+        rows = self._database.query(
+            "SELECT model, COUNT(*), SUM(input_tokens + output_tokens), SUM(cost_usd)"
+            " FROM llm_call GROUP BY model ORDER BY MIN(id)")
+        return [(row[0], row[1], row[2], row[3]) for row in rows]
+
+    def environment(self) -> dict[str, str]:
+        """Versions and device of the last verdict naming any, one judged on a GPU first."""
+        rows = self._database.query(
+            "SELECT v.verdict_json FROM verdict v JOIN candidate c ON c.id = v.candidate_id"
+            # Most verdicts name none, and the store writes keys sorted, so
+            # theirs begins so: a prefix compare, not a parse of each verdict.
+            " WHERE substr(v.verdict_json, 1, ?) != ?"
+            " AND json_extract(v.verdict_json, '$.environment') != '{}'"
+            " ORDER BY COALESCE(json_extract(v.verdict_json, '$.environment.gpu'), '') != ''"
+            " DESC, c.sequence DESC LIMIT 1", (len(_NO_ENVIRONMENT), _NO_ENVIRONMENT))
+        if not rows:
+            return {}
+        return dict(Verdict.from_dict(json.loads(rows[0][0])).environment)
+
+
+def _cell(cell_json: str) -> tuple[Any, ...]:
+    return tuple(json.loads(cell_json))
+
+
+def _flags(flagged_json: str | None) -> tuple[str, ...]:
+    return tuple(json.loads(flagged_json).get("flags", ())) if flagged_json else ()

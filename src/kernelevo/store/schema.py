@@ -1,0 +1,301 @@
+"""The run store's SQLite schema, connection settings and version check.
+
+Settings, and why:
+- WAL journal: readers (`kernelevo show`, the web UI) never block the writer,
+  and a commit is one append to the log, so a SIGKILL between any two
+  statements leaves either the whole transaction or none of it.
+- synchronous=FULL: in WAL mode NORMAL already survives a killed process, but
+  a power loss may drop the last commits. Those commits are the dollar
+  ledger (finished LLM calls) and verdicts that cost GPU minutes; the store
+  writes a few rows per candidate, seconds apart, so one fsync per commit
+  costs nothing a user could notice.
+- foreign_keys=ON: a verdict or LLM call can never name a missing candidate.
+- busy_timeout: another process (the UI, a second `show`) may hold a brief
+  lock; waiting a few seconds beats failing a write of the run.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from kernelevo.candidate import ORIGINS
+from kernelevo.errors import KernelEvoError
+from kernelevo.store.steps import STEP_TABLES, has_steps, seed_steps
+from kernelevo.store.tally import TALLY_TABLES, seed_tallies, statements
+
+# 2: running totals kept by triggers (store_tally); a version 1 database
+# gains them, filled from a scan, the first time this KernelEvo opens it.
+SCHEMA_VERSION = 2
+BUSY_TIMEOUT_MS = 10_000
+
+RUN_STATUSES = ("running", "finished", "interrupted")
+CANDIDATE_STATES = ("proposed", "evaluating", "evaluated")
+LLM_CALL_STATES = ("started", "finished", "failed")
+
+
+class StoreError(KernelEvoError):
+    """A run database is missing, unreadable or from a newer KernelEvo."""
+
+
+def _enum(column: str, values: tuple[str, ...]) -> str:
+    quoted = ", ".join(f"'{value}'" for value in values)
+    return f"CHECK ({column} IN ({quoted}))"
+
+
+TABLES = f"""
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS run (
+    id TEXT PRIMARY KEY,
+    created_at REAL NOT NULL,
+    task_name TEXT NOT NULL,
+    task_source TEXT NOT NULL,
+    config_json TEXT NOT NULL,
+    status TEXT NOT NULL {_enum("status", RUN_STATUSES)},
+    finished_at REAL
+);
+CREATE TABLE IF NOT EXISTS candidate (
+    id TEXT PRIMARY KEY,
+    run_id TEXT NOT NULL REFERENCES run(id),
+    sequence INTEGER NOT NULL UNIQUE,
+    name TEXT NOT NULL,
+    source TEXT NOT NULL,
+    source_hash TEXT NOT NULL,
+    backend TEXT NOT NULL,
+    origin TEXT NOT NULL {_enum("origin", ORIGINS)},
+    parent_ids_json TEXT NOT NULL,
+    inspiration_ids_json TEXT NOT NULL,
+    island INTEGER,
+    cell_json TEXT,
+    created_at REAL NOT NULL,
+    state TEXT NOT NULL {_enum("state", CANDIDATE_STATES)},
+    evaluation_attempts INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS candidate_state ON candidate(state);
+CREATE INDEX IF NOT EXISTS candidate_hash ON candidate(source_hash);
+CREATE TABLE IF NOT EXISTS verdict (
+    candidate_id TEXT PRIMARY KEY REFERENCES candidate(id),
+    verdict_json TEXT NOT NULL,
+    status TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    speedup_vs_eager REAL,
+    speedup_vs_compile REAL,
+    runtime_ms REAL,
+    evaluated_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS verdict_status ON verdict(status);
+CREATE TABLE IF NOT EXISTS llm_call (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    candidate_id TEXT REFERENCES candidate(id),
+    model TEXT NOT NULL,
+    prompt_json TEXT NOT NULL,
+    response_text TEXT,
+    input_tokens INTEGER NOT NULL DEFAULT 0,
+    output_tokens INTEGER NOT NULL DEFAULT 0,
+    cost_usd REAL NOT NULL DEFAULT 0,
+    latency_s REAL,
+    max_output_tokens INTEGER,
+    cost_bound_usd REAL,
+    started_at REAL NOT NULL,
+    finished_at REAL,
+    state TEXT NOT NULL {_enum("state", LLM_CALL_STATES)},
+    error TEXT
+);
+CREATE INDEX IF NOT EXISTS llm_call_state ON llm_call(state);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    at REAL NOT NULL,
+    kind TEXT NOT NULL,
+    payload_json TEXT NOT NULL
+);
+"""
+
+
+# Indexes for the reads that must stay fast at any run size (store_briefs).
+# An older KernelEvo reads a database that has them, so they need no new
+# schema version: a run made before them gains them the first time it is
+# opened (a second or two of writing at 50,000 candidates, once).
+INDEXES = {
+    # The best-kernel query visits the fastest passing verdicts first; it
+    # also covers the status timeline's read of every verdict.
+    "verdict_best": "CREATE INDEX IF NOT EXISTS verdict_best"
+                    " ON verdict(status, speedup_vs_eager DESC, evaluated_at)",
+    # Covering: a source precedes these columns in its row, and a real one
+    # spills into overflow pages that a scan would otherwise read.
+    "candidate_brief": "CREATE INDEX IF NOT EXISTS candidate_brief ON candidate(sequence, id,"
+                       " name, backend, origin, parent_ids_json, island, cell_json, created_at,"
+                       " state)",
+    # Covering, for the same reason with prompts and replies (most of a run's
+    # bytes); it also finds a candidate's own calls.
+    "llm_call_spend": "CREATE INDEX IF NOT EXISTS llm_call_spend ON llm_call(candidate_id,"
+                      " model, state, input_tokens, output_tokens, cost_usd, finished_at)",
+    # What was spent by each best-so-far step: sums over a range of finishing times.
+    "llm_call_finished": "CREATE INDEX IF NOT EXISTS llm_call_finished ON llm_call(finished_at,"
+                         " input_tokens, output_tokens, cost_usd)",
+    # Answered calls charged an estimate carry a note in `error` (few rows):
+    # summed with every tick of the totals, so covering and partial.
+    "llm_call_estimated": "CREATE INDEX IF NOT EXISTS llm_call_estimated ON llm_call(state,"
+                          " input_tokens, output_tokens, cost_usd, error)"
+                          " WHERE state = 'finished' AND error IS NOT NULL",
+    # The run's last `stop` event says how it ended (RunStore.run_info).
+    "events_kind": "CREATE INDEX IF NOT EXISTS events_kind ON events(kind, id)",
+}
+
+
+class Database:
+    """One connection with the store's settings, serialised by a lock."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._connection = connect(path)
+        self._lock = threading.RLock()
+        try:
+            ensure_schema(self._connection, path)
+        except BaseException:
+            self._connection.close()
+            raise
+
+    @contextmanager
+    def transaction(self, mode: str = "IMMEDIATE") -> Iterator[sqlite3.Connection]:
+        """One transaction; IMMEDIATE for writes, DEFERRED for consistent multi-reads."""
+        # IMMEDIATE takes the write lock up front, so a read-then-write (like
+        # allocating the next sequence number) cannot race another process.
+        with self._lock:
+            try:
+                self._connection.execute(f"BEGIN {mode}")
+                yield self._connection
+                self._connection.execute("COMMIT")
+            except sqlite3.OperationalError as exc:
+                rollback(self._connection)
+                raise write_error(self.path, exc) or exc
+            except BaseException:
+                rollback(self._connection)
+                raise
+
+    def query(self, sql: str, parameters: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            return self._connection.execute(sql, parameters).fetchall()
+
+    def close(self) -> None:
+        with self._lock:
+            self._connection.close()
+
+
+def make_run_dir(run_dir: Path) -> None:
+    """Make a new run's folder; StoreError naming the runs folder and the fix if it cannot be."""
+    runs_dir = run_dir.parent
+    try:
+        run_dir.mkdir(parents=True, exist_ok=False)
+    except FileExistsError as exc:
+        if not runs_dir.is_dir():
+            raise StoreError(f"the runs folder {runs_dir} is a file, not a folder: give "
+                             "--runs-dir (or KERNELEVO_RUNS_DIR) a folder") from exc
+        raise StoreError(f"run directory {run_dir} exists: resume it or pick another id") from exc
+    except NotADirectoryError as exc:
+        raise StoreError(f"the runs folder {runs_dir} is not a folder (a file is in its "
+                         "path): give --runs-dir (or KERNELEVO_RUNS_DIR) a folder") from exc
+    except OSError as exc:
+        raise StoreError(f"cannot make the run folder {run_dir}: {exc.strerror or exc}; "
+                         "give --runs-dir a folder you can write to") from exc
+
+
+def rollback(connection: sqlite3.Connection) -> None:
+    """Undo an open transaction; one SQLite already undid (a full disk does) is left alone."""
+    if connection.in_transaction:
+        try:
+            connection.execute("ROLLBACK")
+        except sqlite3.OperationalError:
+            pass  # the error that led here says more than "cannot rollback"
+
+
+def write_error(path: Path, error: sqlite3.OperationalError) -> StoreError | None:
+    """A StoreError naming the file and the fix for a full or failing disk; else None."""
+    text = str(error)
+    if "disk is full" in text:
+        return StoreError(f"cannot write {path}: the disk is full ({text}): free space on its "
+                          "filesystem (df -h)")
+    if "disk I/O error" in text or "readonly" in text:
+        return StoreError(f"cannot write {path}: {text}: check the disk and its permissions")
+    return None
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    """Open `path` with the store's settings; the caller serialises access."""
+    # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE ... COMMIT)
+    # so each public write is exactly one transaction, never merged by the driver.
+    connection = sqlite3.connect(
+        path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
+    )
+    connection.row_factory = sqlite3.Row
+    try:
+        mode = connection.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if mode.lower() != "wal":
+            raise StoreError(
+                f"{path}: SQLite refused WAL mode (got {mode!r}); keep runs on a local disk, "
+                "not a network filesystem"
+            )
+        connection.execute("PRAGMA synchronous = FULL")
+        connection.execute("PRAGMA foreign_keys = ON")
+    except BaseException:
+        connection.close()
+        raise
+    return connection
+
+
+def ensure_schema(connection: sqlite3.Connection, path: Path) -> None:
+    """Create the tables if missing and refuse databases from a newer version."""
+    if (_stored_version(connection) == SCHEMA_VERSION and not _missing_indexes(connection)
+            and has_steps(connection)):
+        return  # the common case: no write lock needed just to open a run
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        found = _stored_version(connection)
+        if found is not None and found > SCHEMA_VERSION:
+            raise StoreError(
+                f"{path} has schema version {found}, this KernelEvo reads up to "
+                f"{SCHEMA_VERSION}: upgrade KernelEvo to open it"
+            )
+        # Like the indexes, the best-so-far steps (store_steps) need no new
+        # version: an older KernelEvo's writes keep them right through the triggers.
+        steps_missing = not has_steps(connection)
+        for statement in (statements(TABLES + TALLY_TABLES) + list(INDEXES.values())
+                          + statements(STEP_TABLES)):
+            connection.execute(statement)
+        if found != SCHEMA_VERSION:
+            seed_tallies(connection)
+        if steps_missing:
+            seed_steps(connection)
+        connection.execute(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",
+            (str(SCHEMA_VERSION),),
+        )
+        connection.execute("COMMIT")
+    except sqlite3.OperationalError as exc:
+        rollback(connection)
+        raise write_error(path, exc) or exc
+    except BaseException:
+        rollback(connection)
+        raise
+
+
+def _stored_version(connection: sqlite3.Connection) -> int | None:
+    has_meta = connection.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
+    ).fetchone()
+    if not has_meta:
+        return None
+    row = connection.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    return int(row[0]) if row else None
+
+
+def _missing_indexes(connection: sqlite3.Connection) -> set[str]:
+    present = {row[0] for row in connection.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'index'")}
+    return set(INDEXES) - present
