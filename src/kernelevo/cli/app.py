@@ -24,7 +24,8 @@ from kernelevo.cli.config import config_command
 from kernelevo.cli.serve import serve_command
 from kernelevo.cli.suite import suite_command
 from kernelevo.cli.options import (  # noqa: F401 (the choices, re-exported)
-    CONFIG_OPTION, DEVICE_OPTION, EXIT_BAD_INPUT, EXIT_FAILED, FLAGS, KERNELBENCH_OPTION,
+    CONFIG_OPTION, CUDA_GRAPH_OPTION, DEVICE_OPTION, EXIT_BAD_INPUT, EXIT_FAILED, FLAGS,
+    KERNELBENCH_OPTION, NO_COMPILE_OPTION, TASK_ARGUMENT, App,
     POLICY_OPTION, PRECISION_OPTION, TIMING_OPTION, Backend, Device, Policy, Precision,
     SearchBackend, Timing, choice_value, console, errors, eval_overrides, eval_settings, out)
 from kernelevo.cli.options import fail as _fail
@@ -32,7 +33,7 @@ from kernelevo.errors import KernelEvoError
 from kernelevo.logs import configure, get_logger, level_for
 from kernelevo.run.signals import EXIT_TERMINATED, Terminated, sigterm_as_interrupt
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+app = App(add_completion=False, no_args_is_help=True,
                   help="Turn slow PyTorch code into fast, verified GPU kernels.")
 log = get_logger("cli")
 
@@ -115,7 +116,6 @@ def _judge(task: Any, config: Any, progress: Any, service: Any) -> Any:
     if service is not None:
         from kernelevo.evaluate.remote.client import ServiceJudge
 
-        log.info("judging on the evaluation service at %s", service.url)
         return ServiceJudge(service, task, config, progress)
     from kernelevo.evaluate.judge import Judge
 
@@ -124,8 +124,9 @@ def _judge(task: Any, config: Any, progress: Any, service: Any) -> Any:
 
 @app.command("eval")
 def eval_command(
-    task: str = typer.Argument(..., help="task file or kernelbench:levelN/M"),
-    candidate: Path = typer.Argument(..., help="candidate file defining ModelNew"),
+    task: str = TASK_ARGUMENT,
+    candidate: Path = typer.Argument(..., metavar="CANDIDATE",
+                                     help="candidate file defining ModelNew"),
     backend: Optional[Backend] = typer.Option(None, help="the candidate's backend (default: "
                                               "detected)"),
     precision: Optional[Precision] = PRECISION_OPTION, device: Optional[Device] = DEVICE_OPTION,
@@ -137,10 +138,11 @@ def eval_command(
     vary_shapes: Optional[bool] = typer.Option(
         None, "--vary-shapes/--no-vary-shapes",
         help="also check at other sizes of the task (default: on)"),
-    cuda_graph: bool = typer.Option(False, help="time with CUDA graphs (launch-bound kernels)"),
+    cuda_graph: bool = CUDA_GRAPH_OPTION,
     timing: Optional[Timing] = TIMING_OPTION,
-    no_compile: bool = typer.Option(False, help="skip the torch.compile baseline"),
-    no_static: bool = typer.Option(False, help="skip the static checks (runtime checks only)"),
+    no_compile: bool = NO_COMPILE_OPTION,
+    no_static: bool = typer.Option(False, "--no-static", help="skip the static checks "
+                                   "(runtime checks only)"),
     as_json: bool = typer.Option(False, "--json", help="print the full verdict as JSON"),
     local: bool = LOCAL_OPTION,
     kernelbench_dir: Optional[str] = KERNELBENCH_OPTION,
@@ -173,14 +175,14 @@ def eval_command(
 
 @app.command("compare")
 def compare_command(
-    task: str = typer.Argument(..., help="task file or kernelbench:levelN/M"),
-    first: Path = typer.Argument(..., help="candidate A"),
-    second: Path = typer.Argument(..., help="candidate B"),
+    task: str = TASK_ARGUMENT,
+    first: Path = typer.Argument(..., metavar="A", help="candidate A"),
+    second: Path = typer.Argument(..., metavar="B", help="candidate B"),
     precision: Optional[Precision] = PRECISION_OPTION, device: Optional[Device] = DEVICE_OPTION,
     policy: Optional[Policy] = POLICY_OPTION,
-    cuda_graph: bool = typer.Option(False, help="time with CUDA graphs"),
+    cuda_graph: bool = CUDA_GRAPH_OPTION,
     timing: Optional[Timing] = TIMING_OPTION,
-    no_compile: bool = typer.Option(False, help="skip the torch.compile baseline"),
+    no_compile: bool = NO_COMPILE_OPTION,
     as_json: bool = typer.Option(False, "--json", help="print both verdicts and the result"),
     local: bool = LOCAL_OPTION,
     kernelbench_dir: Optional[str] = KERNELBENCH_OPTION,
@@ -214,12 +216,12 @@ def compare_command(
 
 @app.command("evolve")
 def evolve_command(
-    task: Optional[str] = typer.Argument(None, help="task file or kernelbench:levelN/M "
-                                         "(omit with --resume)"),
+    task: Optional[str] = typer.Argument(None, metavar="TASK", help="task file or "
+                                         "kernelbench:levelN/M (omit with --resume)"),
     backend: Optional[SearchBackend] = typer.Option(None, help="the backend kernels are "
                                                     "written in (default: triton)"),
-    model: list[str] = typer.Option([], "--model", help="model name, or NAME=WEIGHT; repeat "
-                                    "for several"),
+    model: list[str] = typer.Option([], "--model", metavar="MODEL", help="model name, or "
+                                    "NAME=WEIGHT; repeat for several"),
     base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible endpoint"),
     api_key_env: Optional[str] = typer.Option(None, help="environment variable with the key "
                                               "(default: OPENAI_API_KEY)"),
@@ -233,15 +235,17 @@ def evolve_command(
                                           "(docs/cluster.md)"),
     cluster_slots: Optional[int] = typer.Option(None, help="cluster jobs in flight (default: "
                                                 "one per worker GPU)"),
-    resume: Optional[str] = typer.Option(None, help="run id or folder to continue"),
-    runs_dir: Path = typer.Option(Path("runs"), envvar="KERNELEVO_RUNS_DIR",
+    resume: Optional[str] = typer.Option(None, metavar="RUN", help="run id or folder to "
+                                         "continue"),
+    runs_dir: Path = typer.Option(Path("runs"), envvar="KERNELEVO_RUNS_DIR", metavar="DIR",
                                   help="where runs are stored"),
-    seed: list[Path] = typer.Option([], "--seed", help="starting candidate file(s)"),
+    seed: list[Path] = typer.Option([], "--seed", metavar="FILE", help="starting candidate "
+                                    "file(s)"),
     llm_in_flight: Optional[int] = typer.Option(None, help="LLM requests in flight (default 8)"),
     islands: Optional[int] = typer.Option(None, help="archive islands (default 3)"),
     precision: Optional[Precision] = PRECISION_OPTION, device: Optional[Device] = DEVICE_OPTION,
     policy: Optional[Policy] = POLICY_OPTION,
-    no_compile: bool = typer.Option(False, help="skip the torch.compile baseline (faster)"),
+    no_compile: bool = NO_COMPILE_OPTION,
     timing: Optional[Timing] = TIMING_OPTION,
     as_json: bool = typer.Option(False, "--json", help="print the final summary as JSON"),
     kernelbench_dir: Optional[str] = KERNELBENCH_OPTION,
@@ -291,7 +295,8 @@ def _print_summary(result: Any) -> None:
                  if untimed else ""))
 
 
-_RUNS_DIR = typer.Option(None, "--runs-dir", envvar="KERNELEVO_RUNS_DIR",
+_RUN_ARGUMENT = typer.Argument(..., metavar="RUN", help="run id, part of it, or its folder")
+_RUNS_DIR = typer.Option(None, "--runs-dir", envvar="KERNELEVO_RUNS_DIR", metavar="DIR",
                          help="where runs are stored (default ./runs)")
 
 
@@ -319,7 +324,7 @@ def runs_command(runs_dir: Optional[Path] = _RUNS_DIR,
 
 
 @app.command("show")
-def show_command(run: str = typer.Argument(..., help="run id, part of it, or its folder"),
+def show_command(run: str = _RUN_ARGUMENT,
                  runs_dir: Optional[Path] = _RUNS_DIR,
                  as_json: bool = typer.Option(False, "--json", help="print the run's settings, "
                                               "spend, ranking and best verdict as JSON")) -> None:
@@ -345,11 +350,13 @@ def _print_json(value: Any) -> None:
 
 @app.command("export")
 def export_command(
-    run: str = typer.Argument(..., help="run id, part of it, or its folder"),
-    output: Path = typer.Option(..., "-o", "--output", help="file to write"),
+    run: str = _RUN_ARGUMENT,
+    output: Path = typer.Option(..., "-o", "--output", metavar="FILE", help="file to write"),
     best: bool = typer.Option(False, "--best", help="export the fastest correct candidate"),
-    candidate: Optional[str] = typer.Option(None, "--candidate", help="candidate id"),
-    no_recheck: bool = typer.Option(False, help="skip judging the exported file again"),
+    candidate: Optional[str] = typer.Option(None, "--candidate", metavar="ID",
+                                            help="candidate id"),
+    no_recheck: bool = typer.Option(False, "--no-recheck", help="skip judging the exported "
+                                    "file again"),
     force: bool = typer.Option(False, "--force", help="overwrite the output file if it exists"),
     runs_dir: Optional[Path] = _RUNS_DIR,
 ) -> None:
@@ -373,9 +380,10 @@ def export_command(
 
 @app.command("report")
 def report_command(
-    runs: list[str] = typer.Argument(..., help="run id(s) or folder(s); two or more make a "
-                                     "comparison"),
-    output: Path = typer.Option(Path("report.html"), "-o", "--output", help="HTML file to write"),
+    runs: list[str] = typer.Argument(..., metavar="RUN", help="run id(s) or folder(s); "
+                                     "two or more make a comparison"),
+    output: Path = typer.Option(Path("report.html"), "-o", "--output", metavar="FILE",
+                                help="HTML file to write"),
     force: bool = typer.Option(False, "--force", help="overwrite the output file if it exists"),
     runs_dir: Optional[Path] = _RUNS_DIR,
 ) -> None:

@@ -10,7 +10,8 @@ import typer
 from rich.console import Console
 
 from kernelevo.cli.options import (
-    CONFIG_OPTION, DEVICE_OPTION, FLAGS, POLICY_OPTION, PRECISION_OPTION, TIMING_OPTION,
+    CONFIG_OPTION, CUDA_GRAPH_OPTION, DEVICE_OPTION, FLAGS, NO_COMPILE_OPTION, POLICY_OPTION,
+    PRECISION_OPTION, TIMING_OPTION,
     Device, Policy, Precision, SearchBackend, Timing, choice_value, eval_overrides, fail)
 from kernelevo.errors import KernelEvoError
 
@@ -32,14 +33,15 @@ def config_command(
     vary_shapes: Optional[bool] = typer.Option(
         None, "--vary-shapes/--no-vary-shapes",
         help="also check at other sizes of the task (default: on)"),
-    cuda_graph: bool = typer.Option(False, help="time with CUDA graphs"),
+    cuda_graph: bool = CUDA_GRAPH_OPTION,
     timing: Optional[Timing] = TIMING_OPTION,
-    no_compile: bool = typer.Option(False, help="skip the torch.compile baseline"),
-    no_static: bool = typer.Option(False, help="skip the static checks"),
+    no_compile: bool = NO_COMPILE_OPTION,
+    no_static: bool = typer.Option(False, "--no-static", help="skip the static checks"),
     backend: Optional[SearchBackend] = typer.Option(None, help="the search's backend"),
     islands: Optional[int] = typer.Option(None, help="archive islands"),
     llm_in_flight: Optional[int] = typer.Option(None, help="LLM requests in flight"),
-    model: list[str] = typer.Option([], "--model", help="model name, or NAME=WEIGHT"),
+    model: list[str] = typer.Option([], "--model", metavar="MODEL",
+                                    help="model name, or NAME=WEIGHT"),
     base_url: Optional[str] = typer.Option(None, help="OpenAI-compatible endpoint"),
     api_key_env: Optional[str] = typer.Option(None, help="environment variable with the key"),
     tokens: Optional[str] = typer.Option(None, help="token budget, e.g. 1M"),

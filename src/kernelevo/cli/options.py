@@ -5,9 +5,12 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any, NoReturn
 
+import re
+
 import typer
 from rich.console import Console
 from rich.markup import escape
+from typer.core import TyperCommand
 
 errors = Console(stderr=True)  # errors, shown even with --quiet
 console = Console(stderr=True)  # progress and diagnostics; --quiet silences it
@@ -33,6 +36,25 @@ FLAGS = {
     ("budget", "usd"): "--usd", ("budget", "time"): "--time",
     ("budget", "candidates"): "--candidates",
 }
+
+
+class PlainUsageCommand(TyperCommand):
+    """A command whose usage line names its arguments as `TASK CANDIDATE`, not `{task}`."""
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        return [re.sub(r"^\{(.*)\}", r"\1", piece) for piece in super().collect_usage_pieces(ctx)]
+
+
+class App(typer.Typer):
+    """The command line's Typer: plain help (no markup to eat `[eval]`), plain usage lines."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        # Plain click help: rich markup would read `[eval]` in a help text as a tag
+        # and drop it, and its four-column panels leave ~17 columns for help at 80.
+        super().__init__(rich_markup_mode=None, **kwargs)
+
+    def command(self, name: str | None = None, *, cls: Any = None, **kwargs: Any) -> Any:
+        return super().command(name, cls=cls or PlainUsageCommand, **kwargs)
 
 
 # Choices as Enums, so typer lists them in --help and rejects others with exit 2.
@@ -78,11 +100,6 @@ def choice_value(choice: Any) -> Any:
     return choice.value if isinstance(choice, Enum) else choice
 
 
-def choice_value(choice: Any) -> Any:
-    """The plain string of an Enum choice (None stays None)."""
-    return choice.value if isinstance(choice, Enum) else choice
-
-
 def fail(exc: Exception) -> NoReturn:
     # Escaped: messages name config tables like [eval] or [llm.prices], which rich
     # would otherwise take for markup and drop.
@@ -109,9 +126,16 @@ PRECISION_OPTION = typer.Option(None, help="floating-point precision (default: f
 DEVICE_OPTION = typer.Option(None, help="where to judge (default: auto)")
 POLICY_OPTION = typer.Option(None, help="honesty policy (default: default)")
 KERNELBENCH_OPTION = typer.Option(None, "--kernelbench-dir", envvar="KERNELBENCH_DIR",
-                                  help="KernelBench checkout for kernelbench:levelN/M tasks")
-CONFIG_OPTION = typer.Option(None, "--config", help="TOML file of settings: [eval], "
+                                  metavar="DIR", help="KernelBench checkout for "
+                                  "kernelbench:levelN/M tasks")
+CONFIG_OPTION = typer.Option(None, "--config", metavar="FILE",
+                             help="TOML file of settings: [eval], "
                              "[eval.timing], [search], [llm], [budget]; given flags override it")
+NO_COMPILE_OPTION = typer.Option(False, "--no-compile", help="skip the torch.compile "
+                                 "baseline")
+CUDA_GRAPH_OPTION = typer.Option(False, "--cuda-graph", help="time with CUDA graphs "
+                                 "(launch-bound kernels)")
+TASK_ARGUMENT = typer.Argument(..., metavar="TASK", help="task file or kernelbench:levelN/M")
 TIMING_OPTION = typer.Option(None, "--timing", help="the measure speedups use: call (host "
                              "time per call in a loop of calls, what a user calling the model "
                              "waits; default), gpu (device time per call, launch gaps hidden) "

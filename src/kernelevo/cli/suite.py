@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from kernelevo.cli.options import (CONFIG_OPTION, DEVICE_OPTION, KERNELBENCH_OPTION,
+                                   NO_COMPILE_OPTION,
                                    POLICY_OPTION, PRECISION_OPTION, TIMING_OPTION, Device,
                                    Policy, Precision, Timing, console, eval_overrides,
                                    eval_settings, fail, out)
@@ -16,16 +17,19 @@ from kernelevo.errors import KernelEvoError
 
 
 def suite_command(
-    tasks: list[str] = typer.Argument(..., help="kernelbench:level1, kernelbench:level1/1-100, "
+    tasks: list[str] = typer.Argument(..., metavar="TASKS",
+                                      help="kernelbench:level1, kernelbench:level1/1-100, "
                                       "kernelbench:level1/3,5,7-9, a folder of task files "
                                       "or a task file; several may be given"),
     solutions: Optional[Path] = typer.Option(
-        None, "--solutions", help="folder of candidates to judge (with --evolve: seeds): "
+        None, "--solutions", metavar="DIR",
+        help="folder of candidates to judge (with --evolve: seeds): "
         "level_L_problem_P_sample_S_kernel.py (KernelBench's layout) or <task stem>.py / "
         "<task stem>__*.py"),
-    out_dir: Path = typer.Option(..., "--out", help="folder for results.jsonl, suite.json, "
+    out_dir: Path = typer.Option(..., "--out", metavar="DIR",
+                                 help="folder for results.jsonl, suite.json, "
                                  "suite.md and suite.html"),
-    resume: bool = typer.Option(False, help="continue the suite in --out"),
+    resume: bool = typer.Option(False, "--resume", help="continue the suite in --out"),
     max_input_elements: Optional[int] = typer.Option(
         None, min=1, help="shrink tasks whose input set holds more values than this"),
     gpus: Optional[str] = typer.Option(None, help="GPUs to use, 'all' or indexes like 0,1: "
@@ -36,17 +40,19 @@ def suite_command(
     build_workers: Optional[int] = typer.Option(
         None, min=1, help="CUDA builds at once, ahead of judging (default: by cores and "
         "memory)"),
-    fresh_baselines: bool = typer.Option(False, help="time the baselines again instead of "
-                                         "reusing those stored for this GPU model"),
+    fresh_baselines: bool = typer.Option(False, "--fresh-baselines", help="time the baselines "
+                                         "again instead of reusing those stored for this "
+                                         "GPU model"),
     precision: Optional[Precision] = PRECISION_OPTION, device: Optional[Device] = DEVICE_OPTION,
     policy: Optional[Policy] = POLICY_OPTION,
     timeout: Optional[float] = typer.Option(None, help="wall-clock limit per process, seconds"),
     timing: Optional[Timing] = TIMING_OPTION,
-    no_compile: bool = typer.Option(False, help="skip the torch.compile baseline"),
+    no_compile: bool = NO_COMPILE_OPTION,
     as_json: bool = typer.Option(False, "--json", help="print suite.json to stdout"),
     evolve: bool = typer.Option(False, "--evolve", help="search each task with evolve instead "
                                 "of judging given solutions; its best kernel is the task's"),
-    model: Optional[list[str]] = typer.Option(None, "--model", help="with --evolve: model "
+    model: Optional[list[str]] = typer.Option(None, "--model", metavar="MODEL",
+                                              help="with --evolve: model "
                                               "(repeatable, M=WEIGHT); none: the tuner alone"),
     base_url: Optional[str] = typer.Option(None, help="with --evolve: OpenAI-compatible "
                                            "endpoint"),
