@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelevo.budget import BudgetLimits, parse_duration_s, parse_tokens, parse_usd
-from kernelevo.config import EvalConfig, TimingConfig
+from kernelevo.config import EvalConfig, TimingConfig, eval_config_from_dict
 from kernelevo.errors import ConfigError
 from kernelevo.llm.openai_compat import ClientConfig, check_base_url
 from kernelevo.llm.pricing import PriceTable
@@ -200,8 +200,7 @@ def resolve(path: str | Path | None, overrides: Mapping[str, Mapping[str, Any]] 
 
 
 def eval_config(effective: Effective) -> EvalConfig:
-    timing = TimingConfig(**effective.values["eval.timing"])
-    return EvalConfig(timing=timing, **effective.values["eval"])
+    return eval_config_from_dict({**effective.values["eval"], "timing": effective.values["eval.timing"]})
 
 
 def load_eval_config(path: str | None, **overrides: Any) -> EvalConfig:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from kernelevo.candidate import Candidate
-from kernelevo.config import EvalConfig, TimingConfig
+from kernelevo.config import EvalConfig, TimingConfig, eval_config_from_dict
 from kernelevo.errors import ConfigError
 from kernelevo.evaluate.verdict import Verdict
 from kernelevo.schema import check_value, field_hints
@@ -121,14 +121,10 @@ class JudgeJob:
 
     def config(self) -> EvalConfig:
         """The job's EvalConfig; unknown or ill-typed settings are a ConfigError."""
-        values = dict(self.eval)
-        timing = dict(values.pop("timing", None) or {})
-        if "baselines" in timing and isinstance(timing["baselines"], list):
-            timing["baselines"] = tuple(timing["baselines"])
         try:
-            return EvalConfig(timing=TimingConfig(**timing), **values)
-        except TypeError as exc:
-            raise ConfigError(f"judge job settings: {exc}") from exc
+            return eval_config_from_dict(self.eval)
+        except ConfigError as exc:
+            raise ConfigError(f"judge job settings: {exc}") from None
 
 
 def check_settings(settings: Any) -> dict[str, Any]:

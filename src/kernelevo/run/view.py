@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kernelevo.candidate import Candidate
-from kernelevo.config import EvalConfig, TimingConfig
+from kernelevo.config import EvalConfig, eval_config_from_dict
 from kernelevo.errors import ConfigError
 from kernelevo.export_guard import GUARD_SOURCE, needs_guard
 from kernelevo.evaluate.verdict import Verdict
@@ -43,16 +43,9 @@ def default_runs_dir() -> Path:
 
 def eval_config_from_run(config: Mapping[str, Any]) -> EvalConfig:
     """Rebuild the run's EvalConfig from its stored JSON; absent settings take defaults."""
-    values = dict(config.get("eval") or {})
-    timing_values = dict(values.pop("timing", None) or {})
     # Settings a newer or older KernelEvo wrote that this one lacks are dropped,
     # so an old run can still be shown and exported.
-    values = {k: v for k, v in values.items() if k in EvalConfig.__dataclass_fields__}
-    timing_values = {k: v for k, v in timing_values.items()
-                     if k in TimingConfig.__dataclass_fields__}
-    if "baselines" in timing_values:
-        timing_values["baselines"] = tuple(timing_values["baselines"])  # JSON made it a list
-    return EvalConfig(timing=TimingConfig(**timing_values), **values)
+    return eval_config_from_dict(config.get("eval") or {}, drop_unknown=True)
 
 
 RUN_COLUMNS = ("run", "task", "status", "created", "candidates", "best vs eager",

@@ -1,0 +1,43 @@
+"""One decoder turns JSON-like settings into an EvalConfig: jobs, stored runs and the config file."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+import pytest
+
+from kernelevo.config import EvalConfig, TimingConfig, eval_config_from_dict
+from kernelevo.config_file import load_eval_config
+from kernelevo.errors import ConfigError
+from kernelevo.evaluate.protocol import JOB_VERSION, JudgeJob
+from kernelevo.run.view import eval_config_from_run
+
+
+def test_a_config_survives_a_trip_through_json():
+    config = EvalConfig(precision="fp16", vary_shapes=False,
+                        timing=TimingConfig(baselines=("eager",), measure="gpu", min_samples=5))
+    assert eval_config_from_dict(json.loads(json.dumps(asdict(config)))) == config
+
+
+def test_an_unknown_setting_is_named_unless_it_came_from_another_version():
+    with pytest.raises(ConfigError, match="unknown \\[eval\\] setting 'shiny'"):
+        eval_config_from_dict({"shiny": 1})
+    with pytest.raises(ConfigError, match="unknown \\[timing\\] setting 'faster'"):
+        eval_config_from_dict({"timing": {"faster": True}})
+    assert eval_config_from_dict({"shiny": 1, "timing": {"faster": True}},
+                                 drop_unknown=True) == EvalConfig()
+
+
+def test_a_stored_run_an_api_job_and_the_config_file_decode_alike(tmp_path):
+    settings = {"precision": "bf16", "timeout_s": 60.0, "timing": {"baselines": ["compile"]}}
+    expected = EvalConfig(precision="bf16", timeout_s=60.0,
+                          timing=TimingConfig(baselines=("compile",)))
+    job = JudgeJob.from_dict({"version": JOB_VERSION, "task_name": "t", "task_source": "x = 1",
+                              "candidates": [["y = 2", "triton"]], "eval": settings})
+    assert job.config() == expected
+    assert eval_config_from_run({"eval": {**settings, "from_the_future": 3}}) == expected
+    config_file = tmp_path / "kernelevo.toml"
+    config_file.write_text('[eval]\nprecision = "bf16"\ntimeout_s = 60.0\n'
+                           '[eval.timing]\nbaselines = ["compile"]\n')
+    assert load_eval_config(str(config_file)) == expected
