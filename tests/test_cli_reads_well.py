@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import json
 import re
+import shutil
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 import typer
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from kernelevo.cli.app import app
+from kernelevo.evaluate.verdict import ErrorMetrics, Verdict
+from kernelevo.render import distinct_names
 
 NARROW = {"COLUMNS": "80", "NO_COLOR": "1", "TERM": "dumb"}
+TASK, CANDIDATE = "tests/fixtures/tasks/add.py", "tests/fixtures/candidates/honest_add.py"
 COMMANDS = sorted(typer.main.get_command(app).commands)
 
 
@@ -61,3 +70,82 @@ def test_negative_flags_are_single_switches() -> None:
     assert re.search(r"^  --no-compile\s+skip the torch.compile baseline", text, re.M), text
     assert re.search(r"^  --no-static\s+skip the static checks", text, re.M), text
     assert "--vary-shapes / --no-vary-shapes" in text  # on by default: both spellings count
+
+
+PASSING = Verdict(
+    status="ok", reason="passed", message="",
+    errors=ErrorMetrics(max_abs_error=2e-7, max_rel_error=1e-6, mismatch_fraction=0.0,
+                        rel_l2_error=3e-7, atol=1e-4, rtol=1e-4),
+    notes=("no GPU: correctness checked, timings unavailable",),
+    phases_s={"load": 0.4, "check": 1.2}, environment={"device": "cpu"})
+
+
+class _FakeService(BaseHTTPRequestHandler):
+    """An evaluation service that judges every candidate as PASSING."""
+
+    def do_GET(self) -> None:
+        self._answer({"device": "cpu", "status": "ok"})
+
+    def do_POST(self) -> None:
+        job = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self._answer({"verdicts": [PASSING.to_dict() for _ in job["candidates"]]})
+
+    def _answer(self, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def service_env() -> Iterator[dict[str, str]]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _FakeService)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield {**NARROW, "KERNELEVO_SERVICE_URL": f"http://127.0.0.1:{server.server_port}",
+           "KERNELEVO_SERVICE_TOKEN": "t"}
+    server.shutdown()
+
+
+def judged(env: dict[str, str], *args: str) -> Result:
+    done = CliRunner().invoke(app, list(args), env=env, prog_name="kernelevo")
+    assert done.exit_code == 0, done.output
+    return done
+
+
+def test_a_passing_verdict_shows_its_accuracy_and_its_notes(service_env) -> None:
+    done = judged(service_env, "eval", TASK, CANDIDATE)
+    assert "OK  honest_add: passed" in done.stdout
+    assert "accuracy: max abs error 2e-07" in done.stdout and "error:" not in done.stdout
+    assert "note: no GPU" in done.stdout and "phases (s): load 0.40" in done.stdout
+
+
+def test_quiet_prints_only_the_verdict_line(service_env) -> None:
+    done = judged(service_env, "-q", "eval", TASK, CANDIDATE)
+    assert done.stdout.strip().splitlines() == ["OK  honest_add: passed"]
+    assert done.stderr.strip() == ""
+
+
+def test_verbose_names_the_service_once(service_env) -> None:
+    done = judged(service_env, "-v", "eval", TASK, CANDIDATE)
+    assert done.stderr.count("judging on the evaluation service at") == 1, done.stderr
+
+
+def test_compare_tells_apart_two_files_of_the_same_name(service_env, tmp_path) -> None:
+    for folder in ("first", "second"):
+        (tmp_path / folder).mkdir()
+        shutil.copy(CANDIDATE, tmp_path / folder / "honest_add.py")
+    done = judged(service_env, "compare", TASK, str(tmp_path / "first" / "honest_add.py"),
+                  str(tmp_path / "second" / "honest_add.py"))
+    assert "A first/honest_add.py: passed" in done.stdout
+    assert "B second/honest_add.py: passed" in done.stdout
+
+
+def test_distinct_names_use_the_shortest_telling_part_of_the_paths() -> None:
+    assert distinct_names(Path("a/x.py"), Path("b/y.py")) == ("x", "y")
+    assert distinct_names(Path("r/a/x.py"), Path("r/b/x.py")) == ("a/x.py", "b/x.py")
+    assert distinct_names(Path("a/k/x.py"), Path("b/k/x.py")) == ("a/k/x.py", "b/k/x.py")
+    assert distinct_names(Path("x.py"), Path("x.py")) == ("x", "x")

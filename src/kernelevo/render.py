@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -22,18 +23,37 @@ def _timing_text(stats: TimingStats | None) -> str:
             f"n={stats.samples}, {stats.method})")
 
 
-def print_verdict(console: Console, name: str, verdict: Verdict) -> None:
+def print_verdict(console: Console, name: str, verdict: Verdict, brief: bool = False) -> None:
+    """The verdict; `brief` (--quiet) keeps its status line, why it failed and its speedups."""
     style = _STATUS_STYLE.get(verdict.status, "bold red")
     if verdict.ok and not verdict.passed_kernel:
         style = "bold yellow"
     console.print(f"[{style}]{verdict.status.upper()}[/]  {escape(name)}: {verdict.reason}")
     if verdict.message and not verdict.passed_kernel:
         console.print(verdict.message, markup=False)
+    if brief:
+        _print_speedups(console, verdict)
+        return
     if verdict.errors is not None:
         e = verdict.errors
-        console.print(f"error: max abs {e.max_abs_error:.3g}, max rel {e.max_rel_error:.3g}, "
-                      f"mismatch {e.mismatch_fraction:.2%}, rel L2 {e.rel_l2_error:.3g} "
-                      f"(atol {e.atol:g}, rtol {e.rtol:g})")
+        console.print(f"accuracy: max abs error {e.max_abs_error:.3g}, max rel "
+                      f"{e.max_rel_error:.3g}, mismatch {e.mismatch_fraction:.2%}, "
+                      f"rel L2 {e.rel_l2_error:.3g} (atol {e.atol:g}, rtol {e.rtol:g})")
+    _print_timings(console, verdict)
+    _print_remarks(console, verdict)
+
+
+def _print_speedups(console: Console, verdict: Verdict) -> None:
+    """One line of speedups, when the verdict has any."""
+    gains = [f"{value:.2f}x vs {baseline}" for baseline, value in
+             (("eager", verdict.speedup_vs_eager), ("torch.compile", verdict.speedup_vs_compile))
+             if value]
+    if gains:
+        measure = _MEASURE_TITLES.get(verdict.timing_measure, verdict.timing_measure)
+        console.print("speedup: " + ", ".join(gains) + (f" ({measure})" if measure else ""))
+
+
+def _print_timings(console: Console, verdict: Verdict) -> None:
     measures = verdict.measures or ({verdict.timing_measure or "gpu": verdict.timings}
                                     if verdict.timings else {})
     for measure, stats in measures.items():
@@ -52,6 +72,10 @@ def print_verdict(console: Console, name: str, verdict: Verdict) -> None:
     timed_under = verdict.environment.get("timed_under")
     if timed_under and measures:
         console.print(f"[dim]timed under {escape(timed_under)}[/]")
+
+
+def _print_remarks(console: Console, verdict: Verdict) -> None:
+    """Flags, notes, where it was judged, the phases' seconds and a failure's log tail."""
     for flag in verdict.flags:
         console.print(f"[yellow]flag:[/] {escape(flag)}")
     for note in verdict.notes:
@@ -69,11 +93,26 @@ def print_verdict(console: Console, name: str, verdict: Verdict) -> None:
         console.print(verdict.logs[-3000:], markup=False, highlight=False)
 
 
-def print_comparison(console: Console, name_a: str, name_b: str, result: Any) -> None:
-    print_verdict(console, f"A {name_a}", result.a)
-    console.print()
-    print_verdict(console, f"B {name_b}", result.b)
-    console.print()
+def distinct_names(first: Path, second: Path) -> tuple[str, str]:
+    """Names for two candidate files: their stems, or as much of their paths as tells them apart."""
+    if first.stem != second.stem:
+        return first.stem, second.stem
+    parts_a, parts_b = first.absolute().parts, second.absolute().parts
+    for count in range(1, max(len(parts_a), len(parts_b)) + 1):
+        a, b = "/".join(parts_a[-count:]), "/".join(parts_b[-count:])
+        if a != b:
+            return a, b
+    return first.stem, second.stem  # one file given twice: A and B tell them apart
+
+
+def print_comparison(console: Console, name_a: str, name_b: str, result: Any,
+                     brief: bool = False) -> None:
+    print_verdict(console, f"A {name_a}", result.a, brief)
+    if not brief:
+        console.print()
+    print_verdict(console, f"B {name_b}", result.b, brief)
+    if not brief:
+        console.print()
     if result.faster is None:
         console.print("no speed comparison: both candidates must pass with timings")
         return

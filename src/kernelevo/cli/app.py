@@ -168,7 +168,7 @@ def eval_command(
     if as_json:
         out.print_json(json.dumps(verdict.to_dict()))
     else:
-        print_verdict(out, loaded.name, verdict)
+        print_verdict(out, loaded.name, verdict, brief=console.quiet)
     # A PyTorch-only candidate is correct but is no kernel: it does not pass.
     raise typer.Exit(0 if verdict.passed_kernel else EXIT_FAILED)
 
@@ -192,7 +192,7 @@ def compare_command(
     service = _service_or_forkserver(local, device)
     from kernelevo.candidate import load_candidate
     from kernelevo.evaluate.compare import compare_candidates
-    from kernelevo.render import print_comparison
+    from kernelevo.render import distinct_names, print_comparison
     from kernelevo.task import load_task
 
     try:
@@ -210,7 +210,7 @@ def compare_command(
     if as_json:
         out.print_json(json.dumps(result.to_dict()))
     else:
-        print_comparison(out, a.name, b.name, result)
+        print_comparison(out, *distinct_names(first, second), result, brief=console.quiet)
     raise typer.Exit(0 if result.a.passed_kernel and result.b.passed_kernel else EXIT_FAILED)
 
 
@@ -373,7 +373,7 @@ def export_command(
         _fail(exc)
     out.print(f"wrote {escape(str(path))}")
     if verdict is not None:
-        print_verdict(out, path.name, verdict)
+        print_verdict(out, path.name, verdict, brief=console.quiet)
         if not verdict.ok:
             raise typer.Exit(EXIT_FAILED)
 
