@@ -12,11 +12,15 @@ from pathlib import Path
 
 import pytest
 import typer
+from rich.console import Console
 from typer.testing import CliRunner, Result
 
+from kernelevo.candidate import Candidate
 from kernelevo.cli.app import app
 from kernelevo.evaluate.verdict import ErrorMetrics, Verdict
 from kernelevo.render import distinct_names
+from kernelevo.run.view import list_runs_table
+from kernelevo.store.run_store import RunStore
 
 NARROW = {"COLUMNS": "80", "NO_COLOR": "1", "TERM": "dumb"}
 TASK, CANDIDATE = "tests/fixtures/tasks/add.py", "tests/fixtures/candidates/honest_add.py"
@@ -149,3 +153,23 @@ def test_distinct_names_use_the_shortest_telling_part_of_the_paths() -> None:
     assert distinct_names(Path("r/a/x.py"), Path("r/b/x.py")) == ("a/x.py", "b/x.py")
     assert distinct_names(Path("a/k/x.py"), Path("b/k/x.py")) == ("a/k/x.py", "b/k/x.py")
     assert distinct_names(Path("x.py"), Path("x.py")) == ("x", "x")
+
+
+def test_runs_at_80_columns_shows_whole_cells_and_names_what_it_left_out(tmp_path) -> None:
+    runs_dir = tmp_path / "runs"
+    run_id = "20261130-054202-gemm-bias-relu-3c09"
+    with RunStore.create(runs_dir, "gemm_bias_relu", "x = 1\n", {}, run_id=run_id) as store:
+        store.add_candidate(Candidate("y = 2\n", "triton", origin="llm"))
+        store.set_status("finished")
+    console = Console(record=True, width=80, force_terminal=True, color_system=None)
+    assert list_runs_table(console, runs_dir, plain=False) == 1
+    lines = console.export_text().splitlines()
+    assert max(len(line) for line in lines) <= 80
+    row = next(line for line in lines if run_id in line).split()
+    assert row == [run_id, "finished", "0/1", "-", "$0.0000"]
+    assert "…" not in "\n".join(lines)
+    assert "left out at this width: task, created, best vs compile, tokens" in lines[-1]
+    wide = Console(record=True, width=200, force_terminal=True, color_system=None)
+    list_runs_table(wide, runs_dir, plain=False)
+    text = wide.export_text()
+    assert "left out" not in text and "gemm_bias_relu" in text

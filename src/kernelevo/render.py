@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from rich import box
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
 
 from kernelevo.evaluate.verdict import TimingStats, Verdict, speedup
@@ -120,3 +123,49 @@ def print_comparison(console: Console, name_a: str, name_b: str, result: Any,
     verdict = "exceeds" if result.significant else "is within"
     console.print(f"[bold]{escape(winner)}[/] is faster by {result.ratio:.3f}x; the difference "
                   f"({result.ratio - 1:.1%}) {verdict} the measured noise ({result.noise:.1%})")
+
+
+def fitted_table(console: Console, headers: Sequence[str], rows: list[list[str]],
+                 priority: Sequence[int], right_from: int) -> tuple[Table, list[str]]:
+    """A table of `rows` that fits the console without cutting a cell, and the headers left out.
+
+    Every column that fits is shown as one table with borders; at narrower widths
+    the table loses its vertical borders, then the columns last in `priority`, so
+    each cell shown stays whole instead of every cell cut to two characters.
+    """
+    wide = _table(headers, rows, range(len(headers)), right_from, bordered=True)
+    if _natural_width(console, wide) <= console.width:
+        return wide, []
+    for count in range(len(priority), 0, -1):
+        shown = sorted(priority[:count])
+        table = _table(headers, rows, shown, right_from, bordered=False)
+        if _natural_width(console, table) <= console.width or count == 1:
+            return table, [headers[i] for i in range(len(headers)) if i not in shown]
+    raise ValueError("fitted_table needs at least one column in priority")
+
+
+def _table(headers: Sequence[str], rows: list[list[str]], shown: Iterable[int],
+           right_from: int, bordered: bool) -> Table:
+    table = (Table(header_style="bold") if bordered else
+             Table(header_style="bold", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False))
+    shown = list(shown)
+    for index in shown:
+        # Cells never wrap: cut to fit they read "so…"; a long header takes two lines.
+        header = headers[index] if bordered else _stacked(headers[index])
+        table.add_column(header, justify="left" if index < right_from else "right",
+                         no_wrap=True)
+    for row in rows:
+        table.add_row(*(row[index] for index in shown))
+    return table
+
+
+def _stacked(header: str) -> str:
+    """A header of several words over two lines ("best vs eager" as "best vs" and "eager")."""
+    head, _, last = header.rpartition(" ")
+    return f"{head}\n{last}" if head and len(header) > 8 else header
+
+
+def _natural_width(console: Console, table: Table) -> int:
+    """The table's width with no cell wrapped or cut."""
+    roomy = console.options.update_width(10_000)
+    return Measurement.get(console, roomy, table).maximum

@@ -21,7 +21,7 @@ from kernelevo.config import EvalConfig, eval_config_from_dict
 from kernelevo.errors import ConfigError
 from kernelevo.export_guard import GUARD_SOURCE, needs_guard
 from kernelevo.evaluate.verdict import Verdict
-from kernelevo.render import print_verdict
+from kernelevo.render import fitted_table, print_verdict
 from kernelevo.store.lock import status_now
 from kernelevo.store.run_store import (DB_NAME, Ranking, RunInfo, RunStore, StoreError, StoredCandidate,
                              rank_candidates)
@@ -51,6 +51,8 @@ def eval_config_from_run(config: Mapping[str, Any]) -> EvalConfig:
 RUN_COLUMNS = ("run", "task", "status", "created", "candidates", "best vs eager",
                "best vs compile", "tokens", "cost")
 _LEFT_COLUMNS = 5  # the rest are numbers, aligned right
+# Which columns a narrow terminal keeps first: the run id names its task and date.
+_RUN_PRIORITY = (0, 2, 4, 5, 8, 6, 7, 1, 3)
 
 
 def list_runs_table(console: Console, runs_dir: Path, plain: bool | None = None) -> int:
@@ -70,14 +72,10 @@ def list_runs_table(console: Console, runs_dir: Path, plain: bool | None = None)
     if not console.is_terminal if plain is None else plain:
         _print_plain(console, [[Text.from_markup(cell).plain for cell in row] for row in rows])
         return len(summaries)
-    table = Table(header_style="bold")
-    longest_id = max(len(summary.run_id) for summary in summaries)
-    for index, column in enumerate(RUN_COLUMNS):
-        table.add_column(column, justify="left" if index < _LEFT_COLUMNS else "right",
-                         no_wrap=index == 0, min_width=longest_id if index == 0 else None)
-    for row in rows:
-        table.add_row(*row)
+    table, left_out = fitted_table(console, RUN_COLUMNS, rows, _RUN_PRIORITY, _LEFT_COLUMNS)
     console.print(table)
+    if left_out:
+        console.print(f"[dim]left out at this width: {', '.join(left_out)}; --json has all[/]")
     return len(summaries)
 
 
