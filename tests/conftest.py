@@ -25,6 +25,12 @@ def _private_cache(tmp_path_factory):
     os.environ.setdefault("KERNELEVO_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
 
 
+@pytest.fixture(autouse=True)
+def _private_memory(tmp_path_factory, monkeypatch):
+    """Each test its own memory store: one test's runs must not seed another's."""
+    monkeypatch.setenv("KERNELEVO_MEMORY_DB", str(tmp_path_factory.mktemp("memory") / "memory.db"))
+
+
 def write(tmp_path: Path, name: str, text: str) -> Path:
     path = tmp_path / name
     path.write_text(text)

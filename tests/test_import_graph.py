@@ -35,7 +35,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("kernelevo.evaluate*", "kernelevo.llm*"),
     # what is kept of a run, and the prompts made from it
     ("kernelevo.render", "kernelevo.export_guard", "kernelevo.store*", "kernelevo.run",
-     "kernelevo.run.signals", "kernelevo.propose*"),
+     "kernelevo.run.signals", "kernelevo.propose*", "kernelevo.memory*"),
     # the search over a store, and what reads stored runs back
     ("kernelevo.search*", "kernelevo.run.view", "kernelevo.run.as_json", "kernelevo.report*"),
     # one run put together from the settings and driven

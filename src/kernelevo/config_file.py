@@ -20,6 +20,7 @@ from kernelevo.config import EvalConfig, TimingConfig, eval_config_from_dict
 from kernelevo.errors import ConfigError
 from kernelevo.llm.openai_compat import ClientConfig, check_base_url
 from kernelevo.llm.pricing import PriceTable
+from kernelevo.memory.settings import MemoryConfig
 from kernelevo.schema import AT_LEAST_ONE, POSITIVE, Annotated, check_value, field_hints
 from kernelevo.search.loop import SearchConfig
 
@@ -102,6 +103,7 @@ TABLES: dict[str, Table] = {table.name: table for table in (
            validators=LLM_VALIDATORS),
     _table("budget", (BudgetLimits,), rename=BUDGET_KEYS,
            parsers={"tokens": parse_tokens, "usd": parse_usd, "time": parse_duration_s}),
+    _table("memory", (MemoryConfig,)),
 )}
 
 
@@ -215,11 +217,16 @@ def search_config(effective: Effective) -> SearchConfig:
     return SearchConfig(**effective.values["search"])
 
 
+def memory_config(effective: Effective) -> MemoryConfig:
+    return MemoryConfig(**effective.values["memory"])
+
+
 def check_settings(effective: Effective) -> None:
     """Build every settings object, so what spans keys (min_samples <= max_samples,
     give_up_s >= timeout_s) fails here as it would when a command runs."""
     eval_config(effective)
     search_config(effective)
+    memory_config(effective)
     llm = effective.values["llm"]
     ClientConfig(model="", **{key: value for key, value in llm.items()
                               if key in field_hints(ClientConfig)})

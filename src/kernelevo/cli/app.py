@@ -21,6 +21,7 @@ from rich.markup import escape
 
 from kernelevo.version import __version__
 from kernelevo.cli.config import config_command
+from kernelevo.cli.memory import memory_app
 from kernelevo.cli.serve import serve_command
 from kernelevo.cli.suite import suite_command
 from kernelevo.cli.options import (  # noqa: F401 (the choices, re-exported)
@@ -250,6 +251,8 @@ def evolve_command(
     as_json: bool = typer.Option(False, "--json", help="print the final summary as JSON"),
     kernelbench_dir: Optional[str] = KERNELBENCH_OPTION,
     config_file: Optional[str] = CONFIG_OPTION,
+    no_memory: bool = typer.Option(False, "--no-memory", help="neither recall nor record "
+                                   "what similar tasks taught (docs/memory.md)"),
 ) -> None:
     """Search for faster kernels with an LLM and the zero-token tuner, within budgets."""
     from kernelevo.run import setup
@@ -263,7 +266,8 @@ def evolve_command(
                                       measure=timing),
                      **setup.evolve_overrides(choice_value(backend), islands, llm_in_flight, model,
                                               base_url, api_key_env, tokens, usd, time_limit,
-                                              candidates, cluster, cluster_slots)}
+                                              candidates, cluster, cluster_slots,
+                                              no_memory=no_memory)}
         options = setup.evolve_options(resolve(config_file, overrides, FLAGS),
                                        runs_dir=runs_dir, resume=resume, gpus=gpus, seeds=seed)
         if task is None and resume is None:
@@ -429,6 +433,7 @@ def ui_command(
 
 app.command("config")(config_command)
 app.command("suite")(suite_command)
+app.add_typer(memory_app, name="memory")
 app.command("serve")(serve_command)
 
 

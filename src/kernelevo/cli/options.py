@@ -35,6 +35,7 @@ FLAGS = {
     ("llm", "api_key_env"): "--api-key-env", ("budget", "tokens"): "--tokens",
     ("budget", "usd"): "--usd", ("budget", "time"): "--time",
     ("budget", "candidates"): "--candidates",
+    ("memory", "enabled"): "--no-memory",
 }
 
 

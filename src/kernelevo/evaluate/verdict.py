@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from kernelevo.evaluate.profile import Profile
+
 STATUSES = (
     "ok",
     "compile_error",
@@ -134,6 +136,8 @@ class Verdict:
     phases_s: dict[str, float] = field(default_factory=dict)
     isolation: str = ""
     environment: dict[str, str] = field(default_factory=dict)
+    # Where a timed call's time goes and how far it is from the roofline (profile.py).
+    profile: Profile | None = None
 
     @property
     def ok(self) -> bool:
@@ -160,6 +164,8 @@ class Verdict:
                             for measure, stats in data.get("measures", {}).items()}
         data["flags"] = tuple(data.get("flags", ()))
         data["notes"] = tuple(data.get("notes", ()))
+        if data.get("profile"):
+            data["profile"] = Profile.from_dict(data["profile"])
         return cls(**data)
 
 

@@ -19,6 +19,7 @@ import jinja2
 
 from kernelevo.config import DEFAULT_TOLERANCES, PRECISIONS
 from kernelevo.errors import ConfigError
+from kernelevo.evaluate.profile import Profile, prompt_lines, summary_line
 from kernelevo.evaluate.verdict import REASONS, ErrorMetrics, TimingStats, Verdict
 
 PROMPT_BACKENDS = {"triton": "Triton", "cuda": "CUDA"}
@@ -39,6 +40,14 @@ class Exemplar:
 
 
 @dataclass(frozen=True)
+class Remembered:
+    """A kernel remembered from a similar task (the memory), shown in rewrite prompts."""
+
+    label: str  # where it comes from and how it was judged there
+    source: str
+
+
+@dataclass(frozen=True)
 class PromptRequest:
     """Everything one mutation prompt depends on."""
 
@@ -49,6 +58,9 @@ class PromptRequest:
     parent: Exemplar
     inspirations: tuple[Exemplar, ...] = ()
     gpu_name: str = "NVIDIA H200"
+    # From the memory of similar tasks: kernels (rewrite prompts only) and bounded lessons.
+    remembered: tuple[Remembered, ...] = ()
+    lessons: str = ""
 
     def __post_init__(self) -> None:
         if self.backend not in PROMPT_BACKENDS:
@@ -74,9 +86,14 @@ def build_messages(request: PromptRequest,
         "task_source": request.task_source.strip(),
         "mode": request.mode,
         "parent": {"id": request.parent.candidate_id, "source": request.parent.source.strip(),
-                   "feedback": feedback(request.parent.verdict)},
+                   "feedback": feedback(request.parent.verdict),
+                   "bottleneck": bottleneck(request.parent.verdict)},
         "inspirations": [{"id": item.candidate_id, "source": item.source.strip(),
                           "summary": summary(item.verdict)} for item in request.inspirations],
+        # Whole kernels help a rewrite; a diff or a repair works on its parent alone.
+        "remembered": [{"label": item.label, "source": item.source.strip()}
+                       for item in request.remembered] if request.mode == "rewrite" else [],
+        "lessons": request.lessons.strip(),
     })
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
@@ -158,6 +175,8 @@ def feedback(verdict: Verdict | None, max_log_chars: int = 3000) -> str:
         lines.extend(_mismatch_lines(verdict.errors))
     if verdict.ok:
         lines.extend(_timing_lines(verdict))
+    if verdict.ok and verdict.profile is not None:
+        lines.extend(profile_section(verdict.profile))
     lines.extend(f"flag: {flag}" for flag in verdict.flags)
     lines.extend(f"note: {note}" for note in verdict.notes)
     if verdict.logs.strip() and verdict.status in LOG_STATUSES:
@@ -175,11 +194,38 @@ def summary(verdict: Verdict | None) -> str:
             parts.append(f"{verdict.speedup_vs_eager:.2f}x vs eager")
         if verdict.speedup_vs_compile:
             parts.append(f"{verdict.speedup_vs_compile:.2f}x vs torch.compile")
+        if summary_line(verdict.profile):
+            parts.append(summary_line(verdict.profile)[:PROFILE_SUMMARY_MAX_CHARS])
         return ", ".join(parts)
     text = f"{verdict.status} ({verdict.reason})"
     if verdict.errors is not None:
         text += f", max abs error {verdict.errors.max_abs_error:.3g}"
     return text
+
+
+# The profile's share of a prompt, bounded: at 4 characters a token, the parent's
+# section stays under 150 tokens and an inspiration's clause under 25.
+PROFILE_MAX_CHARS = 600
+PROFILE_SUMMARY_MAX_CHARS = 100
+
+
+def profile_section(profile: Profile, max_chars: int = PROFILE_MAX_CHARS) -> list[str]:
+    """The parent's profile in a few lines: bottleneck, roofline, top kernels."""
+    lines, used = ["profile (where the time goes, taken after timing):"], 0
+    for line in prompt_lines(profile):
+        line = line[:160]
+        if used + len(line) + 1 > max_chars - len(lines[0]):
+            break
+        lines.append(line)
+        used += len(line) + 1
+    return lines if len(lines) > 1 else []
+
+
+def bottleneck(verdict: Verdict | None) -> str:
+    """The profile's diagnosis of a passing parent, for the speed instructions ('' if none)."""
+    if verdict is None or not verdict.ok or verdict.profile is None:
+        return ""
+    return verdict.profile.diagnosis
 
 
 def _mismatch_lines(errors: ErrorMetrics) -> list[str]:

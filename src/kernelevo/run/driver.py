@@ -22,6 +22,9 @@ from kernelevo.evaluate.sandbox import jobs as sandbox
 from kernelevo.evaluate.sandbox.probe import describe_here
 from kernelevo.run.setup import EvolveOptions
 from kernelevo.logs import get_logger
+from kernelevo.memory.run_memory import (ERROR_EVENT, RECALL_EVENT, RECORD_EVENT,
+                                         describe_recall, memory_seeds)
+from kernelevo.memory.store import MemoryStoreError
 from kernelevo.store.lock import RunLock, acquire_run_lock
 from kernelevo.run.resume import CHANGE_EVENT, apply_overrides, describe_changes
 from kernelevo.run.signals import Terminated, on_sigterm, sigterm_as_interrupt
@@ -100,6 +103,8 @@ class _Plan:
     pool: Any  # a ModelPool, or None: the tuner runs alone
     judges: list[Any]
     seeds: list[Candidate]
+    memory: Any = None  # a RunMemory, or None: memory off
+    recall: Any = None  # what the memory gave this run (a Recall), or None
 
 
 def run_evolve(task: Task | None, options: EvolveOptions,
@@ -151,6 +156,8 @@ def run_evolve(task: Task | None, options: EvolveOptions,
         finally:
             if plan is not None:
                 setup.close_judges(plan.judges)
+                if plan.memory is not None:
+                    plan.memory.close()
             if lock is not None:
                 lock.release()
             if store is not None:
@@ -169,6 +176,10 @@ def _plan(task: Task, config: dict[str, Any], options: EvolveOptions,
     budget = setup.make_budget(limits, store)
     pool = setup.make_pool(llm, budget)
     seeds = [setup.reference_seed(task)] + setup.user_seeds(options.seeds, search.backend)
+    memory, recall = setup.open_memory(options.memory, task, eval_config.precision,
+                                       search.backend, store)
+    if store is None and recall is not None:  # judged afresh, as every seed
+        seeds += memory_seeds(recall, {seed.source for seed in seeds}, search.backend)
     if pool is None and store is None and not any(s.backend in ("triton", "cuda")
                                                   for s in seeds):
         raise ConfigError("no LLM is configured and no Triton or CUDA starting candidate was "
@@ -176,7 +187,8 @@ def _plan(task: Task, config: dict[str, Any], options: EvolveOptions,
                           "give --model and --base-url")
     # Last: a cluster's judges hold a connection, closed by run_evolve once there is a plan.
     judges = setup.make_judges(task, eval_config, options.gpus, search)
-    return _Plan(config, eval_config, search, limits, budget, pool, judges, seeds)
+    return _Plan(config, eval_config, search, limits, budget, pool, judges, seeds, memory,
+                 recall)
 
 
 def _drive(view: EvolveView, store: RunStore, task: Task, plan: _Plan,
@@ -187,7 +199,10 @@ def _drive(view: EvolveView, store: RunStore, task: Task, plan: _Plan,
         store.set_config(plan.config)
         store.log_event(CHANGE_EVENT, {"changes": changes})
         view.notice(f"run {run_id}: settings changed on resume: {describe_changes(changes)}")
-    proposer = _proposer(plan.pool, store, task, plan.search, plan.eval_config)
+    if plan.memory is not None and not resumed:
+        store.log_event(RECALL_EVENT, plan.memory.event(plan.recall))
+        view.notice(f"memory: {describe_recall(plan.recall)}")
+    proposer = _proposer(plan.pool, store, task, plan.search, plan.eval_config, plan.recall)
     mode = "LLM + tuner" if plan.pool else "tuner only (no LLM configured)"
     log.info("run %s: %d seed(s), budget %s, search %s", run_id, len(plan.seeds), plan.limits,
              plan.search)
@@ -196,6 +211,8 @@ def _drive(view: EvolveView, store: RunStore, task: Task, plan: _Plan,
     view.notice(f"run {run_id} in {run_dir} ({mode}); {len(plan.judges)} evaluation "
                 f"worker(s){where}; isolation{' here' if where else ''}: {isolation}")
     evolution = Evolution(store, plan.judges, plan.search, plan.budget, proposer)
+    if plan.memory is not None:
+        evolution.on_elite = plan.memory.on_elite(run_id)
     if resumed:
         spent = spent_notice(store, plan.limits)
         if spent:
@@ -211,6 +228,7 @@ def _drive(view: EvolveView, store: RunStore, task: Task, plan: _Plan,
         finally:
             for judge in plan.judges:  # their standby workers end with the search
                 getattr(judge, "close", lambda: None)()
+            _remember(store, plan.memory)
     store.set_status("finished")
     outcome = result.outcome
     log.info("run %s stopped (%s): %s", run_id, outcome.status if outcome else "-",
@@ -229,6 +247,18 @@ def spent_notice(store: RunStore, limits: dict[str, Any]) -> str | None:
                  "worst case; raise --tokens if they were billed less)"
                  if totals.estimated_tokens else "")
     return f"run {store.run_id} has been charged {spent:,} tokens{budget}{estimated}"
+
+
+def _remember(store: RunStore, memory: Any) -> None:
+    """Record what the run learned in the memory; a memory that fails costs only that."""
+    if memory is None:
+        return
+    try:
+        recorded = memory.record(store)
+        store.log_event(RECORD_EVENT, {"store": str(memory.store.path), **recorded.payload()})
+    except MemoryStoreError as exc:
+        log.warning("memory: %s", exc)
+        store.log_event(ERROR_EVENT, {"error": str(exc)[:2000]})
 
 
 def _note_unrecorded_stop(store: RunStore) -> None:
@@ -288,9 +318,11 @@ async def _search(evolution: Evolution, pool: Any, terminated: threading.Event) 
 
 
 def _proposer(pool: Any, store: Any, task: Task, search: SearchConfig,
-              eval_config: EvalConfig) -> Any:
+              eval_config: EvalConfig, recall: Any = None) -> Any:
     if pool is None:
         return None
+    from kernelevo.propose.prompt import Remembered
+
     import torch
 
     from kernelevo.search.proposals import LLMProposer
@@ -298,4 +330,7 @@ def _proposer(pool: Any, store: Any, task: Task, search: SearchConfig,
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "NVIDIA H200"
     return LLMProposer(pool, store, task.source, search.backend, eval_config.precision,
                        search.max_output_tokens, random.Random(search.seed + 7),
-                       search.diff_probability, gpu)
+                       search.diff_probability, gpu,
+                       remembered=tuple(Remembered(kernel.label, kernel.source)
+                                        for kernel in (recall.kernels if recall else ())),
+                       lessons=recall.lessons if recall else "")

@@ -19,6 +19,10 @@ from kernelevo.config_file import Effective
 from kernelevo.errors import ConfigError
 from kernelevo.llm.openai_compat import ClientConfig
 from kernelevo.logs import get_logger
+from kernelevo.memory.recall import Recall
+from kernelevo.memory.run_memory import RECALL_EVENT, RunMemory
+from kernelevo.memory.settings import MemoryConfig
+from kernelevo.memory.store import MemoryStoreError
 from kernelevo.run.resume import Given, Overrides, changed_settings, refuse, split_given
 from kernelevo.search.loop import SEARCH_BACKENDS, SearchConfig  # noqa: F401 (re-exported)
 from kernelevo.store.run_store import RunStore
@@ -50,6 +54,7 @@ class EvolveOptions:
     overrides: Overrides = field(default_factory=dict)  # resume: settings to apply
     fixed: list[Given] = field(default_factory=list)  # resume: settings that must match
     seeds: list[Path] = field(default_factory=list)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)  # not stored with the run
 
 
 def evolve_options(effective: Effective, *, runs_dir: str | Path = DEFAULT_RUNS_DIR,
@@ -60,13 +65,17 @@ def evolve_options(effective: Effective, *, runs_dir: str | Path = DEFAULT_RUNS_
     On resume, the settings the file or the flags give are split as
     run_resume.py says: `overrides` to apply, `fixed` that must match the run's.
     """
-    overrides, fixed = split_given(effective) if resume else ({}, [])
+    # [memory] is not a run setting: a resume may give any (it recalls from the run's event).
+    run_settings = Effective({k: v for k, v in effective.values.items() if k != "memory"},
+                             {k: v for k, v in effective.sources.items() if k != "memory"})
+    overrides, fixed = split_given(run_settings) if resume else ({}, [])
     return EvolveOptions(Path(runs_dir), config_file.eval_config(effective),
                          config_file.search_config(effective),
                          config_file.llm_settings(effective),
                          config_file.budget_limits(effective), resume=resume, gpus=gpus,
                          overrides=overrides, fixed=fixed,
-                         seeds=[Path(seed) for seed in seeds or []])
+                         seeds=[Path(seed) for seed in seeds or []],
+                         memory=config_file.memory_config(effective))
 
 
 def evolve_overrides(backend: str | None = None, islands: int | None = None,
@@ -76,7 +85,8 @@ def evolve_overrides(backend: str | None = None, islands: int | None = None,
                      tokens: str | int | None = None, usd: str | float | None = None,
                      time_limit: str | float | None = None,
                      candidates: int | None = None, cluster: str | None = None,
-                     cluster_slots: int | None = None) -> dict[str, dict[str, Any]]:
+                     cluster_slots: int | None = None,
+                     no_memory: bool = False) -> dict[str, dict[str, Any]]:
     """evolve's flags (or API arguments) as overrides by table; None leaves the file's value."""
     if models:
         models = dict(models) if isinstance(models, dict) else parse_models(models)
@@ -85,7 +95,25 @@ def evolve_overrides(backend: str | None = None, islands: int | None = None,
             "llm": {"models": models or None, "base_url": base_url, "api_key_env": api_key_env,
                     "in_flight": llm_in_flight},
             "budget": {"tokens": tokens, "usd": usd, "time": time_limit,
-                       "candidates": candidates}}
+                       "candidates": candidates},
+            "memory": {"enabled": False if no_memory else None}}
+
+
+def open_memory(config: MemoryConfig, task: Task, precision: str, backend: str,
+                store: RunStore | None) -> tuple[RunMemory | None, Recall | None]:
+    """The run's memory and what it recalls: recalled now for a new run, read back from
+    its `memory_recalled` event on resume; (None, None) when off or not openable (logged)."""
+    try:
+        memory = RunMemory.open(config, task.name, task.source, precision, backend)
+        if memory is None:
+            return None, None
+        if store is None:
+            return memory, memory.recall()
+    except MemoryStoreError as exc:
+        log.warning("memory: %s; this run neither recalls nor records", exc)
+        return None, None
+    recalled = store.events(RECALL_EVENT)
+    return memory, Recall.from_payload(recalled[-1].payload) if recalled else None
 
 
 def reference_seed(task: Task) -> Candidate:

@@ -382,6 +382,30 @@ def _island_from_json(index: int, data: dict[str, Any]) -> Island:
     return island
 
 
+def profile_descriptor(verdict: Verdict) -> dict[str, Any]:
+    """The profile's descriptor of a passing kernel: its bound and roofline fraction ({} if none).
+
+    Kept beside the cell (elite events carry it), not in it: a cell must be
+    known before judging, and these are known only after.
+    """
+    profile = verdict.profile if verdict.ok else None
+    if profile is None:
+        return {}
+    found: dict[str, Any] = {"bound": profile.bound} if profile.bound else {}
+    if profile.roofline is not None:
+        found["roofline"] = round(profile.roofline.fraction, 4)
+    return found
+
+
+def roofline_reached(verdict: Verdict, threshold: float) -> str:
+    """Why the search can stop at this kernel ('' when it cannot, or threshold is 0)."""
+    fraction = profile_descriptor(verdict).get("roofline")
+    if threshold <= 0 or not verdict.passed_kernel or fraction is None or fraction < threshold:
+        return ""
+    return (f"roofline reached: a kernel runs at {fraction * 100:.0f} % of its "
+            f"{verdict.profile.roofline.bound} ceiling (stop at {threshold * 100:.0f} %)")
+
+
 def fitness(verdict: Verdict) -> float | None:
     """Speedup over eager; a correct candidate without timings (CPU) counts as 1."""
     return fitness_of(verdict.status, verdict.speedup_vs_eager)

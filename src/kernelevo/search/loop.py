@@ -33,7 +33,7 @@ from kernelevo.evaluate.remote.address import check_address
 from kernelevo.evaluate.verdict import Verdict, verdict_for
 from kernelevo.llm.protocol import LLMError
 from kernelevo.propose import tuner
-from kernelevo.search.archive import Archive, fitness
+from kernelevo.search.archive import Archive, fitness, profile_descriptor, roofline_reached
 from kernelevo.schema import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, Annotated, Bound, OneOf,
                               check_fields)
 from kernelevo.search.descriptors import cell_of
@@ -92,6 +92,8 @@ class SearchConfig:
     cluster: str = ""
     cluster_slots: Annotated[int, NON_NEGATIVE] = 0  # jobs in flight; 0: one per worker GPU
     cluster_timeout_s: Annotated[float, POSITIVE] = 30.0  # to reach it and see a worker
+    # End the search once a kernel reaches this fraction of its roofline bound; 0: never.
+    stop_at_roofline: Annotated[float, Bound(0, 1)] = 0.0
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -177,6 +179,9 @@ class Evolution:
         self.llm_failures = 0
         self.last_llm_error = ""
         self.budget_stop = ""  # why a proposer stopped for good on a budget refusal
+        self.roofline_stop = ""  # why the search ended at a kernel near its roofline
+        # Called with (stored, verdict) for each new elite that passed (the memory keeps it).
+        self.on_elite: Callable[[Any, Verdict], None] | None = None
 
     # -- set-up and resume ---------------------------------------------------
 
@@ -260,6 +265,8 @@ class Evolution:
             self._report()
             if self.fatal is not None:
                 return self._finish(self.fatal)
+            if self.roofline_stop:
+                return self._finish(RunOutcome("finished", self.roofline_stop))
             reason = self.budget.exhausted()
             producing = any(not task.done() for task in proposers)
             drained = (self.queue.empty() and self.evaluating == 0 and self.to_build.empty()
@@ -331,7 +338,14 @@ class Evolution:
             self.store.log_event("migration", {"moves": len(self.archive.last_migration)})
         if accepted:
             self.store.log_event("elite", {"candidate": stored.id, "island": island,
-                                           "fitness": fitness(verdict)})
+                                           "fitness": fitness(verdict),
+                                           **profile_descriptor(verdict)})
+            if self.on_elite is not None and verdict.status == "ok":
+                self.on_elite(stored, verdict)
+        reached = roofline_reached(verdict, self.config.stop_at_roofline)
+        if reached and not self.roofline_stop:
+            self.roofline_stop = reached
+            self.store.log_event("roofline_reached", {"candidate": stored.id, "reason": reached})
         repairable = verdict.status in ("compile_error", "runtime_error", "incorrect")
         depth = self.repair_depth.get(stored.id, 0)
         if repairable and self.proposer is not None and depth < self.config.repair_tries:

@@ -22,7 +22,8 @@ from kernelevo.candidate import Candidate
 from kernelevo.llm import charges
 from kernelevo.llm.protocol import Attempt, CallStart, Completion, LLMError
 from kernelevo.propose.parse import parse_answer
-from kernelevo.propose.prompt import Exemplar, PromptRequest, build_messages, choose_mode
+from kernelevo.propose.prompt import (Exemplar, PromptRequest, Remembered, build_messages,
+                                      choose_mode)
 from kernelevo.store.run_store import RunStore
 
 if TYPE_CHECKING:
@@ -46,7 +47,8 @@ class LLMProposer:
 
     def __init__(self, pool: ModelPool, store: RunStore, task_source: str, backend: str,
                  precision: str, max_output_tokens: int, rng: random.Random,
-                 diff_probability: float = 0.5, gpu_name: str = "NVIDIA H200") -> None:
+                 diff_probability: float = 0.5, gpu_name: str = "NVIDIA H200",
+                 remembered: tuple[Remembered, ...] = (), lessons: str = "") -> None:
         self.pool, self.store = pool, store
         self.task_source, self.backend, self.precision = task_source, backend, precision
         self.max_output_tokens = max_output_tokens
@@ -54,6 +56,7 @@ class LLMProposer:
         self.diff_probability = diff_probability
         self.gpu_name = gpu_name
         self.parse_errors: dict[str, str] = {}
+        self.remembered, self.lessons = remembered, lessons  # from the memory
 
     async def propose(self, parent: Any, inspirations: list[Any], repair: bool) -> Proposal:
         mode = "repair" if repair else choose_mode(parent.verdict, self.rng,
@@ -63,7 +66,8 @@ class LLMProposer:
         request = PromptRequest(
             task_source=self.task_source, backend=self.backend, precision=self.precision,
             mode=mode, parent=_exemplar(parent, self.parse_errors.get(parent.id)),
-            inspirations=tuple(_exemplar(i) for i in inspirations), gpu_name=self.gpu_name)
+            inspirations=tuple(_exemplar(i) for i in inspirations), gpu_name=self.gpu_name,
+            remembered=self.remembered, lessons=self.lessons)
         messages = build_messages(request)
         record = _CallRecord(self.store, {"mode": mode, "parent": parent.id,
                                           "messages": messages})
