@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from kernelevo.evaluate.messages import CheckedCandidate
 from kernelevo.evaluate.oplog import reference_reused
 from kernelevo.evaluate.tolerance import compare_tensor, worst_of
 from kernelevo.evaluate.verdict import ErrorMetrics
@@ -27,9 +28,9 @@ class Decision:
     notes: list[str] = field(default_factory=list)
 
 
-def guard_reason(report: dict[str, Any]) -> tuple[str, str] | None:
+def guard_reason(report: CheckedCandidate) -> tuple[str, str] | None:
     """The first guard that fired in the worker's report, if any."""
-    for problem in report.get("problems", []):
+    for problem in report.problems:
         reason, _, detail = problem.partition(": ")
         return reason, detail
     checks = (("tampered", "harness_tampered", "patched: "),
@@ -37,8 +38,9 @@ def guard_reason(report: dict[str, Any]) -> tuple[str, str] | None:
               ("children", "spawned_process", "child processes: "),
               ("files", "file_io", "files written: "))
     for key, reason, prefix in checks:
-        if report.get(key):
-            return reason, prefix + ", ".join(str(x) for x in report[key][:5])
+        found = getattr(report, key)
+        if found:
+            return reason, prefix + ", ".join(str(x) for x in found[:5])
     return None
 
 
@@ -103,7 +105,8 @@ def decide_correctness(outputs: dict[str, Any], references: list[list[torch.Tens
 STRESS_REASONS = frozenset({"output_mismatch", "non_finite"})
 
 
-def decide_honesty(report: dict[str, Any], outputs: dict[str, Any], reference: list[torch.Tensor],
+def decide_honesty(report: CheckedCandidate, outputs: dict[str, Any],
+                   reference: list[torch.Tensor],
                    structure: str, tolerances: list[tuple[float, float]], backend: str,
                    policy: str, reference_ops: set[str], device: str) -> Decision:
     """Kernels must matter, and the reference's PyTorch ops must not reappear."""
@@ -112,9 +115,9 @@ def decide_honesty(report: dict[str, Any], outputs: dict[str, Any], reference: l
         # Declared PyTorch (a seed or a baseline) is not a disguised reference;
         # the strict policy's static checks reject it as having no kernel.
         return decision
-    if backend == "triton" and report.get("triton_launches", 0) == 0:
+    if backend == "triton" and report.triton_launches == 0:
         return Decision("no_custom_kernel", "no Triton kernel was launched during forward")
-    switchable = backend == "triton" or report.get("cuda_switchable")
+    switchable = backend == "triton" or report.cuda_switchable
     if backend != "pytorch" and switchable and outputs.get("knockout") is not None:
         reason, _, _ = compare_set(outputs["knockout"], reference, structure, tolerances,
                                    "knockout", device)
@@ -123,7 +126,7 @@ def decide_honesty(report: dict[str, Any], outputs: dict[str, Any], reference: l
                             "output still matches the reference: PyTorch computes it")
     elif backend == "cuda":
         decision.notes.append("kernel knockout unavailable for this CUDA source")
-    candidate_ops = set(report.get("ops", []))
+    candidate_ops = set(report.ops)
     if policy == "strict" and candidate_ops:
         return Decision("library_compute", "PyTorch compute ops under the strict policy: "
                         + ", ".join(sorted(candidate_ops)))

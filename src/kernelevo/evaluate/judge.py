@@ -16,7 +16,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import torch
 
@@ -27,8 +27,10 @@ from kernelevo.errors import TaskError
 from kernelevo.evaluate import decide
 from kernelevo.evaluate.static import checks as static
 from kernelevo.evaluate.gate import gate_for
+from kernelevo.evaluate.messages import PrebuildDone, PrebuildJob
 from kernelevo.evaluate.sandbox.jobs import run_job, set_triton_mode, stopping
 from kernelevo.evaluate.session import Session
+from kernelevo.evaluate.verdict import Verdict, verdict_for
 from kernelevo.evaluate.worker import cache_environment, run_prebuild
 from kernelevo.logs import get_logger
 from kernelevo.task import Task, perturb_sizes, shrink_sizes
@@ -94,12 +96,12 @@ def prebuild_source(source: str, config: EvalConfig, environment: dict[str, str]
     """
     scratch = Path(tempfile.mkdtemp(prefix="kernelevo-build-"))
     try:
-        result = run_job(run_prebuild, {"source": source, "scratch": str(scratch)}, scratch,
+        result = run_job(run_prebuild, PrebuildJob(source, str(scratch)).to_json(), scratch,
                          config.build_timeout_s, config.output_limit_bytes,
                          environment={**environment, "CUDA_VISIBLE_DEVICES": ""})
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return float((result.final or {}).get("build_s", 0.0))
+    return PrebuildDone.from_json(result.final).build_s if result.final else 0.0
 
 
 class Judge:
@@ -143,15 +145,16 @@ class Judge:
         if self.device == "cuda":
             _warm_comparisons_ahead(self.compare_device, self.gpu_index)
 
-    def evaluate(self, candidate: Candidate) -> Any:
+    def evaluate(self, candidate: Candidate) -> Verdict:
+        """The verdict of one candidate, timed when it passes."""
         return self.evaluate_many([candidate])[0]
 
-    def evaluate_many(self, candidates: list[Candidate], timed: bool = True) -> list[Any]:
+    def evaluate_many(self, candidates: list[Candidate], timed: bool = True) -> list[Verdict]:
         """Verdicts for several candidates, timed in one process (interleaved) when they pass."""
         started = time.perf_counter()
         early = [self._static_verdict(c) for c in candidates]
         pending = [i for i, v in enumerate(early) if v is None]
-        verdicts = list(early)
+        verdicts: list[Verdict | None] = list(early)
         for i in pending:
             if candidates[i].backend == "cuda":
                 self.progress("building CUDA extension")
@@ -161,9 +164,11 @@ class Judge:
                                        timed and self.config.time_candidates)
             for i, verdict in zip(pending, judged):
                 verdicts[i] = verdict
+        judged = [v for v in verdicts if v is not None]
+        assert len(judged) == len(candidates)  # a static verdict or a judged one, each
         if self.config.vary_shapes:
-            verdicts = self._vary_shapes(candidates, verdicts)
-        return [_with_total(v, time.perf_counter() - started, self.notes) for v in verdicts]
+            judged = self._vary_shapes(candidates, judged)
+        return [_with_total(v, time.perf_counter() - started, self.notes) for v in judged]
 
     def prebuild(self, candidate: Candidate) -> float | None:
         """Compile a CUDA candidate ahead, on the CPU; seconds spent, or None if not applicable."""
@@ -171,14 +176,12 @@ class Judge:
             return None
         return prebuild_source(candidate.source, self.config, self.child_environment)
 
-    def _static_verdict(self, candidate: Candidate) -> Any:
+    def _static_verdict(self, candidate: Candidate) -> Verdict | None:
         if not self.config.static_checks:
             return None
         findings = static.check_source(candidate.source, candidate.backend, self.config.policy)
         if not findings:
             return None
-        from kernelevo.evaluate.verdict import verdict_for
-
         first = findings[0]
         where = f"line {first.line}: " if first.line else ""
         others = [f"{f.reason} (line {f.line}): {f.detail}" for f in findings[1:6]]
@@ -186,13 +189,11 @@ class Judge:
                            isolation="static check, not run")
 
     def _run_guarded(self, candidates: list[Candidate], task: Task,
-                     time_them: bool) -> list[Any]:
+                     time_them: bool) -> list[Verdict]:
         """_run, with the judge's own GPU memory running out turned into verdicts."""
         try:
             return self._run(candidates, task, time_them)
         except torch.cuda.OutOfMemoryError as exc:
-            from kernelevo.evaluate.verdict import verdict_for
-
             message = (f"the judge's process ran out of GPU memory holding the reference and "
                        f"the candidate's outputs: {str(exc).splitlines()[0][:300]}")
             return [verdict_for("out_of_memory", message) for _ in candidates]
@@ -204,7 +205,7 @@ class Judge:
         if self.device == "cuda":
             torch.cuda.empty_cache()
 
-    def _run(self, candidates: list[Candidate], task: Task, time_them: bool) -> list[Any]:
+    def _run(self, candidates: list[Candidate], task: Task, time_them: bool) -> list[Verdict]:
         """Judge in a session: the standby one when it fits, else one started now."""
         if task is not self.task:
             # Another size of the task (shape variation): a session of its own,
@@ -261,7 +262,8 @@ class Judge:
         if session is not None:
             session.close()
 
-    def _vary_shapes(self, candidates: list[Candidate], verdicts: list[Any]) -> list[Any]:
+    def _vary_shapes(self, candidates: list[Candidate],
+                     verdicts: list[Verdict]) -> list[Verdict]:
         """Re-check passing candidates at other sizes of the task, in a session of their own."""
         passing = [i for i, v in enumerate(verdicts) if v.ok]
         if not passing:
@@ -292,7 +294,7 @@ class Judge:
         return verdicts
 
 
-def _with_total(verdict: Any, total_s: float, notes: list[str]) -> Any:
+def _with_total(verdict: Verdict, total_s: float, notes: list[str]) -> Verdict:
     from dataclasses import replace
 
     phases = dict(verdict.phases_s)

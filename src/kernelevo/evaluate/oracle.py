@@ -16,6 +16,8 @@ import torch
 
 from kernelevo.config import DEFAULT_TOLERANCES
 from kernelevo.evaluate import inputs as task_inputs
+from kernelevo.evaluate.messages import (Gpu, OracleDone, OracleJob, Progress, Reference, Sender,
+                                         TaskFailed)
 from kernelevo.evaluate.oplog import record_ops
 from kernelevo.evaluate.sandbox.jobs import Channel
 from kernelevo.evaluate.tolerance import compare_tensor
@@ -28,35 +30,35 @@ class _TaskProblem(Exception):
 
 def run_oracle(payload: dict[str, Any], channel: Channel) -> None:
     """Child entry point; reports `done` with metadata or `task_error`."""
+    sender, job = Sender(channel), OracleJob.from_json(payload)
     try:
-        meta = _compute(payload, channel)
+        meta = _compute(job, sender)
     except _TaskProblem as exc:
-        channel.send("task_error", message=str(exc))
+        sender.send(TaskFailed(str(exc)))
         return
     except Exception:  # the task's own code raised: report it as the task's fault
-        channel.send("task_error", message="the reference raised:\n" + _trimmed_traceback())
+        sender.send(TaskFailed("the reference raised:\n" + _trimmed_traceback()))
         return
-    channel.send("done", **meta)
+    sender.send(meta)
 
 
-def _compute(payload: dict[str, Any], channel: Channel) -> dict[str, Any]:
-    device, dtype = payload["device"], getattr(torch, payload["dtype"])
+def _compute(job: OracleJob, channel: Sender) -> OracleDone:
+    device, dtype = job.device, getattr(torch, job.dtype)
     task_inputs.set_reference_precision()
-    module = _load_task(payload["task_source"], Path(payload["scratch"]),
-                        payload.get("task_folder", ""))
+    module = _load_task(job.task_source, Path(job.scratch), job.task_folder)
     if device == "cuda":  # the context runs no kernels: made before the gate's hold
         torch.cuda.init()
         torch.empty(1, device=device)
-    channel.ask("gpu")
-    channel.send("progress", phase="reference")
+    channel.ask(Gpu())
+    channel.send(Progress("reference"))
     init_inputs = module.get_init_inputs()
     if not isinstance(init_inputs, (list, tuple)):
         raise _TaskProblem(f"get_init_inputs() returned {type(init_inputs).__name__}; "
                            "it must return a list of constructor arguments")
     model = task_inputs.build_model(module.Model, list(init_inputs), device, dtype)
-    channel.send("progress", phase="reference outputs")
+    channel.send(Progress("reference outputs"))
     outputs, structure, kept, used, stress = [], None, [], [], {}
-    for index, (seed, variant) in enumerate(zip(payload["seeds"], payload["variants"])):
+    for index, (seed, variant) in enumerate(zip(job.seeds, job.variants)):
         result, structure_now, variant = _run_in_domain(model, module, seed, device, dtype,
                                                         variant, outputs)
         if structure is not None and structure_now != structure:
@@ -66,37 +68,30 @@ def _compute(payload: dict[str, Any], channel: Channel) -> dict[str, Any]:
         if result is None:
             continue  # no stress scale keeps the reference finite: drop that set
         if variant is not None:
-            stress[len(outputs)] = task_inputs.describe_stress(
+            stress[str(len(outputs))] = task_inputs.describe_stress(
                 task_inputs.kept_inputs(module, seed, device, dtype, variant), variant)
         outputs.append(result)
         kept.append(index)
         used.append(variant)
-    passthrough = _inputs_returned(module, payload, kept, used, outputs, device, dtype)
-    channel.send("progress", phase="reference determinism")
-    _check_deterministic(model, module, payload, outputs[0], device, dtype)
-    channel.send("progress", phase="reference profile")
-    ops, flops = _profile(model, module, payload["seeds"][0], device, dtype)
-    channel.send("progress", phase="reference transfer")
+    passthrough = _inputs_returned(module, job, kept, used, outputs, device, dtype)
+    channel.send(Progress("reference determinism"))
+    _check_deterministic(model, module, job, outputs[0], device, dtype)
+    channel.send(Progress("reference profile"))
+    ops, flops = _profile(model, module, job.seeds[0], device, dtype)
+    channel.send(Progress("reference transfer"))
     bundle = {f"set_{i}": values for i, values in enumerate(outputs)}
     # The judge copies the outputs while this process waits, then lets it exit.
-    channel.ask("reference", bundle=export_bundle(bundle, Path(payload["scratch"])))
-    first_inputs = task_inputs.kept_inputs(module, payload["seeds"][0], device, dtype,
-                                           payload["variants"][0])
+    channel.ask(Reference(export_bundle(bundle, Path(job.scratch))))
+    first_inputs = task_inputs.kept_inputs(module, job.seeds[0], device, dtype, job.variants[0])
     params = [p for p in model.parameters()] if hasattr(model, "parameters") else []
-    return {
-        "kept_sets": kept,
-        "passthrough": passthrough,
-        "variants_used": used,
-        "stress": stress,
-        "structure": structure,
-        "ops": sorted(ops),
-        "flops": flops,
-        "bytes": task_inputs.tensor_bytes(first_inputs) + task_inputs.tensor_bytes(outputs[0])
+    return OracleDone(
+        kept_sets=tuple(kept), variants_used=tuple(used), stress=stress,
+        structure=str(structure), ops=tuple(sorted(ops)), flops=flops,
+        bytes=task_inputs.tensor_bytes(first_inputs) + task_inputs.tensor_bytes(outputs[0])
         + task_inputs.tensor_bytes(params),
-        "atol": _float_attr(module, "output_atol"),
-        "rtol": _float_attr(module, "output_rtol"),
-        "output_dtypes": [str(t.dtype).replace("torch.", "") for t in outputs[0]],
-    }
+        output_dtypes=tuple(str(t.dtype).replace("torch.", "") for t in outputs[0]),
+        passthrough=tuple(passthrough), atol=_float_attr(module, "output_atol"),
+        rtol=_float_attr(module, "output_rtol"))
 
 
 def _run_in_domain(model: Any, module: Any, seed: int, device: str, dtype: torch.dtype,
@@ -115,7 +110,7 @@ def _run_in_domain(model: Any, module: Any, seed: int, device: str, dtype: torch
     return None, structure, None
 
 
-def _inputs_returned(module: Any, payload: dict[str, Any], kept: list[int],
+def _inputs_returned(module: Any, job: OracleJob, kept: list[int],
                      variants: list[float | None], outputs: list[list[torch.Tensor]],
                      device: str, dtype: torch.dtype) -> list[str]:
     """Outputs that equal one of the inputs on every kept set: copying passes.
@@ -123,7 +118,7 @@ def _inputs_returned(module: Any, payload: dict[str, Any], kept: list[int],
     ReLU of torch.rand inputs is the input itself; a copy kernel is then
     right on the task's contract, and a pass says little about the kernel.
     """
-    sets = [task_inputs.kept_inputs(module, payload["seeds"][index], device, dtype, variant)
+    sets = [task_inputs.kept_inputs(module, job.seeds[index], device, dtype, variant)
             for index, variant in zip(kept, variants)]
     found = []
     for position in range(len(outputs[0])):
@@ -175,10 +170,10 @@ def _run_set(model: Any, module: Any, seed: int, device: str, dtype: torch.dtype
     return [v.detach().clone() for v in values], structure
 
 
-def _check_deterministic(model: Any, module: Any, payload: dict[str, Any],
+def _check_deterministic(model: Any, module: Any, job: OracleJob,
                          first: list[torch.Tensor], device: str, dtype: torch.dtype) -> None:
-    again, _ = _run_set(model, module, payload["seeds"][0], device, dtype,
-                        payload["variants"][0], reseed=payload["seeds"][-1] ^ 0x5DEECE66D)
+    again, _ = _run_set(model, module, job.seeds[0], device, dtype,
+                        job.variants[0], reseed=job.seeds[-1] ^ 0x5DEECE66D)
     for position, (a, b) in enumerate(zip(first, again)):
         if a.is_floating_point():
             same = torch.allclose(a.double(), b.double(), rtol=1e-6, atol=1e-7, equal_nan=True)

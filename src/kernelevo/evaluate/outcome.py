@@ -9,6 +9,8 @@ import torch
 
 from kernelevo.evaluate import decide
 from kernelevo.evaluate.floor import compute_floor
+from kernelevo.evaluate.profile import timed_profile, untimed_profile
+from kernelevo.evaluate.messages import CheckedCandidate, Timing
 from kernelevo.evaluate.sandbox.jobs import JobResult
 from kernelevo.evaluate.transfer import TransferError, import_bundle
 from kernelevo.evaluate.verdict import (NO_CUSTOM_KERNEL_FLAG, SPECIALISED_FLAG, TimingStats,
@@ -18,11 +20,11 @@ ISOLATION = ("own process group, wall-clock kill, output cap, scratch cwd, fresh
              "network {network}, {confinement}")
 
 
-def _outputs_from(report: dict[str, Any], count: int, judge: Any,
+def _outputs_from(report: CheckedCandidate, count: int, judge: Any,
                   device: str) -> dict[str, Any]:
     """The worker's outputs as {'sets': [...], 'repeat': ..., 'knockout': ...}."""
-    bundle = import_bundle(report.get("bundle"), device, judge.gpu_index)
-    structures = report.get("structures", {})
+    bundle = import_bundle(report.bundle, device, judge.gpu_index)
+    structures = report.structures
 
     def entry(name: str) -> dict[str, Any] | None:
         if name not in bundle:
@@ -35,7 +37,8 @@ def _outputs_from(report: dict[str, Any], count: int, judge: Any,
     return {"sets": sets, "repeat": entry("repeat"), "knockout": entry("knockout")}
 
 
-def judge_candidate(state: Any, index: int, report: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+def judge_candidate(state: Any, index: int,
+                    report: CheckedCandidate) -> tuple[str, dict[str, Any]]:
     """Decide one candidate from its checked report: ('passed'|'failed', details).
 
     The worker holds its GPU memory while it waits for this answer; when the
@@ -48,7 +51,7 @@ def judge_candidate(state: Any, index: int, report: dict[str, Any]) -> tuple[str
         return _judge_on(state, index, report, "cpu")
 
 
-def _judge_on(state: Any, index: int, report: dict[str, Any],
+def _judge_on(state: Any, index: int, report: CheckedCandidate,
               device: str) -> tuple[str, dict[str, Any]]:
     try:
         outputs = _outputs_from(report, len(state.reference["outputs"]), state.judge, device)
@@ -63,9 +66,9 @@ def _judge_on(state: Any, index: int, report: dict[str, Any],
     if correctness.reason:
         return "failed", {"reason": correctness.reason, "message": correctness.message,
                           "metrics": correctness.metrics}
-    if report.get("rotation_problem"):
+    if report.rotation_problem:
         return "failed", {"reason": "inconsistent_under_timing",
-                          "message": str(report["rotation_problem"])[:1000]}
+                          "message": report.rotation_problem[:1000]}
     candidate = state.candidates[index]
     honesty = decide.decide_honesty(report, outputs, ref["outputs"][0], ref["structure"],
                                     ref["tolerances"], candidate.backend,
@@ -129,21 +132,22 @@ def _one(state: Any, result: JobResult, judge: Any, index: int, candidate: Any) 
                        errors=details.get("metrics"), flags=flags, notes=notes)
     if judge.device == "cpu" or not state.time_them:
         why = "no GPU" if judge.device == "cpu" else "timing not requested"
-        return replace(base, notes=base.notes + (f"timings unavailable: {why}",))
+        return replace(base, notes=base.notes + (f"timings unavailable: {why}",),
+                       profile=untimed_profile(judge.device))
     if state.timing is None:
         return _crash_verdict(result, "timing")
     return _timed(base, state, judge, index, candidate)
 
 
 def _timed(base: Verdict, state: Any, judge: Any, index: int, candidate: Any) -> Verdict:
-    timing = state.timing
-    if timing.get("tampered"):
+    timing: Timing = state.timing
+    if timing.tampered:
         return verdict_for("harness_tampered", "patched during timing: "
-                           + ", ".join(timing["tampered"][:5]))
-    problem = timing.get("inconsistent", {}).get(str(index))
+                           + ", ".join(timing.tampered[:5]))
+    problem = timing.inconsistent.get(str(index))
     if problem:
         return verdict_for("inconsistent_under_timing", problem)
-    share = timing.get("shares", {}).get(str(index), {})
+    share = timing.shares.get(str(index), {})
     unknown = unrecorded_note(share) if share else None
     if unknown:  # launches and the knockout run still hold
         base = replace(base, notes=base.notes + (unknown,))
@@ -153,15 +157,15 @@ def _timed(base: Verdict, state: Any, judge: Any, index: int, candidate: Any) ->
                            f"run in {share.get('profiled_calls', 1)} profiled call(s) (kernels "
                            f"seen: {', '.join(list(share.get('kernels', {}))[:5])})")
     measures = {measure: _contestants(stats, index)
-                for measure, stats in timing["measures"].items()}
-    measure = timing["measure"]
+                for measure, stats in timing.measures.items()}
+    measure = judge.config.timing.measure  # the judge's own setting, never the worker's word
     timings = measures[measure]
     own = timings["candidate"]
-    notes = list(base.notes) + list(timing.get("notes", [])) + [measures_note(measures, measure)]
+    notes = list(base.notes) + list(timing.notes) + [measures_note(measures, measure)]
     if share:
         notes.append(kernel_time_note(share))
     floor = compute_floor(state.reference["bytes"], state.reference["flops"],
-                          timing.get("device_name", ""), judge.config.dtype_name)
+                          timing.device_name, judge.config.dtype_name)
     gpu_own = measures["gpu"]["candidate"]
     if floor is not None:
         notes.append(f"physical floor {floor.floor_ms:.4f} ms ({floor.bound}-bound)")
@@ -170,7 +174,8 @@ def _timed(base: Verdict, state: Any, judge: Any, index: int, candidate: Any) ->
                                f"under the floor of {floor.floor_ms:.4f} ms ({floor.bound}-bound)")
     eager, compiled = timings.get("eager"), timings.get("compile")
     return replace(base, timings=timings, measures=measures, timing_measure=measure,
-                   notes=tuple(notes), flags=base.flags + tuple(timing.get("flags", [])),
+                   profile=timed_profile(share),
+                   notes=tuple(notes), flags=base.flags + timing.flags,
                    speedup_vs_eager=speedup(eager, own), speedup_vs_compile=speedup(compiled, own))
 
 
@@ -218,32 +223,31 @@ def measures_note(measures: dict[str, dict[str, TimingStats]], used: str) -> str
             + ", ".join(parts))
 
 
-def _phases(report: dict[str, Any] | None, timing: dict[str, Any] | None,
+def _phases(report: CheckedCandidate | None, timing: Timing | None,
             judged: dict[str, float] | None = None) -> dict[str, float]:
     phases = dict(judged or {})
     if report:
-        if "setup_s" in report:
-            phases["setup"] = report["setup_s"]
-        phases["build"] = report.get("build_s", 0.0)
-        phases["load"] = report.get("load_s", 0.0) - report.get("build_s", 0.0)
-        phases["first_call"] = report.get("first_call_s", 0.0)
-        phases["correctness"] = report.get("check_s", 0.0)
+        phases["setup"] = report.setup_s
+        phases["build"] = report.build_s
+        phases["load"] = report.load_s - report.build_s
+        phases["first_call"] = report.first_call_s
+        phases["correctness"] = report.check_s
     if timing:
-        phases["timing"] = timing.get("timing_s", 0.0)
-        phases["profile"] = timing.get("profile_s", 0.0)
-        if timing.get("compile_s") is not None:
-            phases["compile_baseline"] = timing["compile_s"]
+        phases["timing"] = timing.timing_s
+        phases["profile"] = timing.profile_s
+        if timing.compile_s is not None:
+            phases["compile_baseline"] = timing.compile_s
     return {k: round(v, 4) for k, v in phases.items()}
 
 
-def _environment(judge: Any, timing: dict[str, Any] | None) -> dict[str, str]:
+def _environment(judge: Any, timing: Timing | None) -> dict[str, str]:
     environment = {"device": judge.device, "precision": judge.config.precision,
                    "policy": judge.config.policy, "torch": torch.__version__}
     if timing:
-        environment["gpu"] = timing.get("device_name", "")
-        environment.update(timing.get("versions", {}))
-        if timing.get("backend"):
-            environment["timed_under"] = timing["backend"]
+        environment["gpu"] = timing.device_name
+        environment.update(timing.versions)
+        if timing.backend:
+            environment["timed_under"] = timing.backend
     return environment
 
 

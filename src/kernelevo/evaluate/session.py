@@ -18,6 +18,7 @@ whose client left): their processes die and their waits give up.
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 import shutil
 import tempfile
@@ -34,6 +35,11 @@ from kernelevo.config import tolerances
 from kernelevo.errors import TaskError
 from kernelevo.evaluate import decide, preload_modules
 from kernelevo.evaluate.gate import Hold, gate_for
+from kernelevo.evaluate.messages import (ORACLE_KINDS, WORKER_KINDS, Abort, Checked,
+                                         CheckedCandidate, Failed, Gpu, Granted, Message,
+                                         OracleDone, OracleJob, Progress, Ready, ReadyReply,
+                                         Reference, TaskFailed, Timed, TimeThese, Timing,
+                                         WorkerJob, decode)
 from kernelevo.evaluate.oracle import run_oracle
 from kernelevo.evaluate.outcome import build_verdicts
 from kernelevo.evaluate.sandbox.jobs import Deadline, JobResult, run_job, stopping
@@ -143,12 +149,10 @@ class Session:
 
     def _work(self) -> None:
         judge = self.judge
-        payload = {
-            "task_source": self.task.source, "device": judge.device,
-            "dtype": judge.config.dtype_name, "scratch": str(self.scratch / "worker"),
-            "time": self.time_them, "task_folder": self.task.folder,
-            "timing": vars(judge.config.timing),
-        }
+        payload = WorkerJob(task_source=self.task.source, device=judge.device,
+                            dtype=judge.config.dtype_name, scratch=str(self.scratch / "worker"),
+                            time=self.time_them, timing=judge.config.timing,
+                            task_folder=self.task.folder).to_json()
         try:
             self.result = run_job(run_worker, payload, self.scratch / "worker",
                                   judge.config.timeout_s, judge.config.output_limit_bytes,
@@ -164,30 +168,33 @@ class Session:
             self.hold.release()
             self.past_timing.set()
 
-    def _on_message(self, message: dict[str, Any]) -> dict[str, Any] | None:
+    def _on_message(self, raw: dict[str, Any]) -> dict[str, Any] | None:
         self._last_message = time.monotonic()
-        kind = message.get("kind")
-        if kind == "gpu":  # about to run kernels (the warm-up): shared with other checks
+        reply = self._answer(decode(raw, WORKER_KINDS))
+        return None if reply is None else reply.to_json()
+
+    def _answer(self, message: Message) -> Message | None:
+        if isinstance(message, Gpu):  # about to run kernels (the warm-up): shared with others
             waited = self._yield.wait(self.deadline)
             if waited is not None:
                 self._yielded_s = waited
             self._wait_for(self.hold.shared)
-            return {}
-        if kind == "ready":
+            return Granted()
+        if isinstance(message, Ready):
             return self._ready(message)
         if self.state is None:
             return None  # progress of a warm-up nobody waits for yet
-        if kind == "timed":  # timing done; profiling next: checks elsewhere may run
+        if isinstance(message, Timed):  # timing done; profiling next: checks elsewhere may run
             self._wait_for(self.hold.shared)
             self.past_timing.set()
-            return {}
+            return Granted()
         reply = self.state.on_message(message)
-        if kind == "checked" and reply is not None:
+        if isinstance(message, Checked) and isinstance(reply, TimeThese):
             self.hold.release()
             self._call_ahead("checked")
             # Timing runs alone on the GPU. A CPU worker times nothing: waiting
             # for the gate there only made a job wait out a hung one beside it.
-            if reply.get("time") and self.judge.device == "cuda":
+            if reply.time and self.judge.device == "cuda":
                 self.state.phases["gate_wait"] = self._wait_for(self.hold.exclusive)
             else:
                 self.past_timing.set()
@@ -200,23 +207,22 @@ class Session:
         if self._ahead is not None and self._ahead[0] == when:
             self._ahead[1](self)
 
-    def _ready(self, message: dict[str, Any]) -> dict[str, Any]:
+    def _ready(self, message: Ready) -> ReadyReply | Abort:
         self.hold.release()  # idle until candidates come: others may time meanwhile
         self.warm.set()
         self._call_ahead("warm")
         while not self._given.wait(_POLL_S):
             if self.abandoned():
-                return {"abort": True}
+                return Abort()
         if self.state is None:
-            return {"abort": True}
-        reply = self.state.on_message(message) or {}
-        if reply.get("abort"):
-            return reply
+            return Abort()
+        reply = self.state.on_message(message)
+        if not isinstance(reply, ReadyReply):
+            return Abort()
         self.hold.shared()
         self.deadline.restart(self.judge.config.timeout_s)
-        reply["candidates"] = [{"source": c.source, "backend": c.backend}
-                               for c in self.state.candidates]
-        return reply
+        return dataclasses.replace(reply, candidates=tuple(
+            {"source": c.source, "backend": c.backend} for c in self.state.candidates))
 
 
 class _Yield:
@@ -289,7 +295,7 @@ class _OracleRun:
         self.error: Exception | None = None
         self.phases: dict[str, float] = {}  # judge-side steps after the reference came
         self._bundle: dict[str, list[Any]] | None = None
-        self._payload: dict[str, Any] = {}
+        self._job: OracleJob | None = None
         self._done_at: float | None = None
 
     def run(self) -> None:
@@ -319,14 +325,12 @@ class _OracleRun:
         # randn inputs then reach beyond 100, where exp() without a max
         # subtraction overflows.
         variant_scale = 2 ** (5 + secrets.randbelow(2000) / 1000)
-        self._payload = payload = {
-            "task_source": self.task.source, "device": self.judge.device,
-            "dtype": config.dtype_name, "scratch": str(self.scratch),
-            "task_folder": self.task.folder,
-            "seeds": [secrets.randbits(62) for _ in range(count)],
-            "variants": [None] * (count - 1) + [variant_scale],
-        }
-        result = run_job(run_oracle, payload, self.scratch, config.timeout_s,
+        self._job = OracleJob(
+            task_source=self.task.source, device=self.judge.device, dtype=config.dtype_name,
+            scratch=str(self.scratch), task_folder=self.task.folder,
+            seeds=tuple(secrets.randbits(62) for _ in range(count)),
+            variants=(None,) * (count - 1) + (variant_scale,))
+        result = run_job(run_oracle, self._job.to_json(), self.scratch, config.timeout_s,
                          config.output_limit_bytes, on_message=self._on_message,
                          environment=self.judge.child_environment,
                          isolate_network=config.isolate_network, deadline=self.deadline)
@@ -335,48 +339,52 @@ class _OracleRun:
         if self.reference is None:
             _raise_oracle_failure(result)
 
-    def _on_message(self, message: dict[str, Any]) -> dict[str, Any] | None:
-        kind = message.get("kind")
-        if kind == "gpu":
+    def _on_message(self, raw: dict[str, Any]) -> dict[str, Any] | None:
+        reply = self._answer(decode(raw, ORACLE_KINDS))
+        return None if reply is None else reply.to_json()
+
+    def _answer(self, message: Message) -> Message | None:
+        if isinstance(message, Gpu):
             self._yield.wait(self.deadline)
             _wait_for(self.hold.shared, self.deadline)
-            return {}
-        if kind == "progress":
-            self.judge.progress(str(message.get("phase", "")))
-        elif kind == "reference":
-            self._bundle = import_bundle(message.get("bundle"), self.judge.compare_device,
+            return Granted()
+        if isinstance(message, Progress):
+            self.judge.progress(message.phase)
+        elif isinstance(message, Reference):
+            self._bundle = import_bundle(message.bundle, self.judge.compare_device,
                                          self.judge.gpu_index)
-            return {}
-        elif kind == "done" and self._bundle is not None:
+            return Granted()
+        elif isinstance(message, OracleDone) and self._bundle is not None:
             # The last message: the worker may go on while this process exits.
             self._done_at = time.monotonic()
-            self.reference = self._reference_from(message, self._payload)
+            assert self._job is not None
+            self.reference = self._reference_from(message, self._job)
             self.ready.set()
         return None
 
-    def _reference_from(self, final: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
+    def _reference_from(self, final: OracleDone, job: OracleJob) -> dict[str, Any]:
         assert self._bundle is not None
-        kept = final["kept_sets"]
+        kept = final.kept_sets
         outputs = [self._bundle[f"set_{i}"] for i in range(len(kept))]
         return {
             "outputs": outputs,
-            "seeds": [payload["seeds"][i] for i in kept],
-            "variants": final["variants_used"],
-            "stress": {int(k): v for k, v in final["stress"].items()},
-            "passthrough": list(final.get("passthrough", [])),
-            "structure": final["structure"],
-            "ops": set(final["ops"]),
-            "flops": final["flops"], "bytes": final["bytes"],
-            "tolerances": [tolerances(name, final["atol"], final["rtol"], self.judge.config)
-                           for name in final["output_dtypes"]],
+            "seeds": [job.seeds[i] for i in kept],
+            "variants": list(final.variants_used),
+            "stress": {int(k): v for k, v in final.stress.items()},
+            "passthrough": list(final.passthrough),
+            "structure": final.structure,
+            "ops": set(final.ops),
+            "flops": int(final.flops), "bytes": int(final.bytes),
+            "tolerances": [tolerances(name, final.atol, final.rtol, self.judge.config)
+                           for name in final.output_dtypes],
         }
 
 
 def _raise_oracle_failure(result: JobResult) -> None:
     """The TaskError of an oracle that sent no reference: its own report, or how it ended."""
-    errors = [m for m in result.messages if m.get("kind") == "task_error"]
+    errors = [m for m in result.messages if m.get("kind") == TaskFailed.kind]
     if errors:
-        raise TaskError(errors[0].get("message", "the reference failed"))
+        raise TaskError(TaskFailed.from_json(errors[0]).message)
     why = ("ran past the time limit" if result.timed_out else
            f"died ({result.signal_name or f'exit code {result.exit_code}'})")
     raise TaskError(f"the reference oracle {why}:\n{result.log_tail[-2000:]}")
@@ -391,58 +399,61 @@ class _WorkerState:
         self.reference: dict[str, Any] = {}
         self.time_them = time_them
         self.decisions: dict[int, Any] = {}
-        self.reports: dict[int, dict[str, Any]] = {}
-        self.timing: dict[str, Any] | None = None
+        self.reports: dict[int, CheckedCandidate] = {}
+        self.timing: Timing | None = None
         self.started = time.perf_counter()
         # Judge-side phases: from the worker's start to its first question
         # (process start, task import, baselines warm-up), and how long it
         # then waited for the oracle's reference.
         self.phases: dict[str, float] = {}
 
-    def on_message(self, message: dict[str, Any]) -> dict[str, Any] | None:
-        from kernelevo.evaluate.outcome import judge_candidate
-
-        kind = message.get("kind")
-        if kind == "progress":
-            self.judge.progress(str(message.get("phase", "")))
-        elif kind == "ready":
+    def on_message(self, message: Message) -> Message | None:
+        if isinstance(message, Progress):
+            self.judge.progress(message.phase)
+        elif isinstance(message, Ready):
             # Where the worker's own warm-up went (done ahead, for a standby session).
-            for step, seconds in dict(message.get("warmup") or {}).items():
-                self.phases[f"warmup_{step}"] = float(seconds)
-            imported = message.get("imported")
-            if imported and isinstance(imported, list):  # before any candidate ran
-                preload_modules.remember(self.judge.cache_dir, imported)
+            for step, seconds in message.warmup.items():
+                self.phases[f"warmup_{step}"] = seconds
+            if message.imported:  # before any candidate ran
+                preload_modules.remember(self.judge.cache_dir, list(message.imported))
             return self._ready()
-        elif kind == "failed":
-            self.decisions[int(message["candidate"])] = ("failed", message)
-            return {}
-        elif kind == "checked_candidate":
-            index = int(message["candidate"])
-            self.reports[index] = message
-            self.judge.progress("judging outputs")
-            started = time.perf_counter()
-            self.decisions[index] = judge_candidate(self, index, message)
-            self.phases["judging"] = self.phases.get("judging", 0.0) + (
-                time.perf_counter() - started)
-            self.judge.progress("judged")
-            return {}
-        elif kind == "checked":
+        elif isinstance(message, Failed):
+            self.decisions[message.candidate] = (
+                "failed", {"reason": message.reason, "message": message.message})
+            return Granted()
+        elif isinstance(message, CheckedCandidate):
+            self._judge(message)
+            return Granted()
+        elif isinstance(message, Checked):
             passing = [i for i, d in self.decisions.items() if d[0] == "passed"]
-            return {"time": passing if self.time_them else []}
-        elif kind == "timing":
+            return TimeThese(tuple(passing) if self.time_them else ())
+        elif isinstance(message, Timing):
             self.timing = message
         return None
 
-    def _ready(self) -> dict[str, Any]:
+    def _judge(self, report: CheckedCandidate) -> None:
+        from kernelevo.evaluate.outcome import judge_candidate
+
+        self.reports[report.candidate] = report
+        self.judge.progress("judging outputs")
+        started = time.perf_counter()
+        self.decisions[report.candidate] = judge_candidate(self, report.candidate, report)
+        self.phases["judging"] = self.phases.get("judging", 0.0) + (
+            time.perf_counter() - started)
+        self.judge.progress("judged")
+
+    def _ready(self) -> ReadyReply | Abort:
         """Release the worker once the reference exists (or tell it to stop)."""
         asked = time.perf_counter()
         self.phases["worker_start"] = asked - self.started
         self.oracle.ready.wait()
         self.phases["reference_wait"] = time.perf_counter() - asked
         if self.oracle.reference is None:
-            return {"abort": True}
+            return Abort()
         self.reference = self.oracle.reference
         self.judge.progress("loading candidate")
-        return {key: self.reference[key] for key in ("seeds", "variants", "tolerances")}
+        return ReadyReply(seeds=tuple(self.reference["seeds"]),
+                          variants=tuple(self.reference["variants"]),
+                          tolerances=tuple(tuple(t) for t in self.reference["tolerances"]))
 
 

@@ -29,6 +29,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from kernelevo.config import TimingConfig
 from kernelevo.evaluate.verdict import TimingStats
 
 Contestant = Callable[..., Any]
@@ -211,7 +212,7 @@ def _warm(call: Callable[[], Any], warmup_ms: float) -> tuple[float, float]:
     return (time.perf_counter() - started) * 1e3 / calls, statistics.median(queue_ms)
 
 
-def _calls(contestants: dict[str, Contestant], arena: list[Any], config: Any,
+def _calls(contestants: dict[str, Contestant], arena: list[Any], config: TimingConfig,
            run: TimingRun) -> tuple[dict[str, Callable[[], Any]], set[str]]:
     """A zero-argument call per contestant (a graph replay with cuda_graph on)."""
     calls: dict[str, Callable[[], Any]] = {}
@@ -236,7 +237,7 @@ def _rotated(names: list[str], index: int) -> list[str]:
 
 
 def time_contestants(contestants: dict[str, Contestant], sets: list[list[Any]],
-                     config: Any, after: AfterSample,
+                     config: TimingConfig, after: AfterSample,
                      counted: Sequence[int] | None = None,
                      launches: LaunchCount | None = None) -> TimingRun:
     """Every measure of every contestant; `after(name, measure, set, output)` sees outputs.
@@ -273,8 +274,8 @@ def time_contestants(contestants: dict[str, Contestant], sets: list[list[Any]],
 
 
 def _gpu_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, float]],
-              graphed: set[str], sampler: _Sampler, rotation: _Rotation, config: Any,
-              after: AfterSample, run: TimingRun,
+              graphed: set[str], sampler: _Sampler, rotation: _Rotation,
+              config: TimingConfig, after: AfterSample, run: TimingRun,
               launch_count: LaunchCount) -> dict[str, TimingStats]:
     slowest = max(per_call for per_call, _ in warm.values())
     count = int(min(config.max_samples, max(config.min_samples, config.target_ms / slowest)))
@@ -305,7 +306,7 @@ def _gpu_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, 
 
 
 def _call_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, float]],
-               sampler: _Sampler, rotation: _Rotation, config: Any,
+               sampler: _Sampler, rotation: _Rotation, config: TimingConfig,
                after: AfterSample, run: TimingRun,
                launch_count: LaunchCount) -> dict[str, TimingStats]:
     """Loops of back-to-back calls (at least 2 ms each), interleaved; median per call."""

@@ -19,6 +19,9 @@ import torch
 from kernelevo.evaluate import guards
 from kernelevo.evaluate import inputs as task_inputs
 from kernelevo.evaluate.cuda.build import CompileOnly, LoadInlineHook
+from kernelevo.evaluate.messages import (Checked, CheckedCandidate, Failed, Gpu, PrebuildDone,
+                                         PrebuildJob, Progress, Ready, ReadyReply, Sender,
+                                         TimeThese, WorkerDone, WorkerJob, reply_to_ready)
 from kernelevo.evaluate.oplog import record_ops
 from kernelevo.evaluate.sandbox.redact import candidate_traceback
 from kernelevo.evaluate.sandbox.jobs import Channel
@@ -35,16 +38,17 @@ class Failure(Exception):
         self.message = message
 
 
-def run_worker(payload: dict[str, Any], channel: Channel) -> None:
+def run_worker(payload: dict[str, Any], raw_channel: Channel) -> None:
     """Child entry point: warm the baselines, wait for the reference, check, then time."""
-    device = payload["device"]
+    job, channel = WorkerJob.from_json(payload), Sender(raw_channel)
+    device = job.device
     # The candidate and the baselines run as a user's process runs them: the
     # reference's strict numerics live in the oracle only.
     task_inputs.set_user_backend(conv_tf32=False)
-    scratch = Path(payload["scratch"])
+    scratch = Path(job.scratch)
     started = time.perf_counter()
-    task = task_inputs.import_source(payload["task_source"], "kernelevo_task", scratch,
-                                     payload.get("task_folder", ""))
+    task = task_inputs.import_source(job.task_source, "kernelevo_task", scratch,
+                                     job.task_folder)
     warmup = {"task_import": time.perf_counter() - started}
     if device == "cuda":
         # A context runs no kernels, so it is made before the GPU's gate is
@@ -53,23 +57,30 @@ def run_worker(payload: dict[str, Any], channel: Channel) -> None:
         torch.cuda.init()
         torch.empty(1, device=device)
         warmup["cuda_init"] = time.perf_counter() - started
-    channel.ask("gpu")  # from here on this worker runs kernels: a shared hold
+    channel.ask(Gpu())  # from here on this worker runs kernels: a shared hold
     # Baselines compile while the oracle computes the reference in its own
     # process; the candidate is loaded only once the reference is done.
     baselines = None
     imported: list[str] = []
-    if device == "cuda" and payload["time"]:
-        channel.send("progress", phase="warming baselines")
+    if device == "cuda" and job.time:
+        channel.send(Progress("warming baselines"))
         before = set(sys.modules)
-        baselines = warm_baselines(task, payload)
+        baselines = warm_baselines(task, job)
         imported = sorted(set(sys.modules) - before)  # for the next forkserver to preload
         warmup.update(baselines.steps)
-        channel.send("progress", phase="baselines warm")
-    reply = channel.ask("ready", warmup={k: round(v, 4) for k, v in warmup.items()},
-                        imported=imported)
-    if reply.get("abort"):
+        channel.send(Progress("baselines warm"))
+    reply = reply_to_ready(channel.ask(Ready({k: round(v, 4) for k, v in warmup.items()},
+                                             tuple(imported))))
+    if not isinstance(reply, ReadyReply):
         return
-    payload.update(reply)
+    _check_all(job, reply, task, channel, baselines, scratch)
+    channel.send(WorkerDone())
+
+
+def _check_all(job: WorkerJob, given: ReadyReply, task: Any, channel: Sender,
+               baselines: Any, scratch: Path) -> None:
+    """Check every candidate given, then time those the judge names."""
+    device = job.device
     setup_started = time.perf_counter()
     switch = guards.KernelSwitch()
     hook = LoadInlineHook(device == "cuda", switch)
@@ -80,29 +91,26 @@ def run_worker(payload: dict[str, Any], channel: Channel) -> None:
     # one's right answer in freed memory.
     started: dict[int, Any] = {}
     setup_s = time.perf_counter() - setup_started
-    for index, candidate in enumerate(payload["candidates"]):
+    for index, candidate in enumerate(given.candidates):
         try:
-            started[index] = _start_candidate(index, candidate, task, payload, channel, switch,
-                                              hook, watch, snapshot)
+            started[index] = _start_candidate(index, candidate, task, job, given, channel,
+                                              switch, hook, watch, snapshot)
             started[index].report["setup_s"] = setup_s  # the guards' set-up, before any loads
         except Failure as failure:
-            channel.ask("failed", candidate=index, reason=failure.reason,
-                        message=failure.message)
+            channel.ask(Failed(index, failure.reason, failure.message))
     loaded = []
-    for index in range(len(payload["candidates"])):
+    for index in range(len(given.candidates)):
         try:
-            loaded.append(_finish_candidate(started[index], payload, channel, hook, watch,
+            loaded.append(_finish_candidate(started[index], job, given, channel, hook, watch,
                                             snapshot) if index in started else None)
         except Failure as failure:
-            channel.ask("failed", candidate=index, reason=failure.reason,
-                        message=failure.message)
+            channel.ask(Failed(index, failure.reason, failure.message))
             loaded.append(None)
-    reply = channel.ask("checked")
-    timed = {i for i in reply.get("time", []) if 0 <= i < len(loaded) and loaded[i] is not None}
+    reply = TimeThese.from_json(channel.ask(Checked()))
+    timed = {i for i in reply.time if 0 <= i < len(loaded) and loaded[i] is not None}
     if timed and baselines is not None:
-        run_timing({i: loaded[i] for i in sorted(timed)}, baselines, task, payload, channel,
+        run_timing({i: loaded[i] for i in sorted(timed)}, baselines, task, job, given, channel,
                    snapshot, launches=lambda: switch.launches)
-    channel.send("done")
 
 
 def run_prebuild(payload: dict[str, Any], channel: Channel) -> None:
@@ -111,55 +119,55 @@ def run_prebuild(payload: dict[str, Any], channel: Channel) -> None:
     The worker that later judges it finds the build by its hash and only loads
     it, so the GPU waits for timing rather than for nvcc.
     """
+    job = PrebuildJob.from_json(payload)
     hook = LoadInlineHook(True, guards.KernelSwitch())
     started = time.perf_counter()
     try:
-        task_inputs.import_source(payload["source"], "kernelevo_prebuild",
-                                  Path(payload["scratch"]))
+        task_inputs.import_source(job.source, "kernelevo_prebuild", Path(job.scratch))
         ok = True
     except Exception:  # the judging worker reports failures; here only the build matters
         ok = False
-    channel.send("done", ok=ok, build_s=hook.build_s, wall_s=time.perf_counter() - started)
+    Sender(channel).send(PrebuildDone(ok, hook.build_s, time.perf_counter() - started))
 
 
-def _start_candidate(index: int, candidate: dict[str, Any], task: Any, payload: dict[str, Any],
-                     channel: Channel, switch: Any, hook: LoadInlineHook, watch: Any,
-                     snapshot: Any) -> "_SetRuns":
+def _start_candidate(index: int, candidate: dict[str, str], task: Any, job: WorkerJob,
+                     given: ReadyReply, channel: Sender, switch: Any, hook: LoadInlineHook,
+                     watch: Any, snapshot: Any) -> "_SetRuns":
     """Load and construct one candidate, then its first step on the input sets."""
-    device, dtype = payload["device"], getattr(torch, payload["dtype"])
-    channel.send("progress", phase="compile", candidate=index)
+    device, dtype = job.device, getattr(torch, job.dtype)
+    channel.send(Progress("compile", index))
     seen, patched = watch.snapshot(), set(snapshot.tampered())
     started = time.perf_counter()
     setters = len(switch.cuda_setters)
-    module = _load(candidate["source"], f"kernelevo_candidate_{index}", Path(payload["scratch"]))
+    module = _load(candidate["source"], f"kernelevo_candidate_{index}", Path(job.scratch))
     load_s = time.perf_counter() - started
     model = _construct(module, task, device, dtype)
-    runs = _SetRuns(index, model, module, task, payload, switch)
+    runs = _SetRuns(index, model, module, task, job, given, switch)
     runs.report.update(load_s=load_s, build_s=hook.build_s,
                        cuda_switchable=len(switch.cuda_setters) > setters)
-    channel.send("progress", phase="correctness", candidate=index)
+    channel.send(Progress("correctness", index))
     runs.first()
     runs.charge(watch.new_since(seen), snapshot.tampered(), patched)
     return runs
 
 
-def _finish_candidate(runs: "_SetRuns", payload: dict[str, Any], channel: Channel,
+def _finish_candidate(runs: "_SetRuns", job: WorkerJob, given: ReadyReply, channel: Sender,
                       hook: LoadInlineHook, watch: Any, snapshot: Any) -> Any:
     """The candidate's second step on the input sets, its report to the judge; its model."""
     seen, patched = watch.snapshot(), set(snapshot.tampered())
     report = runs.finish()
     runs.charge(watch.new_since(seen), snapshot.tampered(), patched)
     report.update(instrumented=hook.instrumented, uninstrumented=hook.uninstrumented,
-                  **runs.found)
+                  **{key: tuple(values) for key, values in runs.found.items()})
     bundle = report.pop("bundle")
-    verified = [bundle[f"set_{i}"] for i in range(len(payload["seeds"]))]
-    if not payload["time"] or payload["device"] != "cuda":
+    verified = [bundle[f"set_{i}"] for i in range(len(given.seeds))]
+    if not job.time or job.device != "cuda":
         # Without a timing phase, repeated calls on rotated inputs stand in for
         # it, so caches and warm-up-only computation are still caught.
-        report["rotation_problem"] = rotation_check(runs.model, runs.task, payload, verified)
+        report["rotation_problem"] = rotation_check(runs.model, runs.task, job, given, verified)
     # The judge copies the outputs while this process waits for its reply.
-    channel.ask("checked_candidate", candidate=runs.index,
-                bundle=export_bundle(bundle, Path(payload["scratch"])), **report)
+    channel.ask(CheckedCandidate(candidate=runs.index,
+                                 bundle=export_bundle(bundle, Path(job.scratch)), **report))
     return runs.model, runs.module, verified
 
 
@@ -216,12 +224,12 @@ class _SetRuns:
     hold its right answer (on the CPU freed memory is not poisoned).
     """
 
-    def __init__(self, index: int, model: Any, module: Any, task: Any, payload: dict[str, Any],
-                 switch: Any) -> None:
+    def __init__(self, index: int, model: Any, module: Any, task: Any, job: WorkerJob,
+                 given: ReadyReply, switch: Any) -> None:
         self.index, self.model, self.module, self.task = index, model, module, task
-        self.payload, self.switch = payload, switch
-        self.device, self.dtype = payload["device"], getattr(torch, payload["dtype"])
-        self.sets = list(zip(payload["seeds"], payload["variants"]))
+        self.switch = switch
+        self.device, self.dtype = job.device, getattr(torch, job.dtype)
+        self.sets = list(zip(given.seeds, given.variants))
         self.problems: list[str] = []
         self.outputs: dict[int, dict[str, Any]] = {}
         self.first_call_s: list[float] = []  # the first call's time (a JIT compiles then)
@@ -261,7 +269,7 @@ class _SetRuns:
             bundle["knockout"] = self.knockout["values"]
             structures["knockout"] = self.knockout["structure"]
         return {**self.report, "bundle": bundle, "structures": structures,
-                "problems": self.problems, "ops": sorted(ops),
+                "problems": tuple(self.problems), "ops": tuple(sorted(ops)),
                 "first_call_s": self.first_call_s[0], "triton_launches": self.launches,
                 "check_s": self.check_s}
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import torch
 
 from kernelevo.evaluate import guards
 from kernelevo.evaluate import inputs as task_inputs
-from kernelevo.evaluate.sandbox.jobs import Channel
+from kernelevo.evaluate.messages import Progress, ReadyReply, Sender, Timed, Timing, WorkerJob
 from kernelevo.evaluate.timing import load_set, time_contestants
 from kernelevo.evaluate.tolerance import compare_tensor
 
@@ -33,10 +33,9 @@ class Baselines:
         self.steps = steps  # seconds of each warm-up step, for the verdict's phases
 
 
-def warm_baselines(task: Any, payload: dict[str, Any]) -> Baselines:
+def warm_baselines(task: Any, job: WorkerJob) -> Baselines:
     """Build and warm eager and torch.compile on throwaway inputs (never the judged ones)."""
-    device, dtype = payload["device"], getattr(torch, payload["dtype"])
-    config = _TimingSettings(payload["timing"])
+    device, dtype, config = job.device, getattr(torch, job.dtype), job.timing
     steps = {}
     started = time.perf_counter()
     reference = task_inputs.build_model(task.Model, list(task.get_init_inputs()), device, dtype)
@@ -66,15 +65,15 @@ def warm_baselines(task: Any, payload: dict[str, Any]) -> Baselines:
     return Baselines(contestants, notes, compile_s, steps)
 
 
-def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any,
-               payload: dict[str, Any], channel: Channel, snapshot: Any,
+def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any, job: WorkerJob,
+               given: ReadyReply, channel: Sender, snapshot: Any,
                launches: Callable[[], int] | None = None) -> None:
-    device, dtype = payload["device"], getattr(torch, payload["dtype"])
-    config = _TimingSettings(payload["timing"])
-    channel.send("progress", phase="timing")
+    """Time the loaded candidates against the baselines, profile them, send `Timing`."""
+    device, dtype, config = job.device, getattr(torch, job.dtype), job.timing
+    channel.send(Progress("timing"))
     started = time.perf_counter()
     sets = [task_inputs.kept_inputs(task, seed, device, dtype, variant)
-            for seed, variant in zip(payload["seeds"], payload["variants"])]
+            for seed, variant in zip(given.seeds, given.variants)]
     contestants = dict(baselines.contestants)
     for index, (model, _, _) in loaded.items():
         contestants[f"candidate_{index}"] = model
@@ -101,10 +100,10 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any,
 
     # The stress set rotates through the timed calls too, but times count on
     # the task's own sets only (a reference's time can depend on the values).
-    counted = [i for i, variant in enumerate(payload["variants"]) if variant is None]
-    backend = task_inputs.set_user_backend(getattr(config, "conv_tf32", False))
-    tolerances = payload["tolerances"]
-    if getattr(config, "conv_tf32", False):  # TF32 rounds to 10 mantissa bits
+    counted = [i for i, variant in enumerate(given.variants) if variant is None]
+    backend = task_inputs.set_user_backend(config.conv_tf32)
+    tolerances = given.tolerances
+    if config.conv_tf32:  # TF32 rounds to 10 mantissa bits
         tolerances = [[max(atol, 1e-2), max(rtol, 1e-2)] for atol, rtol in tolerances]
     with torch.no_grad():
         run = time_contestants(contestants, sets, config, after, counted or None, launches)
@@ -113,10 +112,10 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any,
     # judge answers once other judges' checks may share the GPU again (a
     # profile needs no GPU to itself, only no timing beside it). Records the
     # profiler loses are caught by the launch count (outcome.unrecorded_note).
-    channel.ask("timed")
+    channel.ask(Timed())
     started = time.perf_counter()
-    shares = {index: own_kernel_share(model, module, payload["candidates"][index], sets[0],
-                                      launches)
+    shares = {str(index): own_kernel_share(model, module, given.candidates[index], sets[0],
+                                           launches)
               for index, (model, module, _) in loaded.items()}
     inconsistent = {}
     for index, (_, _, outputs_verified) in loaded.items():
@@ -127,16 +126,16 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any,
             if problem:
                 break
         if problem:
-            inconsistent[index] = f"while timing: {problem}"
+            inconsistent[str(index)] = f"while timing: {problem}"
     measures = {measure: {name: vars(stats) for name, stats in by_name.items()}
                 for measure, by_name in run.measures.items()}
-    channel.send("timing", measures=measures, measure=config.measure,
-                 notes=baselines.notes + run.notes, flags=run.flags,
-                 inconsistent=inconsistent, shares=shares, compile_s=baselines.compile_s,
-                 timing_s=timing_s, profile_s=time.perf_counter() - started, backend=backend,
-                 tampered=snapshot.tampered(), device_name=torch.cuda.get_device_name(0),
-                 versions={"torch": torch.__version__, "triton": _triton_version(),
-                           "cuda": str(torch.version.cuda)})
+    channel.send(Timing(
+        measures=measures, notes=tuple(baselines.notes + run.notes), flags=tuple(run.flags),
+        inconsistent=inconsistent, shares=shares, compile_s=baselines.compile_s,
+        timing_s=timing_s, profile_s=time.perf_counter() - started, backend=backend,
+        tampered=tuple(snapshot.tampered()), device_name=torch.cuda.get_device_name(0),
+        versions={"torch": torch.__version__, "triton": _triton_version(),
+                  "cuda": str(torch.version.cuda)}))
 
 
 def skipped_work(launches: dict[str, dict[str, float]], name: str) -> str | None:
@@ -153,17 +152,12 @@ def skipped_work(launches: dict[str, dict[str, float]], name: str) -> str | None
     return None
 
 
-class _TimingSettings:
-    def __init__(self, values: dict[str, Any]) -> None:
-        self.__dict__.update(values)
-
-
-def rotation_check(model: Any, task: Any, payload: dict[str, Any], verified: list[list[Any]],
-                   min_s: float = 1.5) -> str | None:
+def rotation_check(model: Any, task: Any, job: WorkerJob, given: ReadyReply,
+                   verified: list[list[Any]], min_s: float = 1.5) -> str | None:
     """Rotate the input sets through fixed buffers for a while; outputs must stay right."""
-    device, dtype = payload["device"], getattr(torch, payload["dtype"])
+    device, dtype = job.device, getattr(torch, job.dtype)
     sets = [task_inputs.kept_inputs(task, seed, device, dtype, variant)
-            for seed, variant in zip(payload["seeds"], payload["variants"])]
+            for seed, variant in zip(given.seeds, given.variants)]
     arena = task_inputs.clone_inputs(sets[0])
     kept: dict[tuple[str, int], Any] = {}
     started, rounds = time.perf_counter(), 0
@@ -178,14 +172,14 @@ def rotation_check(model: Any, task: Any, payload: dict[str, Any], verified: lis
             outputs, _ = task_inputs.flatten_outputs(output)
             kept[("candidate", set_index)] = [v.detach().clone() if isinstance(v, torch.Tensor)
                                               else v for v in outputs]
-        problem = _consistency("candidate", kept, verified, payload["tolerances"])
+        problem = _consistency("candidate", kept, verified, given.tolerances)
         if problem:
             return f"after {rounds + 1} rounds of rotated inputs: {problem}"
         rounds += 1
     return None
 
 
-def own_kernel_share(model: Any, module: Any, candidate: dict[str, Any],
+def own_kernel_share(model: Any, module: Any, candidate: dict[str, str],
                      inputs: list[Any], launches: Callable[[], int] | None = None,
                      attempts: int = 3) -> dict[str, Any]:
     """Which GPU kernels one call runs, and how much of their time is the candidate's own.
@@ -248,7 +242,7 @@ def _own_kernel_names(module: Any, source: str) -> set[str]:
 
 
 def _consistency(name: str, kept: dict[tuple[str, int], Any], verified: list[list[Any]],
-                 tolerances: list[list[float]]) -> str | None:
+                 tolerances: Sequence[Sequence[float]]) -> str | None:
     for set_index, expected in enumerate(verified):
         got = kept.get((name, set_index))
         if got is None:

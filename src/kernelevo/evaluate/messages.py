@@ -1,0 +1,378 @@
+"""What the judge and its children say to each other: one frozen dataclass per kind.
+
+A child's message crosses the pipe as one JSON object, `{"kind": ..., **fields}`
+(`sandbox.jobs.Channel`); a reply to an `ask` is a JSON object of its fields.
+A child's start is a job (`OracleJob`, `WorkerJob`, `PrebuildJob`), handed
+over as a plain dict. `decode(data, kinds)` turns what arrived into its
+dataclass, or raises a `MessageError` naming the kind and the field that is
+wrong; every field is checked against its declared type on the way in.
+The same `kind` can mean different messages from different senders (an
+oracle's `done` carries the reference's metadata, a worker's nothing), so
+each receiver decodes with its own table: `ORACLE_KINDS`, `WORKER_KINDS`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TypeVar
+
+from kernelevo.config import TimingConfig
+from kernelevo.errors import ConfigError, KernelEvoError
+from kernelevo.schema import check_value, field_hints
+
+Decoded = TypeVar("Decoded", bound="Message")
+
+
+class MessageError(KernelEvoError):
+    """A message between the judge and a child is of no kind its receiver knows, or malformed."""
+
+
+@dataclass(frozen=True)
+class Message:
+    """Fields of one message; `kind` names it on the pipe (a job or a reply has none)."""
+
+    kind: ClassVar[str] = ""
+
+    def fields_json(self) -> dict[str, Any]:
+        """The fields as JSON values; an unset optional field (None) is left out, as before."""
+        data = {}
+        for item in dataclasses.fields(self):
+            value = getattr(self, item.name)
+            if value is None and item.default is None:
+                continue
+            data[item.name] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) \
+                else value
+        return data
+
+    def to_json(self) -> dict[str, Any]:
+        """The whole message as it goes on the pipe."""
+        return {"kind": self.kind, **self.fields_json()} if self.kind else self.fields_json()
+
+    @classmethod
+    def from_json(cls: type[Decoded], data: Any) -> Decoded:
+        """The message from decoded JSON; a MessageError names what is missing or wrong."""
+        name = cls.kind or cls.__name__
+        if not isinstance(data, dict):
+            raise MessageError(f"a {name} message must be a JSON object, not "
+                               f"{type(data).__name__}")
+        if cls.kind and data.get("kind") != cls.kind:
+            raise MessageError(f"a {name} message came with kind {data.get('kind')!r}")
+        hints = field_hints(cls)
+        unknown = sorted(set(data) - set(hints) - {"kind"})
+        if unknown:
+            raise MessageError(f"a {name} message has unknown fields {', '.join(unknown)}: "
+                               "the sender and the judge are of different versions")
+        values = {}
+        for item in dataclasses.fields(cls):
+            if item.name not in data:
+                if item.default is dataclasses.MISSING \
+                        and item.default_factory is dataclasses.MISSING:
+                    raise MessageError(f"a {name} message lacks its field {item.name}")
+                continue
+            values[item.name] = _field(name, item.name, hints[item.name], data[item.name])
+        return cls(**values)
+
+
+def _field(message: str, name: str, hint: Any, value: Any) -> Any:
+    try:
+        if hint is TimingConfig:
+            return timing_config(value)
+        return check_value(hint, value)
+    except ConfigError as exc:
+        raise MessageError(f"a {message} message's field {name}: {exc}") from None
+
+
+def timing_config(values: Any) -> TimingConfig:
+    """A TimingConfig from its JSON form (as `dataclasses.asdict` gives it); ConfigError if not."""
+    if not isinstance(values, dict):
+        raise ConfigError(f"expected a table of timing settings, got {values!r:.80}")
+    hints = field_hints(TimingConfig)
+    unknown = sorted(set(values) - set(hints))
+    if unknown:
+        raise ConfigError(f"unknown timing settings {', '.join(unknown)}")
+    checked = {}
+    for key, value in values.items():
+        try:
+            checked[key] = check_value(hints[key], value)
+        except ConfigError as exc:
+            raise ConfigError(f"timing {key}: {exc}") from None
+    return TimingConfig(**checked)
+
+
+# --- jobs: what a child starts with ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OracleJob(Message):
+    """The reference oracle's work: the task, where it runs, the seeds and stress scales."""
+
+    task_source: str
+    device: str
+    dtype: str
+    scratch: str
+    seeds: tuple[int, ...]
+    variants: tuple[float | None, ...]  # None for the task's own distribution
+    task_folder: str = ""
+
+
+@dataclass(frozen=True)
+class WorkerJob(Message):
+    """The worker's work: the task and the judge's settings; the rest comes with `ReadyReply`."""
+
+    task_source: str
+    device: str
+    dtype: str
+    scratch: str
+    time: bool
+    timing: TimingConfig
+    task_folder: str = ""
+
+
+@dataclass(frozen=True)
+class PrebuildJob(Message):
+    """A CUDA candidate's source to build (or compile-check) with no GPU visible."""
+
+    source: str
+    scratch: str
+
+
+# --- from any child ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Isolation(Message):
+    """First from every child (sent by the sandbox): its network and confinement layers."""
+
+    kind: ClassVar[str] = "isolation"
+    network: str = "unknown"
+    layers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Gpu(Message):
+    """(ask) About to run kernels: answered with `Granted` once a shared hold is taken."""
+
+    kind: ClassVar[str] = "gpu"
+
+
+@dataclass(frozen=True)
+class Progress(Message):
+    """A phase for the progress line (of one candidate, where it names one)."""
+
+    kind: ClassVar[str] = "progress"
+    phase: str = ""
+    candidate: int | None = None
+
+
+@dataclass(frozen=True)
+class Garbage(Message):
+    """What the sandbox records for bytes on the pipe that were no JSON object."""
+
+    kind: ClassVar[str] = "garbage"
+
+
+# --- from the oracle ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reference(Message):
+    """(ask) The reference outputs, as a transfer bundle: answered once imported."""
+
+    kind: ClassVar[str] = "reference"
+    bundle: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class OracleDone(Message):
+    """The oracle's last word: which sets it kept and what it learnt about the reference."""
+
+    kind: ClassVar[str] = "done"
+    kept_sets: tuple[int, ...]
+    variants_used: tuple[float | None, ...]
+    stress: dict[str, str]  # kept set's index (a string in JSON) -> how it was made
+    structure: str
+    ops: tuple[str, ...]
+    flops: float
+    bytes: float
+    output_dtypes: tuple[str, ...]
+    passthrough: tuple[str, ...] = ()
+    atol: float | None = None
+    rtol: float | None = None
+
+
+@dataclass(frozen=True)
+class TaskFailed(Message):
+    """Why the task itself is broken (the oracle's last word instead of `OracleDone`)."""
+
+    kind: ClassVar[str] = "task_error"
+    message: str = "the reference failed"
+
+
+# --- from the worker ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ready(Message):
+    """(ask) Warm, waiting for candidates: answered with `ReadyReply` or `Abort`."""
+
+    kind: ClassVar[str] = "ready"
+    warmup: dict[str, float] = field(default_factory=dict)  # seconds by warm-up step
+    imported: tuple[str, ...] = ()  # modules the warm-up imported, for the next forkserver
+
+
+@dataclass(frozen=True)
+class Failed(Message):
+    """(ask) A candidate would not build, load or run: a named reason and its log."""
+
+    kind: ClassVar[str] = "failed"
+    candidate: int
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class CheckedCandidate(Message):
+    """(ask) A candidate's outputs (a bundle) and what the guards saw; answered once decided."""
+
+    kind: ClassVar[str] = "checked_candidate"
+    candidate: int
+    bundle: dict[str, Any]
+    structures: dict[str, str] = field(default_factory=dict)
+    problems: tuple[str, ...] = ()  # "reason: detail" of per-call guards that fired
+    ops: tuple[str, ...] = ()  # PyTorch compute ops of the recorded call
+    triton_launches: int = 0
+    cuda_switchable: bool = False
+    instrumented: int = 0
+    uninstrumented: int = 0
+    threads: tuple[Any, ...] = ()
+    children: tuple[Any, ...] = ()
+    files: tuple[Any, ...] = ()
+    tampered: tuple[Any, ...] = ()
+    rotation_problem: str | None = None
+    setup_s: float = 0.0
+    load_s: float = 0.0
+    build_s: float = 0.0
+    first_call_s: float = 0.0
+    check_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Checked(Message):
+    """(ask) Every candidate checked: answered with `TimeThese`."""
+
+    kind: ClassVar[str] = "checked"
+
+
+@dataclass(frozen=True)
+class Timed(Message):
+    """(ask) Timing done, profiling next: answered once the GPU may be shared again."""
+
+    kind: ClassVar[str] = "timed"
+
+
+@dataclass(frozen=True)
+class Timing(Message):
+    """What timing found: stats by measure and contestant, and what the judge should know."""
+
+    kind: ClassVar[str] = "timing"
+    measures: dict[str, dict[str, dict[str, Any]]]  # TimingStats fields by measure, contestant
+    notes: tuple[str, ...] = ()
+    flags: tuple[str, ...] = ()
+    inconsistent: dict[str, str] = field(default_factory=dict)  # candidate index -> problem
+    shares: dict[str, dict[str, Any]] = field(default_factory=dict)  # own kernel shares
+    compile_s: float | None = None
+    timing_s: float = 0.0
+    profile_s: float = 0.0
+    backend: str = ""
+    tampered: tuple[str, ...] = ()
+    device_name: str = ""
+    versions: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WorkerDone(Message):
+    """The worker's last word: its work is done."""
+
+    kind: ClassVar[str] = "done"
+
+
+@dataclass(frozen=True)
+class PrebuildDone(Message):
+    """A prebuild's last word: whether the build worked, and how long it took."""
+
+    kind: ClassVar[str] = "done"
+    ok: bool
+    build_s: float = 0.0
+    wall_s: float = 0.0
+
+
+# --- the judge's replies -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Granted(Message):
+    """The empty reply: go on."""
+
+
+@dataclass(frozen=True)
+class Abort(Message):
+    """The reply to `Ready` when no candidates will come: stop."""
+
+    abort: bool = True
+
+
+@dataclass(frozen=True)
+class ReadyReply(Message):
+    """The reply to `Ready`: the input sets to check on and the candidates (source, backend)."""
+
+    seeds: tuple[int, ...]
+    variants: tuple[float | None, ...]
+    tolerances: tuple[tuple[float, ...], ...]  # (atol, rtol) by output
+    candidates: tuple[dict[str, str], ...] = ()  # {"source": ..., "backend": ...} each
+
+
+@dataclass(frozen=True)
+class TimeThese(Message):
+    """The reply to `Checked`: the indexes of the candidates to time."""
+
+    time: tuple[int, ...] = ()
+
+
+ORACLE_KINDS: dict[str, type[Message]] = {
+    m.kind: m for m in (Isolation, Gpu, Progress, Garbage, Reference, OracleDone, TaskFailed)}
+WORKER_KINDS: dict[str, type[Message]] = {
+    m.kind: m for m in (Isolation, Gpu, Progress, Garbage, Ready, Failed, CheckedCandidate,
+                        Checked, Timed, Timing, WorkerDone)}
+PREBUILD_KINDS: dict[str, type[Message]] = {
+    m.kind: m for m in (Isolation, Garbage, PrebuildDone)}
+
+
+def decode(data: Any, kinds: dict[str, type[Message]]) -> Message:
+    """The message `data` is, by its kind in `kinds`; a MessageError for any other."""
+    kind = data.get("kind") if isinstance(data, dict) else None
+    if kind not in kinds:
+        raise MessageError(f"a message of kind {kind!r} is none of {', '.join(kinds)}: "
+                           "the sender and the judge are of different versions")
+    return kinds[kind].from_json(data)
+
+
+def reply_to_ready(data: Any) -> "ReadyReply | Abort":
+    """The judge's answer to `Ready`, as the worker reads it."""
+    if isinstance(data, dict) and data.get("abort"):
+        return Abort.from_json(data)
+    return ReadyReply.from_json(data)
+
+
+class Sender:
+    """A child's side of the pipe, typed: `sandbox.jobs.Channel` underneath."""
+
+    def __init__(self, channel: Any) -> None:
+        self.channel = channel
+
+    def send(self, message: Message) -> None:
+        self.channel.send(message.kind, **message.fields_json())
+
+    def ask(self, message: Message) -> dict[str, Any]:
+        """Send and wait for the judge's reply (decoded by the caller: it knows its type)."""
+        return self.channel.ask(message.kind, **message.fields_json())
