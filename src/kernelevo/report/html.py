@@ -51,6 +51,17 @@ def _limit(value: float | None, kind: str) -> str:
     return units.limit(value, shows[kind])
 
 
+UNTIMED_NOTE = ("Judged without a GPU: every candidate's correctness and honesty were "
+                "checked (on the CPU, at smaller sizes); nothing was timed, so there are no "
+                "speedups and no speedup plots, and each archive cell keeps the first correct "
+                "kernel judged in it.")
+
+
+def run_timed(data: RunData) -> bool:
+    """Whether the run was judged where kernels are timed (a GPU); unknown before a verdict."""
+    return not data.environment or bool(data.environment.get("gpu"))
+
+
 def run_plots(data: RunData, link: Link | None = None) -> dict[str, Markup]:
     """The run's plots by name: best-so-far against spend, and statuses over time."""
     def lines(x_of: Callable[[Improvement], float], end: float) -> list[Series]:
@@ -60,7 +71,13 @@ def run_plots(data: RunData, link: Link | None = None) -> dict[str, Markup]:
                                              ("vs torch.compile", "speedup_vs_compile",
                                               PALETTE[1]))]
 
+    if not run_timed(data):  # every speedup plot would be an empty box: one note instead
+        return {"tokens": Markup(""), "dollars": Markup(""), "time": Markup(""),
+                "status": status_plot(data.timeline, title="candidates by status over time",
+                                      x_format=units.duration),
+                "untimed": UNTIMED_NOTE}
     return {
+        "untimed": "",
         "tokens": step_plot(lines(lambda s: s.tokens, data.tokens), link=link,
                             title="best-so-far speedup against tokens", x_label="tokens",
                             x_format=units.tokens),
@@ -103,7 +120,8 @@ def _best_views(data: RunData) -> dict[str, Any]:
 def _run_context(data: RunData, ui: bool) -> dict[str, Any]:
     link = _candidate_link(data.run_id) if ui else None
     return {"data": data, "plots": run_plots(data, link), "ui": ui,
-            "grids": cell_grids(data.islands, link), "table": data.table,
+            "grids": cell_grids(data.islands, link, timed=run_timed(data)),
+            "table": data.table,
             "link": link or (lambda _id: None),
             "generated_at": time.time(), **_best_views(data)}
 

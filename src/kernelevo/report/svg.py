@@ -186,13 +186,17 @@ def _steps(frame: _Frame, timeline: Sequence[tuple[float, dict[str, int]]],
     return points
 
 
-def cell_grids(islands: Sequence[IslandCells], link: Link | None = None) -> list[Markup]:
-    """One grid per island: rows and columns shared, so islands line up."""
+def cell_grids(islands: Sequence[IslandCells], link: Link | None = None,
+               timed: bool = True) -> list[Markup]:
+    """One grid per island: rows and columns shared, so islands line up.
+
+    Untimed (no GPU) elites show as correct, never as a speedup of 1.00x.
+    """
     cells = [view.cell for island in islands for view in island.cells]
     rows = sorted({_row_key(cell) for cell in cells}, key=repr)
     columns = sorted({_column_key(cell) for cell in cells}, key=repr)
     top = max((view.fitness or 0.0 for island in islands for view in island.cells), default=0.0)
-    return [_grid(island, rows, columns, top, link) for island in islands]
+    return [_grid(island, rows, columns, top if timed else 0.0, link) for island in islands]
 
 
 def _grid(island: IslandCells, rows: list[tuple[Hashable, ...]],
@@ -215,9 +219,13 @@ def _grid(island: IslandCells, rows: list[tuple[Hashable, ...]],
 
 def _cell(view, x: float, y: float, width: float, height: float, top: float,
           link: Link | None) -> str:
-    tip = f"{' · '.join(map(str, view.cell))}: "
-    if view.elite_id:
-        strength = 0.15 + 0.55 * (view.fitness or 0.0) / top if top else 0.7
+    tip = f"{_row_label(_row_key(view.cell))} · {_column_label(_column_key(view.cell))}: "
+    if view.elite_id and not top:  # untimed: correct, with no speedup to show
+        fill = 'fill="#2e7d32" fill-opacity="0.45"'
+        text = f"{view.elite_id} correct"
+        tip += f"elite {view.elite_id}, correct (not timed)"
+    elif view.elite_id:
+        strength = 0.15 + 0.55 * (view.fitness or 0.0) / top
         fill = f'fill="#2e7d32" fill-opacity="{strength:.2f}"'
         text = f"{view.elite_id} {view.fitness:.2f}x"
         tip += f"elite {view.elite_id} at {view.fitness:.3g}x"
@@ -251,6 +259,9 @@ def _row_label(key: tuple[Hashable, ...]) -> str:
 
 
 def _column_label(key: tuple[Hashable, ...]) -> str:
+    if len(key) == 2:  # (memory, block): "direct · unknown" alone reads as nothing
+        block = "?" if key[1] == "unknown" else key[1]
+        return f"{key[0]} memory · block {block}"
     return " · ".join(map(str, key)) or "-"
 
 
