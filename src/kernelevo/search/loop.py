@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Coroutine
 
 from kernelevo.budget import Budget, BudgetExhausted
 from kernelevo.candidate import Candidate
+from kernelevo.evaluate.protocol import JudgeLike
 from kernelevo.evaluate.remote.address import check_address
 from kernelevo.evaluate.verdict import Verdict, verdict_for
 from kernelevo.llm.protocol import LLMError
@@ -152,7 +153,8 @@ class JudgeQueue:
 class Evolution:
     """One run of the search over one task."""
 
-    def __init__(self, store: RunStore, judges: list[Any], config: SearchConfig, budget: Budget,
+    def __init__(self, store: RunStore, judges: list[JudgeLike], config: SearchConfig,
+                 budget: Budget,
                  proposer: "LLMProposer | None",
                  on_progress: Callable[[Progress], None] | None = None) -> None:
         self.store, self.judges, self.config, self.budget = store, judges, config, budget
@@ -310,7 +312,7 @@ class Evolution:
                 self.building -= 1
             self.queue.put(candidate_id, stored.candidate.origin)
 
-    async def _evaluate_forever(self, judge: Any, executor: ThreadPoolExecutor) -> None:
+    async def _evaluate_forever(self, judge: JudgeLike, executor: ThreadPoolExecutor) -> None:
         loop = asyncio.get_running_loop()
         while True:
             candidate_id = await self.queue.get()
