@@ -42,7 +42,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("kernelevo.config_file", "kernelevo.run.resume", "kernelevo.run.setup",
      "kernelevo.run.driver"),
     # the front doors: the Python API and suites of tasks
-    ("kernelevo", "kernelevo.api", "kernelevo.suite*"),
+    ("kernelevo", "kernelevo.api", "kernelevo.suite*", "kernelevo.model*"),
     ("kernelevo.cli*",),
 )
 

@@ -1,0 +1,45 @@
+"""Submodule `attn.proj` (Linear) of block.py, as a KernelBench task.
+
+Written by `kernelevo model extract`: the reference is the submodule itself,
+rebuilt from the copy of the model file beside this task under seed 42, so
+its weights are the profiled model's; inputs have the recorded shapes, dtypes
+and value ranges.
+"""
+
+import torch
+import torch.nn as nn
+
+from _model_block_f4fe356456 import build as build_model  # the copy of block.py beside this task
+
+SUBMODULE = "attn.proj"
+
+size0 = 4
+size1 = 64
+
+
+def reference_submodule() -> nn.Module:
+    """The submodule, with the weights the model file's build() gives under its seed."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(42)  # the profile's seed (a literal: the judge varies constants)
+        model = build_model()[0]
+    return model.eval().get_submodule(SUBMODULE)
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = reference_submodule()
+
+    def forward(self, x0):
+        return self.inner(x0)
+
+
+def get_inputs():
+    # input 0: float32 (4, 64, 128), values in [-0.3718, 0.3411], mean -0.001789, std 0.09929
+    return [
+        torch.randn((size0, size1, 128), dtype=torch.float32) * 0.0992943 + -0.00178851,
+    ]
+
+
+def get_init_inputs():
+    return []

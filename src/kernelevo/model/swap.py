@@ -1,0 +1,175 @@
+"""A submodule's forward as a torch.library custom op that runs a kernel, guarded.
+
+One op, `kernelevo_model::kernel(inputs, weights, slot)`, serves every swapped
+submodule: `slot` names the swap. Weights travel as op inputs, so
+torch.compile sees what the output depends on; the fake (meta) implementation
+runs the original submodule's forward on fake tensors for shapes, and the
+backward is the original's (a vjp through its forward), so training works.
+At an input signature (shapes, dtypes, device) the kernel was not verified
+for, the guard runs the original forward instead and warns once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.nn.utils.stateless import _reparametrize_module
+
+OP_NAME = "kernelevo_model::kernel"
+Signature = tuple[tuple[tuple[int, ...], str, str], ...]
+
+
+class KernelFallbackWarning(UserWarning):
+    """A swapped submodule ran its original forward: the kernel was not verified there."""
+
+
+@dataclass
+class Swap:
+    """One swapped submodule: its original, its kernel and where the kernel may run."""
+
+    path: str
+    original: torch.nn.Module
+    kernel: torch.nn.Module
+    names: tuple[str, ...]  # the original's parameters then buffers, as the op receives them
+    kernel_names: tuple[str | None, ...]  # the kernel's name for each (None: unused)
+    verified: set[Signature] = field(default_factory=set)
+    guard: bool = True
+    warned: set[Signature] = field(default_factory=set)
+
+
+_SWAPS: dict[int, Swap] = {}
+_NEXT_SLOT = itertools.count()
+
+
+def register(swap: Swap) -> int:
+    """A slot number for `swap`, as the op's `slot` argument."""
+    slot = next(_NEXT_SLOT)
+    _SWAPS[slot] = swap
+    return slot
+
+
+def signature(inputs: list[torch.Tensor] | tuple[torch.Tensor, ...]) -> Signature:
+    return tuple((tuple(x.shape), str(x.dtype).removeprefix("torch."), x.device.type)
+                 for x in inputs)
+
+
+def module_tensors(module: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """Parameters then buffers, by name: the order weights are passed to the op."""
+    return list(module.named_parameters()) + list(module.named_buffers())
+
+
+@torch.library.custom_op(OP_NAME, mutates_args=())
+def kernel_op(inputs: list[torch.Tensor], weights: list[torch.Tensor],
+              slot: int) -> torch.Tensor:
+    """The swapped forward: the kernel where verified, else the original, with a warning."""
+    swap = _SWAPS[slot]
+    seen = signature(inputs)
+    if swap.guard and seen not in swap.verified:
+        if seen not in swap.warned:
+            swap.warned.add(seen)
+            warnings.warn(f"{swap.path}: the kernel was not verified for inputs {seen}; "
+                          "running the original submodule there (verify that shape with "
+                          "kernelevo.apply(..., shapes=...) to use the kernel)",
+                          KernelFallbackWarning, stacklevel=2)
+        out = original_forward(swap, inputs, weights)
+    else:
+        out = kernel_forward(swap, inputs, weights)
+    return _fresh(out, inputs, weights)
+
+
+@kernel_op.register_fake
+def _kernel_op_fake(inputs: list[torch.Tensor], weights: list[torch.Tensor],
+                    slot: int) -> torch.Tensor:
+    out = original_forward(_SWAPS[slot], inputs, weights)
+    return out.new_empty(out.shape)
+
+
+def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
+    tensors, weights, slot = inputs
+    ctx.save_for_backward(*tensors, *weights)
+    ctx.count = len(tensors)
+    ctx.slot = slot
+
+
+def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, Any, None]:
+    swap = _SWAPS[ctx.slot]
+    saved = ctx.saved_tensors
+    tensors, weights = list(saved[:ctx.count]), list(saved[ctx.count:])
+    _, vjp = torch.func.vjp(lambda xs, ws: original_forward(swap, xs, ws), tensors, weights)
+    grad_inputs, grad_weights = vjp(grad)
+    return list(grad_inputs), list(grad_weights), None
+
+
+kernel_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def original_forward(swap: Swap, inputs: list[torch.Tensor],
+                     weights: list[torch.Tensor]) -> torch.Tensor:
+    """The original class's forward with `weights` (the instance's own forward is the swap)."""
+    module = swap.original
+    with _maybe_reparametrized(module, swap.names, weights):
+        return type(module).forward(module, *inputs)
+
+
+def kernel_forward(swap: Swap, inputs: list[torch.Tensor],
+                   weights: list[torch.Tensor]) -> torch.Tensor:
+    """The kernel module's forward with `weights` in place of its own."""
+    names = [n for n in swap.kernel_names if n is not None]
+    used = [w for n, w in zip(swap.kernel_names, weights) if n is not None]
+    with _maybe_reparametrized(swap.kernel, tuple(names), used):
+        return swap.kernel(*inputs)
+
+
+class _Nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+def _maybe_reparametrized(module: torch.nn.Module, names: tuple[str, ...],
+                          weights: list[torch.Tensor]) -> Any:
+    """Swap in `weights` unless they are the module's own (eager calls: no cost)."""
+    own = dict(module_tensors(module))
+    if all(_same(own.get(n), w) for n, w in zip(names, weights)):
+        return _Nothing()
+    return _reparametrize_module(module, dict(zip(names, weights)))
+
+
+def _same(a: torch.Tensor | None, b: torch.Tensor) -> bool:
+    if a is b:
+        return True
+    plain = (torch.Tensor, torch.nn.Parameter)
+    if a is None or type(a) not in plain or type(b) not in plain:
+        return False  # fake and functional tensors (tracing) are never the module's own
+    try:
+        return (a.shape == b.shape and a.dtype == b.dtype and a.device == b.device
+                and a.stride() == b.stride() and a.data_ptr() == b.data_ptr())
+    except RuntimeError:  # a tensor without storage
+        return False
+
+
+def _fresh(out: Any, inputs: list[torch.Tensor], weights: list[torch.Tensor]) -> torch.Tensor:
+    """A contiguous output that aliases no input (a custom op may not return an alias)."""
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"a swapped forward returned {type(out).__name__}, not a tensor")
+    out = out.contiguous()
+    storages = {t.untyped_storage().data_ptr() for t in [*inputs, *weights] if t.numel()}
+    if out.numel() and out.untyped_storage().data_ptr() in storages:
+        out = out.clone()
+    return out
+
+
+def patched_forward(module: torch.nn.Module, slot: int, arity: int) -> Any:
+    """A forward for the instance: tensors-only calls go through the op, others as before."""
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        if kwargs or len(args) != arity or not all(isinstance(a, torch.Tensor) for a in args):
+            return type(module).forward(module, *args, **kwargs)
+        weights = [t for _, t in module_tensors(module)]
+        return torch.ops.kernelevo_model.kernel(list(args), weights, slot)
+    return forward
