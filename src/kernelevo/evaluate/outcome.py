@@ -11,6 +11,7 @@ from kernelevo.evaluate import decide
 from kernelevo.evaluate.floor import compute_floor
 from kernelevo.evaluate.profile import timed_profile, untimed_profile
 from kernelevo.evaluate.messages import CheckedCandidate, Timing
+from kernelevo.evaluate.oom import said_in, summary
 from kernelevo.evaluate.sandbox.jobs import JobResult
 from kernelevo.evaluate.transfer import TransferError, import_bundle
 from kernelevo.evaluate.verdict import (NO_CUSTOM_KERNEL_FLAG, SPECIALISED_FLAG, TimingStats,
@@ -97,6 +98,9 @@ def _crash_verdict(result: JobResult, during: str) -> Verdict:
     if result.signal_name:
         return verdict_for("killed_by_signal", f"the process died from {result.signal_name} "
                            f"during {during}", logs=tail)
+    if result.exit_code and said_in(tail):  # out of memory where no report could be sent
+        return verdict_for("out_of_memory", f"{summary(tail, during)} (the process exited with "
+                           f"code {result.exit_code} without reporting)", logs=tail)
     return verdict_for("exited_early", f"the process exited with code {result.exit_code} "
                        f"during {during} without reporting", logs=tail)
 

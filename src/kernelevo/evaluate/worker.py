@@ -12,7 +12,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 import torch
 
@@ -22,6 +22,7 @@ from kernelevo.evaluate.cuda.build import CompileOnly, LoadInlineHook
 from kernelevo.evaluate.messages import (Checked, CheckedCandidate, Failed, Gpu, PrebuildDone,
                                          PrebuildJob, Progress, Ready, ReadyReply, Sender,
                                          TimeThese, WorkerDone, WorkerJob, reply_to_ready)
+from kernelevo.evaluate.oom import is_out_of_memory, summary
 from kernelevo.evaluate.oplog import record_ops
 from kernelevo.evaluate.sandbox.redact import candidate_traceback
 from kernelevo.evaluate.sandbox.jobs import Channel
@@ -93,17 +94,23 @@ def _check_all(job: WorkerJob, given: ReadyReply, task: Any, channel: Sender,
     setup_s = time.perf_counter() - setup_started
     for index, candidate in enumerate(given.candidates):
         try:
-            started[index] = _start_candidate(index, candidate, task, job, given, channel,
-                                              switch, hook, watch, snapshot)
+            started[index] = _reported(lambda: _start_candidate(
+                index, candidate, task, job, given, channel, switch, hook, watch, snapshot),
+                "loading and the first input sets")
             started[index].report["setup_s"] = setup_s  # the guards' set-up, before any loads
         except Failure as failure:
+            _release(device)
             channel.ask(Failed(index, failure.reason, failure.message))
     loaded = []
     for index in range(len(given.candidates)):
         try:
-            loaded.append(_finish_candidate(started[index], job, given, channel, hook, watch,
-                                            snapshot) if index in started else None)
+            loaded.append(_reported(lambda: _finish_candidate(
+                started[index], job, given, channel, hook, watch, snapshot),
+                "the last input set and the transfer of its outputs")
+                if index in started else None)
         except Failure as failure:
+            started.pop(index, None)  # its model and outputs: room for the next candidate
+            _release(device)
             channel.ask(Failed(index, failure.reason, failure.message))
             loaded.append(None)
     reply = TimeThese.from_json(channel.ask(Checked()))
@@ -111,6 +118,32 @@ def _check_all(job: WorkerJob, given: ReadyReply, task: Any, channel: Sender,
     if timed and baselines is not None:
         run_timing({i: loaded[i] for i in sorted(timed)}, baselines, task, job, given, channel,
                    snapshot, launches=lambda: switch.launches)
+
+
+Step = TypeVar("Step")
+
+
+def _reported(step: Callable[[], Step], during: str) -> Step:
+    """step(), with memory running out anywhere in it a Failure the judge hears of.
+
+    The candidate's own calls are guarded one by one; this catches the
+    harness's work around them (its inputs, the copies of its outputs, their
+    transfer), which a candidate's 6.4 GB outputs can leave without room.
+    """
+    try:
+        return step()
+    except Failure:
+        raise
+    except Exception as exc:
+        if not is_out_of_memory(exc):
+            raise
+        raise Failure("out_of_memory", f"{summary(str(exc), during)}\n{_trimmed()}") from None
+
+
+def _release(device: str) -> None:
+    """Give freed GPU memory back after a failed candidate, so the next one has it."""
+    if device == "cuda":
+        torch.cuda.empty_cache()
 
 
 def run_prebuild(payload: dict[str, Any], channel: Channel) -> None:
@@ -179,6 +212,9 @@ def _load(source: str, name: str, folder: Path) -> Any:
     except CompileOnly as outcome:
         raise _compile_only(outcome) from None
     except Exception as exc:
+        if is_out_of_memory(exc):
+            raise Failure("out_of_memory", f"{summary(str(exc), 'import')}\n{_trimmed()}") \
+                from None
         reason = "compile_failed" if _is_build_error(exc) else "import_failed"
         raise Failure(reason, _trimmed()) from None
     if not isinstance(getattr(module, "ModelNew", None), type):
@@ -336,10 +372,13 @@ def _plain(value: Any) -> Any:
     return f"<{type(value).__name__}>"
 
 
+_DURING = {"init_failed": "ModelNew's construction", "forward_failed": "forward"}
+
+
 def _classify(exc: BaseException, default: str) -> tuple[str, str]:
     text = f"{type(exc).__name__}: {exc}"
-    if isinstance(exc, (torch.cuda.OutOfMemoryError, MemoryError)) or "out of memory" in text:
-        return "out_of_memory", _trimmed()
+    if is_out_of_memory(exc):
+        return "out_of_memory", f"{summary(text, _DURING.get(default, default))}\n{_trimmed()}"
     if any(mark in text for mark in ("CUDA error", "illegal memory access", "cudaError",
                                      "an illegal instruction", "unspecified launch failure")):
         return "cuda_error", _trimmed()

@@ -17,6 +17,8 @@ import torch
 from kernelevo.evaluate import guards
 from kernelevo.evaluate import inputs as task_inputs
 from kernelevo.evaluate.messages import Progress, ReadyReply, Sender, Timed, Timing, WorkerJob
+from kernelevo.evaluate.oom import is_out_of_memory
+from kernelevo.evaluate.profile_take import attach_profiles
 from kernelevo.evaluate.timing import load_set, time_contestants
 from kernelevo.evaluate.tolerance import compare_tensor
 
@@ -117,6 +119,9 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any, job: Wor
     shares = {str(index): own_kernel_share(model, module, given.candidates[index], sets[0],
                                            launches)
               for index, (model, module, _) in loaded.items()}
+    # Profiles (profile_take.py): after timing and the shares, so no timed call is watched.
+    attach_profiles(shares, loaded, baselines.contestants, task, sets[0], run.measures,
+                    torch.cuda.get_device_name(0), str(dtype).replace("torch.", ""))
     inconsistent = {}
     for index, (_, _, outputs_verified) in loaded.items():
         name = f"candidate_{index}"
@@ -168,6 +173,8 @@ def rotation_check(model: Any, task: Any, job: WorkerJob, given: ReadyReply,
                 with torch.no_grad():
                     output = model(*arena)
             except Exception as exc:  # a candidate that fails on a later call is inconsistent
+                if is_out_of_memory(exc):
+                    raise  # out of memory is no inconsistency: the worker reports it as such
                 return f"call {rounds * len(sets) + set_index} raised {type(exc).__name__}: {exc}"
             outputs, _ = task_inputs.flatten_outputs(output)
             kept[("candidate", set_index)] = [v.detach().clone() if isinstance(v, torch.Tensor)

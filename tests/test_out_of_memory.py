@@ -1,0 +1,86 @@
+"""A candidate that runs out of memory gets `out_of_memory` with the size it asked for, wherever it ran out."""
+
+from kernelevo.candidate import Candidate, load_candidate
+from kernelevo.config import EvalConfig
+from kernelevo.evaluate.judge import Judge
+from kernelevo.evaluate.oom import in_units, requested_size
+from kernelevo.evaluate.outcome import _crash_verdict
+from kernelevo.evaluate.sandbox.jobs import JobResult
+from kernelevo.task import load_task
+from tests.conftest import ROOT
+
+CUDA_OOM = ("CUDA out of memory. Tried to allocate 6.40 GiB. GPU 0 has a total capacity of "
+            "139.81 GiB of which 2.10 GiB is free.")
+
+RAISES_IN_INIT = f"""
+import torch
+import torch.nn as nn
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        raise torch.OutOfMemoryError({CUDA_OOM!r})
+    def forward(self, x, y):
+        return x + y
+"""
+
+RAISES_IN_FORWARD = f"""
+import torch
+import torch.nn as nn
+class ModelNew(nn.Module):
+    def forward(self, x, y):
+        raise torch.OutOfMemoryError({CUDA_OOM!r})
+"""
+
+# Its forward returns at once (an expanded view takes no memory); the harness's
+# copy of that output asks the host for 4 TiB, outside the forward's guard.
+OUTPUT_TOO_LARGE_TO_COPY = """
+import torch
+import torch.nn as nn
+class ModelNew(nn.Module):
+    def forward(self, x, y):
+        return torch.zeros(1, dtype=x.dtype).expand(1 << 40)
+"""
+
+
+def test_running_out_of_memory_anywhere_is_a_reported_verdict_with_the_size():
+    task = load_task(str(ROOT / "tests/fixtures/tasks/add.py"))
+    judge = Judge(task, EvalConfig(static_checks=False, vary_shapes=False))
+    candidates = [Candidate(source, "triton") for source in
+                  (RAISES_IN_INIT, RAISES_IN_FORWARD, OUTPUT_TOO_LARGE_TO_COPY)]
+    honest = load_candidate(ROOT / "tests/fixtures/candidates/honest_add.py")
+    try:
+        verdicts = judge.evaluate_many([*candidates, honest])
+    finally:
+        judge.close()
+    init, forward, copied, after = verdicts
+    for verdict in (init, forward, copied):
+        assert (verdict.status, verdict.reason) == ("runtime_error", "out_of_memory"), \
+            f"{verdict.reason}: {verdict.message[:600]}"
+    assert init.message.startswith("out of memory during ModelNew's construction: it tried "
+                                   "to allocate 6.40 GiB"), init.message[:300]
+    assert forward.message.startswith("out of memory during forward: it tried to allocate "
+                                      "6.40 GiB"), forward.message[:300]
+    assert copied.message.startswith("out of memory during loading and the first input sets: "
+                                     "it tried to allocate 4.00 TiB"), copied.message[:300]
+    # The worker went on: the next candidate was judged as usual.
+    assert after.reason == "passed", after.message[:600]
+
+
+def test_a_process_that_died_of_memory_without_reporting_says_so():
+    log = f"Traceback (most recent call last):\n  ...\ntorch.OutOfMemoryError: {CUDA_OOM}\n"
+    verdict = _crash_verdict(JobResult(exit_code=1, log_tail=log), "loading or checking")
+    assert (verdict.reason, verdict.status) == ("out_of_memory", "runtime_error")
+    assert verdict.message == ("out of memory during loading or checking: it tried to allocate "
+                               "6.40 GiB (the process exited with code 1 without reporting)")
+    plain = _crash_verdict(JobResult(exit_code=1, log_tail="ValueError: no\n"), "timing")
+    assert plain.reason == "exited_early"
+
+
+def test_the_size_is_read_from_gpu_and_host_messages():
+    assert requested_size(CUDA_OOM) == "6.40 GiB"
+    host = ("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory: "
+            "you tried to allocate 6871947673600 bytes. Error code 12")
+    assert requested_size(host) == "6.25 TiB"
+    assert requested_size("RuntimeError: out of memory") is None
+    assert (in_units(512), in_units(1536), in_units(3 << 30)) == ("512 bytes", "1.50 KiB",
+                                                                  "3.00 GiB")
