@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from kernelevo.memory.store import MemoryStore
+from kernelevo.report import write_report
 from kernelevo.store.run_store import RunStore
 from tests.conftest import ROOT
 from tests.fakes.openai_server import FakeOpenAIServer
@@ -85,6 +86,8 @@ def test_a_second_run_on_a_similar_task_starts_from_the_first_runs_kernel_and_le
     assert recalled.payload["lessons"] and recalled.payload["lessons"] in prompt
     planted = [c for c in second.candidates() if c.candidate.name.startswith("memory ")]
     assert planted and all(c.verdict is not None for c in planted)  # judged afresh
+    page = write_report(Path(second.path), tmp_path / "report.html").read_text()
+    assert "Lessons in the prompts" in page and "this change fixed it" in page
 
     with FakeOpenAIServer(default=lambda request: fenced(GOOD)) as server:
         alone = evolve(tmp_path, small, server, memory_path, "runs3", "--candidates", "1",

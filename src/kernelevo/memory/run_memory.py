@@ -97,3 +97,19 @@ def describe_recall(remembered: Recall | None) -> str:
     lessons = len(remembered.lessons.splitlines())
     return (f"recalled {tasks}: {len(remembered.kernels)} kernel(s) planted as starting "
             f"candidates, {lessons} lesson line(s) in the prompts")
+
+
+def memory_use(run: Any) -> dict[str, Any]:
+    """What a stored run (a RunStore) got from the memory and gave it; {} with memory off."""
+    recalled = run.events(RECALL_EVENT)
+    recorded = run.events(RECORD_EVENT)
+    if not recalled and not recorded:
+        return {}
+    given = Recall.from_payload(recalled[-1].payload) if recalled else Recall()
+    return {"tasks": [{"name": t.name, "key": t.key, "similarity": t.similarity}
+                      for t in given.tasks],
+            "kernels": [{"label": k.label, "memory_id": k.memory_id} for k in given.kernels],
+            "lessons": given.lessons,
+            "store": (recalled or recorded)[-1].payload.get("store", ""),
+            "recorded": {key: recorded[-1].payload.get(key, 0)
+                         for key in ("kernels", "edits", "fixes")} if recorded else {}}

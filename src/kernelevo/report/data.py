@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kernelevo.memory.run_memory import memory_use
 from kernelevo.report.lineage import (
     MAX_LINEAGE_STEPS,
     IslandCells,
@@ -116,6 +117,8 @@ class RunData:
     # Of tokens and cost_usd, charged as a bound (calls cut off), not billed.
     estimated_tokens: int = 0
     estimated_usd: float = 0.0
+    # What the memory gave the run and took from it ({} with memory off): docs/memory.md
+    memory: dict[str, Any] = field(default_factory=dict)
 
     def by_status(self) -> dict[str, int]:
         return dict(self.timeline[-1][1]) if self.timeline else {}
@@ -154,6 +157,7 @@ def load_run(run_path: Path, *, views: bool = True) -> RunData:
         models = _models(info.config, store.briefs.models())
         moments = store.briefs.moments()
         shown = _views(store, info, totals, best, moments) if views else _Views()
+        memory = memory_use(store)
     span = max([start, info.finished_at or 0.0, moments[1] if moments else 0.0,
                 events.last_at or 0.0]) - start
     return RunData(
@@ -169,7 +173,7 @@ def load_run(run_path: Path, *, views: bool = True) -> RunData:
         candidate_count=count, table=shown.table, improvements=improvements,
         timeline=shown.timeline, islands=shown.islands, lineage=shown.lineage, best=best,
         baseline=baseline, baseline_text=baseline_text(baseline_entry),
-        no_best_message=no_best_message, llm_calls=totals.llm_calls,
+        no_best_message=no_best_message, llm_calls=totals.llm_calls, memory=memory,
         estimated_tokens=totals.estimated_tokens, estimated_usd=totals.estimated_usd)
 
 
