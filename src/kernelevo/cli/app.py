@@ -22,6 +22,7 @@ from rich.markup import escape
 from kernelevo.version import __version__
 from kernelevo.cli.config import config_command
 from kernelevo.cli.memory import memory_app
+from kernelevo.cli.profile import print_profile, profile_command
 from kernelevo.cli.serve import serve_command
 from kernelevo.cli.suite import suite_command
 from kernelevo.cli.options import (  # noqa: F401 (the choices, re-exported)
@@ -170,6 +171,8 @@ def eval_command(
         out.print_json(json.dumps(verdict.to_dict()))
     else:
         print_verdict(out, loaded.name, verdict, brief=console.quiet)
+        if verdict.profile is not None and not console.quiet:
+            print_profile(out, verdict.profile)
     # A PyTorch-only candidate is correct but is no kernel: it does not pass.
     raise typer.Exit(0 if verdict.passed_kernel else EXIT_FAILED)
 
@@ -244,6 +247,9 @@ def evolve_command(
                                     "file(s)"),
     llm_in_flight: Optional[int] = typer.Option(None, help="LLM requests in flight (default 8)"),
     islands: Optional[int] = typer.Option(None, help="archive islands (default 3)"),
+    stop_at_roofline: Optional[float] = typer.Option(
+        None, min=0.0, max=1.0, help="end the search once a kernel reaches this fraction of "
+        "its roofline bound, e.g. 0.9 (default: never)"),
     precision: Optional[Precision] = PRECISION_OPTION, device: Optional[Device] = DEVICE_OPTION,
     policy: Optional[Policy] = POLICY_OPTION,
     no_compile: bool = NO_COMPILE_OPTION,
@@ -268,6 +274,7 @@ def evolve_command(
                                               base_url, api_key_env, tokens, usd, time_limit,
                                               candidates, cluster, cluster_slots,
                                               no_memory=no_memory)}
+        overrides["search"]["stop_at_roofline"] = stop_at_roofline
         options = setup.evolve_options(resolve(config_file, overrides, FLAGS),
                                        runs_dir=runs_dir, resume=resume, gpus=gpus, seeds=seed)
         if task is None and resume is None:
@@ -435,6 +442,7 @@ app.command("config")(config_command)
 app.command("suite")(suite_command)
 app.add_typer(memory_app, name="memory")
 app.command("serve")(serve_command)
+app.command("profile")(profile_command)
 
 
 def main() -> None:

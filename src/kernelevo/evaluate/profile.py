@@ -337,3 +337,16 @@ def pct(fraction: float) -> str:
 
 def _dims(values: tuple[int, ...]) -> str:
     return "x".join(str(v) for v in values) if values else "?"
+
+
+# Attaching it to a verdict ---------------------------------------------------------------
+
+def timed_profile(share: dict[str, Any]) -> Profile | None:
+    """The profile the worker sent beside a candidate's kernel share, if it sent one."""
+    raw = share.get("profile") if share else None
+    return Profile.from_dict(raw) if raw else None
+
+
+def untimed_profile(device: str) -> Profile | None:
+    """The profile of a verdict judged without timing: on CPU it says why there is none."""
+    return Profile(notes=(NO_GPU_NOTE,)) if device == "cpu" else None

@@ -17,9 +17,10 @@ from typing import Any, Iterable
 import torch
 
 from kernelevo.evaluate import inputs as task_inputs
+from kernelevo.evaluate.cost import task_cost
 from kernelevo.evaluate.profile import (CALL_ANNOTATION, CPU_STAND_IN_CATEGORIES,
                                         GPU_KERNEL_CATEGORIES, Breakdown, breakdown,
-                                        events_from_chrome_trace)
+                                        build_profile, events_from_chrome_trace)
 
 PROFILED_CALLS = 3
 
@@ -57,3 +58,49 @@ def take_breakdown(model: Any, inputs: list[Any], own_names: Iterable[str] = (),
 def _synchronize(device: str) -> None:
     if device != "cpu":
         torch.cuda.synchronize()
+
+
+def profile_candidates(loaded: dict[int, Any], baselines: dict[str, Any], task: Any,
+                       inputs: list[Any], gpu_ms: dict[str, float],
+                       own_names: dict[int, set[str]], device_name: str,
+                       dtype_name: str, device: str = "cuda") -> dict[str, dict[str, Any]]:
+    """Each timed candidate's profile as a dict, by index; after timing, never during it.
+
+    A profile that cannot be taken is a note in it, never a failed verdict.
+    """
+    notes: tuple[str, ...] = ()
+    try:
+        cost = task_cost(task, getattr(torch, dtype_name))
+    except Exception as exc:  # a reference the meta device cannot run: no roofline
+        cost, notes = None, (f"analytic cost unavailable: {type(exc).__name__}: {exc}"[:200],)
+    launches = {}
+    for name, model in baselines.items():
+        try:
+            launches[name] = take_breakdown(model, inputs, device=device).launches_per_call
+        except Exception:  # a baseline's count only adds the fusion clause
+            continue
+    profiles = {}
+    for index, (model, _, _) in loaded.items():
+        try:
+            parts, why = take_breakdown(model, inputs, own_names.get(index, ()), device=device), ()
+        except Exception as exc:
+            parts, why = None, (f"profiler failed: {type(exc).__name__}: {exc}"[:200],)
+        profile = build_profile(parts, cost, gpu_ms.get(f"candidate_{index}"), device_name,
+                                dtype_name, launches, notes + why)
+        profiles[str(index)] = profile.to_dict()
+    return profiles
+
+
+def attach_profiles(shares: dict[Any, dict[str, Any]], loaded: dict[int, Any],
+                    baselines: dict[str, Any], task: Any, inputs: list[Any],
+                    measures: dict[str, dict[str, Any]], device_name: str,
+                    dtype_name: str) -> None:
+    """Add each candidate's profile to its kernel share (keyed by index or its string)."""
+    found = {index: shares.get(str(index), shares.get(index)) for index in loaded}
+    own = {index: set((share or {}).get("own_names", ())) for index, share in found.items()}
+    gpu_ms = {name: stats.median_ms for name, stats in measures.get("gpu", {}).items()}
+    profiles = profile_candidates(loaded, baselines, task, inputs, gpu_ms, own, device_name,
+                                  dtype_name)
+    for index, share in found.items():
+        if share is not None and str(index) in profiles:
+            share["profile"] = profiles[str(index)]
