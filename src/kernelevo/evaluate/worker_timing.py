@@ -19,7 +19,6 @@ from kernelevo.evaluate import inputs as task_inputs
 from kernelevo.evaluate.messages import Progress, ReadyReply, Sender, Timed, Timing, WorkerJob
 from kernelevo.evaluate.oom import is_out_of_memory
 from kernelevo.evaluate.profile_take import attach_profiles
-from kernelevo.evaluate.profile_take import attach_profiles
 from kernelevo.evaluate.timing import load_set, time_contestants
 from kernelevo.evaluate.tolerance import compare_tensor
 
@@ -120,9 +119,6 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any, job: Wor
     shares = {str(index): own_kernel_share(model, module, given.candidates[index], sets[0],
                                            launches)
               for index, (model, module, _) in loaded.items()}
-    # Profiles (profile_take.py): after timing and the shares, so no timed call is watched.
-    attach_profiles(shares, loaded, baselines.contestants, task, sets[0], run.measures,
-                    torch.cuda.get_device_name(0), str(dtype).replace("torch.", ""))
     # Profiles (profile_take.py): after timing and the shares, so no timed call is watched.
     attach_profiles(shares, loaded, baselines.contestants, task, sets[0], run.measures,
                     torch.cuda.get_device_name(0), str(dtype).replace("torch.", ""))
