@@ -57,3 +57,19 @@ def test_the_profile_table_names_kernels_diagnosis_and_roofline():
     assert "memory-bound at 41 % of HBM peak: at most 2.4x left" in text
     assert "roofline: 1968 GB/s of 4800 (41 %)" in text
     assert "cost: 201,326,592 bytes" in text
+
+
+def test_the_candidate_page_shows_the_breakdown_and_roofline_position(tmp_path):
+    from kernelevo.report.detail import load_candidate_detail
+    from kernelevo.report.html import render_candidate_page
+
+    with RunStore.create(tmp_path, "add", TASK_SOURCE, {}) as store:
+        candidate_id = store.add_candidate(Candidate(SEED, "triton", origin="seed"))
+        store.record_verdict(candidate_id, _profiled_verdict())
+    page = render_candidate_page(load_candidate_detail(next(tmp_path.glob("*/run.db")).parent,
+                                                       candidate_id))
+    profile_part = page.split("<h2>Profile</h2>", 1)[1]
+    assert "memory-bound at 41 % of HBM peak: at most 2.4x left" in profile_part
+    assert "1968 of 4800 GB/s (41 %)" in profile_part
+    assert "<code>add_kernel</code> <span class=\"muted\">own</span>" in profile_part
+    assert 'aria-label="84 %"' in profile_part and "4096x1x1" in profile_part

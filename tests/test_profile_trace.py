@@ -99,3 +99,27 @@ def test_profile_round_trips_through_json():
     assert again == profile
     assert again.bound == "memory"
     assert "softmax_kernel (own): 71 %" in "\n".join(prompt_lines(again))
+
+
+def test_attach_profiles_adds_each_candidates_profile_to_its_share():
+    import types
+
+    from kernelevo.evaluate.profile_take import attach_profiles
+    from kernelevo.evaluate.verdict import TimingStats
+
+    task = types.ModuleType("relu_task")
+    exec("import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n"
+         "        return torch.relu(x)\ndef get_inputs():\n    return [torch.randn(64, 32)]\n"
+         "def get_init_inputs():\n    return []\n", task.__dict__)
+    candidate = torch.nn.Sequential(torch.nn.ReLU())
+    shares = {"0": {"own_names": ["relu"]}}
+    time_ms = 64 * 32 * 4 * 2 / (0.5 * 4800e9) * 1e3  # half the H200's HBM peak
+    attach_profiles(shares, {0: (candidate, None, None)}, {"eager": task.Model()}, task,
+                    [torch.randn(64, 32)], {"gpu": {"candidate_0": TimingStats(time_ms, 0, 0, 1)}},
+                    "NVIDIA H200", "float32", device="cpu")
+    profile = Profile.from_dict(shares["0"]["profile"])
+    assert profile.cost == Cost(64 * 32 * 4 * 2, 0, 64 * 32, "meta")
+    assert profile.roofline.bound == "memory"
+    assert profile.roofline.fraction == pytest.approx(0.5)
+    assert any(row.name == "aten::relu" and row.own for row in profile.breakdown.kernels)
+    assert profile.baseline_launches["eager"] >= 1

@@ -94,13 +94,13 @@ def profile_candidates(loaded: dict[int, Any], baselines: dict[str, Any], task: 
 def attach_profiles(shares: dict[Any, dict[str, Any]], loaded: dict[int, Any],
                     baselines: dict[str, Any], task: Any, inputs: list[Any],
                     measures: dict[str, dict[str, Any]], device_name: str,
-                    dtype_name: str) -> None:
+                    dtype_name: str, device: str = "cuda") -> None:
     """Add each candidate's profile to its kernel share (keyed by index or its string)."""
     found = {index: shares.get(str(index), shares.get(index)) for index in loaded}
     own = {index: set((share or {}).get("own_names", ())) for index, share in found.items()}
     gpu_ms = {name: stats.median_ms for name, stats in measures.get("gpu", {}).items()}
     profiles = profile_candidates(loaded, baselines, task, inputs, gpu_ms, own, device_name,
-                                  dtype_name)
+                                  dtype_name, device)
     for index, share in found.items():
         if share is not None and str(index) in profiles:
             share["profile"] = profiles[str(index)]
