@@ -354,3 +354,28 @@ def test_gpus_that_are_not_visible_are_refused(bench):
                      "--out", str(bench / "out"), "--kernelbench-dir", str(bench / "kb"),
                      "--gpus", "0,1", extra_env={"CUDA_VISIBLE_DEVICES": ""})
     assert done.wait(120) == 2 and "no visible GPU has index 0, 1" in done.stderr.read()
+
+
+def test_a_suite_row_without_timings_says_no_baseline_was_measured(bench, monkeypatch):
+    """A CPU run times nothing: its rows must not claim measured baselines."""
+    import kernelevo.evaluate.judge as judge_module
+    from kernelevo.config import EvalConfig
+    from kernelevo.evaluate.verdict import Verdict
+    from kernelevo.suite import SuitePlan, run_suite
+
+    class UntimedJudge:
+        def __init__(self, task, config, gpu_index=None, standby=False):
+            pass
+
+        def evaluate(self, candidate):
+            return Verdict("ok", "passed")  # checked, never timed
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(judge_module, "Judge", UntimedJudge)
+    monkeypatch.setenv("KERNELEVO_CACHE_DIR", str(bench / "cache"))
+    plan = SuitePlan(("kernelbench:level1/1",), bench / "solutions", bench / "out",
+                     EvalConfig(), str(bench / "kb"))
+    rows = run_suite(plan).rows
+    assert rows and all(r["baseline_source"] == "none" and r["baseline_ms"] == {} for r in rows)

@@ -118,7 +118,8 @@ class TaskLane:
         own = verdict.measures.get(self.measure, {}).get("candidate")
         baselines = self.stored or {n: s for n, s in verdict.measures.get(self.measure, {}).items()
                                     if n != "candidate"}
-        source = "stored" if self.stored else "measured"
+        # A CPU run, or a candidate that never reached timing, measured no baseline.
+        source = "stored" if self.stored else ("measured" if baselines else "none")
         if self.store and not self.stored and verdict.passed_kernel:
             self.store.put(self.key, self.measure, verdict)
             self.stored = self.store.get(self.key, self.wanted)
