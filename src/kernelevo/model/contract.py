@@ -37,9 +37,14 @@ class ModelFile:
     @property
     def module_name(self) -> str:
         """A module name unique to this source, so two model files never share sys.modules."""
-        digest = hashlib.sha256(self.source.encode()).hexdigest()[:10]
-        stem = "".join(c if c.isalnum() else "_" for c in self.path.stem)
-        return f"_model_{stem}_{digest}"
+        return module_name_for(self.path.stem, self.source)
+
+
+def module_name_for(stem: str, source: str) -> str:
+    """`_model_<stem>_<hash of source>`: one name per distinct source."""
+    digest = hashlib.sha256(source.encode()).hexdigest()[:10]
+    clean = "".join(c if c.isalnum() else "_" for c in stem)
+    return f"_model_{clean}_{digest}"
 
 
 @dataclass(frozen=True)

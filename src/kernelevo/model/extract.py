@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from kernelevo.errors import TaskError
-from kernelevo.model.contract import ModelFile, build_model, import_model_file, model_file
+from kernelevo.model.contract import ModelFile, build_model, import_model_file, model_file, \
+    module_name_for
 from kernelevo.model.profile import InputSpec, ModelProfile, ModuleStat
 
 MANIFEST = "manifest.json"
@@ -95,8 +96,9 @@ def extract(profile: ModelProfile, spots: list[HotSpot], out_dir: str | Path, *,
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     file = model_file(profile.model_path, profile.seed)
-    source_module = file.module_name
-    (out / f"{source_module}.py").write_text(source_copy(file))
+    copy_text = source_copy(file)
+    source_module = module_name_for(file.path.stem, copy_text)
+    (out / f"{source_module}.py").write_text(copy_text)
     entries = []
     for spot in spots:
         text = task_source(spot, file, source_module, fixed_shapes)

@@ -138,7 +138,7 @@ def _recorder(slot: _Seen) -> Callable[..., None]:
         if slot.calls == 1:
             slot.why_not = _why_not_extractable(args, kwargs, output)
             if not slot.why_not:
-                slot.inputs = tuple(_spec(x) for x in args)
+                slot.inputs = tuple(input_spec(x) for x in args)
     return hook
 
 
@@ -157,7 +157,7 @@ def _why_not_extractable(args: tuple[Any, ...], kwargs: dict[str, Any], output: 
     return ""
 
 
-def _spec(tensor: Any) -> InputSpec:
+def input_spec(tensor: Any) -> InputSpec:
     values = tensor.detach().double()
     if values.numel() == 0:
         return InputSpec(tuple(tensor.shape), _dtype_name(tensor.dtype), 0.0, 0.0, 0.0, 0.0)

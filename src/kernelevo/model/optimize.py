@@ -1,0 +1,197 @@
+"""The whole loop: profile, extract, evolve each task with a share of the budget, apply, verify.
+
+Everything lands in one folder, with a state file (state.json) written after
+every step, so a stopped `kernelevo model optimize` continues where it was:
+profile.json, tasks/ (the extracted tasks), runs/<task>/ (each task's search,
+resumed when it holds a run), kernels/<task>.py (each search's best, as a
+standalone file), then model_report.json and model_report.md. Without an
+LLM the tuner searches alone, from the seed kernel a task has in `seeds`.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from kernelevo.budget import parse_duration_s, parse_tokens, parse_usd
+from kernelevo.model.contract import build_model, default_device, dtype_of, model_file, moved
+from kernelevo.model.extract import extract, read_manifest, select_hot
+from kernelevo.model.profile import ModelProfile, profile_built
+
+STATE_NAME = "state.json"
+
+
+@dataclass(frozen=True)
+class OptimizeOptions:
+    """What `kernelevo model optimize` was asked to do."""
+
+    model_path: str
+    out_dir: str
+    top: int = 3
+    leaves: bool = False
+    paths: tuple[str, ...] = ()
+    seeds_dir: str | None = None  # kernels to start from: <task>.py or <task>__*.py
+    models: tuple[str, ...] = ()
+    base_url: str | None = None
+    tokens: str | None = None
+    usd: str | None = None
+    time: str | None = None
+    candidates: int | None = None
+    precision: str = "fp32"
+    device: str | None = None
+    seed: int = 42
+    compile_backend: str | None = None
+    evolve_settings: dict[str, Any] = field(default_factory=dict)
+
+
+Evolve = Callable[..., Any]  # kernelevo.evolve's signature
+Export = Callable[..., Any]  # kernelevo.export's signature
+Say = Callable[[str], None]
+
+
+def optimize(options: OptimizeOptions, *, evolve: Evolve | None = None,
+             export: Export | None = None, say: Say = print) -> dict[str, Any]:
+    """Run (or continue) the loop; returns the report's data."""
+    from kernelevo import api
+    from kernelevo.model.apply import apply
+    from kernelevo.model.report import report_data, write_report
+    from kernelevo.model.verify import verify
+
+    out = Path(options.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    state = load_state(out, options)
+    device = options.device or default_device()
+    built = moved(build_model(model_file(options.model_path, options.seed)), device,
+                  dtype_of(options.precision))
+    profile = _profile_once(out, state, built, device, options, say)
+    tasks_dir = _extract_once(out, state, profile, options, say)
+    for entry in read_manifest(tasks_dir)["tasks"]:
+        _search_once(out, state, entry, options, evolve or api.evolve, export or api.export,
+                     say)
+    original = copy.deepcopy(built.module)
+    applied = apply(built.module, out / "kernels", tasks=tasks_dir)
+    say(f"applied {len(applied.swapped)} kernels, left {len(applied.skipped)} submodules")
+    verification = verify(original, built.module, built.inputs, device=device,
+                          compile_backend=options.compile_backend)
+    data = report_data(profile.to_dict(), applied.to_dict(), verification.to_dict(),
+                       state["tasks"])
+    json_path, md_path = write_report(out, data)
+    say(f"report: {md_path} and {json_path}")
+    return data
+
+
+def load_state(out: Path, options: OptimizeOptions) -> dict[str, Any]:
+    """The folder's state, or a fresh one; a folder made for another model is refused."""
+    from kernelevo.errors import ConfigError
+
+    path = out / STATE_NAME
+    model = str(Path(options.model_path).resolve())
+    if not path.is_file():
+        return {"model": model, "done": [], "tasks": {}}
+    state = json.loads(path.read_text())
+    if state.get("model") != model:
+        raise ConfigError(f"{out} holds the loop of {state.get('model')}, not {model}: give "
+                          "another -o folder")
+    return state
+
+
+def save_state(out: Path, state: dict[str, Any]) -> None:
+    temporary = out / (STATE_NAME + ".tmp")
+    temporary.write_text(json.dumps(state, indent=2) + "\n")
+    temporary.replace(out / STATE_NAME)  # atomic: a kill never leaves half a state
+
+
+def _profile_once(out: Path, state: dict[str, Any], built: Any, device: str,
+                  options: OptimizeOptions, say: Say) -> ModelProfile:
+    path = out / "profile.json"
+    if "profile" in state["done"] and path.is_file():
+        return ModelProfile.from_dict(json.loads(path.read_text()))
+    profile = profile_built(built, device=device, precision=options.precision)
+    path.write_text(json.dumps(profile.to_dict(), indent=2) + "\n")
+    state["done"].append("profile")
+    save_state(out, state)
+    say(f"profiled: forward {profile.total_ms:.3f} ms ({profile.activity} time)")
+    return profile
+
+
+def _extract_once(out: Path, state: dict[str, Any], profile: ModelProfile,
+                  options: OptimizeOptions, say: Say) -> Path:
+    tasks_dir = out / "tasks"
+    if "extract" in state["done"]:
+        return tasks_dir
+    spots = select_hot(profile, options.top, paths=list(options.paths) or None,
+                       leaves=options.leaves)
+    extract(profile, spots, tasks_dir)
+    state["done"].append("extract")
+    state["tasks"] = {spot.name: {"status": "pending", "paths": list(spot.paths)}
+                      for spot in spots}
+    save_state(out, state)
+    say(f"extracted {len(spots)} tasks: {', '.join(s.name for s in spots)}")
+    return tasks_dir
+
+
+def _search_once(out: Path, state: dict[str, Any], entry: dict[str, Any],
+                 options: OptimizeOptions, evolve: Evolve, export: Export, say: Say) -> None:
+    name = entry["name"]
+    record = state["tasks"].setdefault(name, {"status": "pending"})
+    if record["status"] in ("done", "skipped"):
+        return
+    seed = _seed_kernel(options.seeds_dir, name)
+    if not options.models and seed is None:
+        record.update(status="skipped", reason="no LLM configured and no seed kernel for the "
+                      "tuner (give --model, or --seeds DIR holding " f"{name}.py)")
+        save_state(out, state)
+        say(f"{name}: skipped ({record['reason']})")
+        return
+    runs_dir = out / "runs" / name
+    earlier = sorted(p for p in runs_dir.glob("*") if p.is_dir()) if runs_dir.is_dir() else []
+    share = _budget_share(options, len(state["tasks"]))
+    say(f"{name}: searching" + (" (resuming)" if earlier else ""))
+    result = evolve(None if earlier else str(out / "tasks" / f"{name}.py"),
+                    seeds=[str(seed)] if seed and not earlier else None,
+                    models=list(options.models) or None, base_url=options.base_url,
+                    runs_dir=str(runs_dir), resume=str(earlier[-1]) if earlier else None,
+                    quiet=True, **share, **options.evolve_settings)
+    record["run"] = str(result.run_dir)
+    if result.best_id is None:
+        record.update(status="done", reason="the search found no correct kernel")
+    else:
+        kernel = out / "kernels" / f"{name}.py"
+        kernel.parent.mkdir(exist_ok=True)
+        export(result, kernel, recheck=False, force=True)
+        progress = result.progress
+        record.update(status="done", kernel=str(kernel),
+                      speedup_vs_eager=progress.best_vs_eager,
+                      speedup_vs_compile=progress.best_vs_compile)
+    save_state(out, state)
+    say(f"{name}: {record.get('reason') or 'best kernel ' + record.get('kernel', '')}")
+
+
+def _seed_kernel(seeds_dir: str | None, name: str) -> Path | None:
+    if not seeds_dir:
+        return None
+    folder = Path(seeds_dir)
+    exact = folder / f"{name}.py"
+    if exact.is_file():
+        return exact
+    others = sorted(folder.glob(f"{name}__*.py"))
+    return others[0] if others else None
+
+
+def _budget_share(options: OptimizeOptions, count: int) -> dict[str, Any]:
+    """Each task's equal share of the budgets given (never rounding up past the whole)."""
+    count = max(1, count)
+    share: dict[str, Any] = {}
+    if options.tokens:
+        share["tokens"] = max(1, parse_tokens(options.tokens) // count)
+    if options.usd:
+        share["usd"] = parse_usd(options.usd) / count
+    if options.time:
+        share["time"] = parse_duration_s(options.time) / count
+    if options.candidates:
+        share["candidates"] = max(1, math.floor(options.candidates / count))
+    return share
