@@ -31,7 +31,8 @@ def main() -> None:
         page.goto(f"{base}/run/{run_id}")
         page.wait_for_selector("svg")
         page.screenshot(path=str(out / "ui-run.png"), full_page=True)
-        best = RunStore.open(runs_dir / run_id / "run.db").best()
+        with RunStore.read(runs_dir / run_id) as store:  # read-only: run.db stays as it is
+            best = store.best()
         if best is not None:  # the best candidate's page: it has a lineage and a verdict
             page.goto(f"{base}/run/{run_id}/candidate/{best.id}")
         else:

@@ -125,13 +125,13 @@ def export(run: str | os.PathLike[str] | EvolveResult, path: str | os.PathLike[s
     is judged again on the way out unless `recheck=False`; an existing file
     is replaced only with `force=True`.
     """
-    from kernelevo.run.view import export_candidate
+    from kernelevo.run.view import API_WORDS, export_candidate
 
     best = candidate is None if best is None else best
     where = getattr(run, "run_dir", run)
     written, verdict = export_candidate(Path(runs_dir or _runs_dir()), str(where), Path(path),
                                         candidate, best, recheck=recheck, progress=progress,
-                                        force=force)
+                                        force=force, words=API_WORDS)
     return Exported(written, verdict)
 
 

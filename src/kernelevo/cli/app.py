@@ -113,6 +113,13 @@ def _service_or_forkserver(local: bool, device: Any) -> Any:
     return None
 
 
+def _say_where_judged(service: Any) -> None:
+    """Name the service that judged: `serve` is found for every command of its user."""
+    if service is not None:
+        out.print(f"judged on the service at {escape(service.url)} (kernelevo serve; "
+                  "--local judges in this process)")
+
+
 def _judge(task: Any, config: Any, progress: Any, service: Any) -> Any:
     """A judge on the running evaluation service, or (none, or --local) one in this process."""
     if service is not None:
@@ -151,7 +158,6 @@ def eval_command(
     config_file: Optional[str] = CONFIG_OPTION,
 ) -> None:
     """Judge one candidate: correctness, honesty and speed against eager and torch.compile."""
-    service = _service_or_forkserver(local, device)
     from kernelevo.candidate import load_candidate
     from kernelevo.render import print_verdict
     from kernelevo.task import load_task
@@ -162,6 +168,9 @@ def eval_command(
             no_compile, no_static, timing))
         loaded_task = load_task(task, kernelbench_dir)
         loaded = load_candidate(candidate, choice_value(backend))
+        # Only checked inputs start anything heavy: a forkserver left importing torch
+        # held a bad call's exit (and any pipe it wrote to) for 7-9 s.
+        service = _service_or_forkserver(local, device)
         with _stopped_by_sigterm(), console.status("starting") as status:
             judge = _judge(loaded_task, config, _progress(status), service)
             verdict = judge.evaluate(loaded)
@@ -173,6 +182,7 @@ def eval_command(
         print_verdict(out, loaded.name, verdict, brief=console.quiet)
         if verdict.profile is not None and not console.quiet:
             print_profile(out, verdict.profile)
+        _say_where_judged(service)
     # A PyTorch-only candidate is correct but is no kernel: it does not pass.
     raise typer.Exit(0 if verdict.passed_kernel else EXIT_FAILED)
 
@@ -193,7 +203,6 @@ def compare_command(
     config_file: Optional[str] = CONFIG_OPTION,
 ) -> None:
     """Judge two candidates under the same protocol, timed interleaved, and say which is faster."""
-    service = _service_or_forkserver(local, device)
     from kernelevo.candidate import load_candidate
     from kernelevo.evaluate.compare import compare_candidates
     from kernelevo.render import distinct_names, print_comparison
@@ -205,6 +214,7 @@ def compare_command(
             measure=timing))
         loaded_task = load_task(task, kernelbench_dir)
         a, b = load_candidate(first), load_candidate(second)
+        service = _service_or_forkserver(local, device)  # only once the inputs are checked
         with _stopped_by_sigterm(), console.status("starting") as status:
             progress = _progress(status)
             result = compare_candidates(loaded_task, a, b, config, progress=progress,
@@ -215,6 +225,7 @@ def compare_command(
         out.print_json(json.dumps(result.to_dict()))
     else:
         print_comparison(out, *distinct_names(first, second), result, brief=console.quiet)
+        _say_where_judged(service)
     raise typer.Exit(0 if result.a.passed_kernel and result.b.passed_kernel else EXIT_FAILED)
 
 
@@ -436,6 +447,22 @@ def ui_command(
         _fail(exc)
     except OSError as exc:
         _fail(KernelEvoError(f"cannot serve on {host}:{port}: {exc} (pick another --port)"))
+
+
+@app.command("migrate")
+def migrate_command(run: str = typer.Argument(..., help="run id, part of it, or its folder"),
+                    runs_dir: Optional[Path] = _RUNS_DIR) -> None:
+    """Bring a run made by an older KernelEvo up to date: its indexes and running totals.
+
+    Reading a run (runs, show, export, report, ui) never writes to its run.db;
+    an older one is read as it is, more slowly. This, or --resume, migrates it.
+    """
+    from kernelevo.run.view import default_runs_dir, migrate_run
+
+    try:
+        out.print(escape(migrate_run(runs_dir or default_runs_dir(), run)))
+    except KernelEvoError as exc:
+        _fail(exc)
 
 
 app.command("config")(config_command)

@@ -27,8 +27,8 @@ from kernelevo.report.lineage import (
     lineage,
 )
 from kernelevo.report.table import ROW_LIMIT, CandidateRow, CandidateTable, RowGroup, choose_rows
+from kernelevo.store.resolve import database_of
 from kernelevo.store.run_store import (
-    DB_NAME,
     CandidateBrief,
     LlmCall,
     RankEntry,
@@ -134,7 +134,7 @@ class RunData:
 
 def run_database(run_path: Path) -> Path:
     """The run.db of a run folder, or the path itself when it is the database."""
-    return run_path / DB_NAME if run_path.is_dir() else run_path
+    return database_of(run_path)
 
 
 def load_run(run_path: Path, *, views: bool = True) -> RunData:
@@ -143,7 +143,7 @@ def load_run(run_path: Path, *, views: bool = True) -> RunData:
     views=False leaves out what only the run's own page shows (timeline,
     cells, lineage and table rows): a comparison of runs needs none of them.
     """
-    with RunStore.open(run_database(Path(run_path))) as store:
+    with RunStore.read(run_database(Path(run_path))) as store:
         info, totals, events = store.run_info(), store.totals(), store.briefs.event_summary()
         start, count = info.created_at, sum(totals.candidates_by_status.values())
         baseline_entry = store.briefs.baseline()

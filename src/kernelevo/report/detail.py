@@ -37,7 +37,7 @@ def load_candidate_detail(run_path: Path, candidate_id: str) -> CandidateDetail:
     """Read one candidate; raises StoreError when the run has no such candidate."""
     # Only this candidate's line of ancestors and their calls are read in
     # full, whatever the run's size.
-    with RunStore.open(run_database(Path(run_path))) as store:
+    with RunStore.read(run_database(Path(run_path))) as store:
         info = store.run_info()
         stored = store.candidate(candidate_id)
         chain = store.ancestry(candidate_id, MAX_LINEAGE_STEPS)

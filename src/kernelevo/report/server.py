@@ -113,7 +113,7 @@ def _comparison(runs_dir: Path, query: dict[str, list[str]]) -> str:
 
 def live_summary(run_path: Path) -> dict[str, Any]:
     """A cheap status for the UI's polling; `version` changes when the views would."""
-    with RunStore.open(run_database(run_path)) as store:
+    with RunStore.read(run_database(run_path)) as store:
         info, totals = store.run_info(), store.totals()
         status = status_now(info.status, Path(store.path).parent)
         best, baseline = store.briefs.best(), store.briefs.baseline()

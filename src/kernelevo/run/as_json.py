@@ -29,7 +29,7 @@ def runs_json(runs_dir: Path) -> list[dict[str, Any]]:
                                  "problem": summary.problem or None}
         if not summary.problem:
             try:
-                with RunStore.open(summary.path) as store:
+                with RunStore.read(summary.path) as store:
                     entry.update(_run_facts(store))
             except (StoreError, sqlite3.Error) as exc:  # deleted or corrupted since listed
                 entry["problem"] = str(exc)

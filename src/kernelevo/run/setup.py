@@ -25,6 +25,7 @@ from kernelevo.memory.settings import MemoryConfig
 from kernelevo.memory.store import MemoryStoreError
 from kernelevo.run.resume import Given, Overrides, changed_settings, refuse, split_given
 from kernelevo.search.loop import SEARCH_BACKENDS, SearchConfig  # noqa: F401 (re-exported)
+from kernelevo.store.resolve import open_run
 from kernelevo.store.run_store import RunStore
 from kernelevo.task import Task, task_from_source
 
@@ -276,9 +277,8 @@ def parse_models(values: list[str]) -> dict[str, float]:
 
 
 def open_to_resume(runs_dir: Path, resume: str) -> tuple[RunStore, Task, dict[str, Any]]:
-    """A stored run, its task and the settings it was started with."""
-    path = Path(resume)
-    store = RunStore.open(path if path.exists() else runs_dir / resume)
+    """A stored run to write to (an older file migrated), its task and its settings."""
+    store = open_run(runs_dir, resume, write=True)
     info = store.run_info()
     return store, task_from_source(info.task_source, name=info.task_name), info.config
 

@@ -8,6 +8,7 @@ import sqlite3
 import tempfile
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +24,10 @@ from kernelevo.export_guard import GUARD_SOURCE, needs_guard
 from kernelevo.evaluate.verdict import Verdict
 from kernelevo.render import fitted_table, print_verdict
 from kernelevo.store.lock import status_now
-from kernelevo.store.run_store import (DB_NAME, Ranking, RunInfo, RunStore, StoreError, StoredCandidate,
-                             rank_candidates)
 from kernelevo.store.listing import list_runs
+from kernelevo.store.resolve import open_run
+from kernelevo.store.run_store import (Ranking, RunInfo, RunStore, StoreError, StoredCandidate,
+                                       rank_candidates)
 from kernelevo.task import find_constants, task_from_source
 
 TOP_CANDIDATES = 10
@@ -95,7 +97,7 @@ def _run_row(run_id: str, path: Path, problem: str) -> list[str]:
     if problem:
         return unreadable
     try:
-        with RunStore.open(path) as store:
+        with RunStore.read(path) as store:
             info, totals, best = store.run_info(), store.totals(), store.ranking().best
     except (StoreError, sqlite3.Error) as exc:  # deleted or corrupted since it was listed
         unreadable[1] = escape(str(exc))
@@ -109,6 +111,15 @@ def _run_row(run_id: str, path: Path, problem: str) -> list[str]:
             _speedup(best.speedup_vs_compile if best else None),
             tokens_text(totals.tokens_in + totals.tokens_out, totals.estimated_tokens),
             _usd(totals.cost_usd)]
+
+
+def migrate_run(runs_dir: Path, run: str) -> str:
+    """Bring a run made by an older KernelEvo up to date (readers never do); says what changed."""
+    with open_run(runs_dir, run, write=True) as store:
+        added = store.upgraded
+    if not added:
+        return f"run {store.run_id} is up to date: nothing to migrate"
+    return f"migrated run {store.run_id} in {store.path}: {'; '.join(added)}"
 
 
 def tokens_text(tokens: int, estimated_tokens: int) -> str:
@@ -199,43 +210,63 @@ def _top_table(top: list[StoredCandidate], passed: int) -> Table:
     return table
 
 
+@dataclass(frozen=True)
+class Wording:
+    """How an error names a choice: the command line's flags, or the API's arguments."""
+
+    force: str = "pass --force"
+    best: str = "--best"
+    candidate: str = "--candidate {id}"
+    elsewhere: str = "give another file with -o"
+
+
+CLI_WORDS = Wording()
+API_WORDS = Wording(force="pass force=True", best="best=True", candidate="candidate={id!r}",
+                    elsewhere="give another path")
+
+
 def export_candidate(runs_dir: Path, run: str, output: Path, candidate_id: str | None,
                      best: bool, recheck: bool = True,
                      progress: Callable[[str], None] | None = None,
-                     force: bool = False) -> tuple[Path, Verdict | None]:
+                     force: bool = False,
+                     words: Wording = CLI_WORDS) -> tuple[Path, Verdict | None]:
     """Write a candidate as a standalone KernelBench file; with `recheck`, judge it afresh.
 
-    An existing `output` is replaced only with `force`.
+    An existing `output` is replaced only with `force`. Errors name the
+    choices in `words`: the flags, or the API's arguments.
     """
     if not force:
-        refuse_to_overwrite(Path(output))
+        refuse_to_overwrite(Path(output), words)
     if best == (candidate_id is not None):
-        raise ConfigError("say which candidate to export: --best, or --candidate ID "
-                          "(ids are listed by `kernelevo show RUN`), not both")
+        raise ConfigError(f"say which candidate to export: {words.best}, or "
+                          f"{words.candidate.format(id='ID')} (ids are listed by "
+                          "`kernelevo show RUN`), not both")
     with open_run(runs_dir, run) as store:
         info = store.run_info()
-        stored = store.candidate(candidate_id) if candidate_id else _best_or_refuse(store)
+        stored = (store.candidate(candidate_id) if candidate_id
+                  else _best_or_refuse(store, words))
     text = standalone_source(info, stored)
     verdict = _recheck(info, stored, progress) if recheck else None
-    _write_atomically(Path(output), text, replace=force)
+    _write_atomically(Path(output), text, replace=force, words=words)
     return Path(output), verdict
 
 
-def _best_or_refuse(store: RunStore) -> StoredCandidate:
+def _best_or_refuse(store: RunStore, words: Wording) -> StoredCandidate:
     ranking = store.ranking()
     if ranking.best is None:
-        raise ConfigError(_no_best_to_export(store.run_id, ranking))
+        raise ConfigError(_no_best_to_export(store.run_id, ranking, words))
     return store.candidate(ranking.best.id)
 
 
-def _no_best_to_export(run_id: str, ranking: Ranking) -> str:
+def _no_best_to_export(run_id: str, ranking: Ranking, words: Wording = CLI_WORDS) -> str:
     message = f"run {run_id} has no best to export, {ranking.no_best_message()}"
+    any_one = words.candidate.format(id="ID")
     if ranking.baseline is None:
-        return (f"{message}. Export a candidate anyway with --candidate ID "
+        return (f"{message}. Export a candidate anyway with {any_one} "
                 "(see `kernelevo show RUN`)")
     return (f"{message}; the baseline {ranking.baseline_text()} is the PyTorch reference, never "
-            f"the best. Export it anyway with --candidate {ranking.baseline.id}, or any candidate "
-            "with --candidate ID (see `kernelevo show RUN`)")
+            f"the best. Export it anyway with {words.candidate.format(id=ranking.baseline.id)},"
+            f" or any candidate with {any_one} (see `kernelevo show RUN`)")
 
 
 def _recheck(info: RunInfo, stored: StoredCandidate, progress: Callable[[str], None] | None):
@@ -328,14 +359,15 @@ def _statement_text(lines: list[str], node: ast.stmt) -> str:
     return "\n".join(lines[first - 1:node.end_lineno])
 
 
-def refuse_to_overwrite(output: Path) -> None:
+def refuse_to_overwrite(output: Path, words: Wording = CLI_WORDS) -> None:
     """ConfigError when `output` is an existing file: overwriting it takes --force."""
     if output.exists() and not output.is_dir():
-        raise ConfigError(f"{output} exists: pass --force to overwrite it, or give another "
-                          "file with -o")
+        raise ConfigError(f"{output} exists: {words.force} to overwrite it, or "
+                          f"{words.elsewhere}")
 
 
-def _write_atomically(output: Path, text: str, replace: bool = False) -> None:
+def _write_atomically(output: Path, text: str, replace: bool = False,
+                      words: Wording = CLI_WORDS) -> None:
     """Write through a temporary file in the same folder, so `output` is never half written.
 
     Without `replace`, a file that appeared at `output` meanwhile is kept: the
@@ -358,7 +390,7 @@ def _write_atomically(output: Path, text: str, replace: bool = False) -> None:
         if temporary is not None:
             temporary.unlink(missing_ok=True)
         if isinstance(exc, FileExistsError) and output.exists():
-            refuse_to_overwrite(output)
+            refuse_to_overwrite(output, words)
         raise ConfigError(f"cannot write {output}: {exc}") from exc
 
 
@@ -376,31 +408,6 @@ def _move_into_place(temporary: Path, output: Path, replace: bool) -> None:
         os.replace(temporary, output)
         return
     temporary.unlink()
-
-
-def open_run(runs_dir: Path, run: str) -> RunStore:
-    """Open a run by id, by a unique part of its id, or by its folder or run.db path."""
-    if not run.strip():
-        # An empty part of an id is part of every id: it must not pick one.
-        raise StoreError(f"the run given is empty: give a run id, part of one, or a run "
-                         f"folder (`kernelevo runs --runs-dir {runs_dir}` lists them)")
-    given = Path(run)
-    if given.is_file() or (given / DB_NAME).is_file():
-        return RunStore.open(given)
-    if (Path(runs_dir) / run / DB_NAME).is_file():
-        return RunStore.open(Path(runs_dir) / run)
-    runs = list_runs(runs_dir)
-    matches = [summary for summary in runs if run in summary.run_id]
-    if len(matches) == 1:
-        return RunStore.open(matches[0].path)
-    if not runs:
-        raise StoreError(f"no run {run!r}: {runs_dir} holds no runs (set KERNELEVO_RUNS_DIR "
-                         "or give the path to a run folder)")
-    listed = matches if matches else runs
-    ids = ", ".join(summary.run_id for summary in listed[-20:])
-    more = f" and {len(listed) - 20} older" if len(listed) > 20 else ""
-    why = f"{run!r} matches several runs" if matches else f"no run {run!r} in {runs_dir}"
-    raise StoreError(f"{why}: give one of {ids}{more}")
 
 
 def _verdict_summary(verdict: Verdict | None) -> str:

@@ -22,7 +22,7 @@ def list_runs(runs_dir: str | Path) -> list[RunSummary]:
 def _summarise(path: Path) -> RunSummary:
     run_id = path.parent.name
     try:
-        with RunStore.open(path) as store:
+        with RunStore.read(path) as store:
             info, totals, best = store.run_info(), store.totals(), store.briefs.best()
     except (StoreError, sqlite3.Error) as exc:
         return RunSummary(run_id=run_id, path=path.parent, problem=str(exc))

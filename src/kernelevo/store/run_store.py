@@ -13,8 +13,10 @@ and allocating the next candidate id is atomic. Each call holds the lock for
 one sub-millisecond transaction plus an fsync, negligible next to the seconds
 an LLM call or an evaluation takes, so calling it from the asyncio loop
 thread and from evaluation callback threads is fine. Other processes (the UI,
-`kernelevo show`) open their own RunStore; WAL lets them read while the run
-writes. Do not use a RunStore inherited through fork: open a new one.
+`kernelevo show`) open their own RunStore with `read`, which never writes to
+the file (store_readonly); WAL lets them read while the run writes. Only
+`open` (resume, `kernelevo migrate`) brings an older file up to date. Do not
+use a RunStore inherited through fork: open a new one.
 """
 
 from __future__ import annotations
@@ -50,12 +52,14 @@ from kernelevo.store.records import (
     run_info_from_row,
     stored_candidate_from_row,
 )
-from kernelevo.store.schema import RUN_STATUSES, Database, StoreError, make_run_dir
+from kernelevo.store.schema import (RUN_STATUSES, DamagedStore, Database, StoreError,
+                                    make_run_dir)
 from kernelevo.store.tally import read_totals
 
 __all__ = [
     "DB_NAME",
     "CandidateBrief",
+    "DamagedStore",
     "Event",
     "Judged",
     "LlmCall",
@@ -132,18 +136,18 @@ class RunStore:
 
     @classmethod
     def open(cls, path_or_run_dir: str | Path) -> RunStore:
-        """Open an existing run by its directory or its run.db file."""
-        path = Path(path_or_run_dir)
-        if path.is_dir():
-            path = path / DB_NAME
-        if not path.is_file():
-            raise StoreError(
-                f"no run database at {path}: give a run directory listed by `kernelevo runs`"
-            )
-        try:
-            return cls(Database(path))
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{path} is not a readable run database: {exc}") from exc
+        """Open an existing run to write to it (its folder or run.db); an older file is migrated."""
+        return cls(_database(path_or_run_dir, read_only=False))
+
+    @classmethod
+    def read(cls, path_or_run_dir: str | Path) -> RunStore:
+        """Open an existing run to read it; nothing is written, not even to an older file."""
+        return cls(_database(path_or_run_dir, read_only=True))
+
+    @property
+    def upgraded(self) -> tuple[str, ...]:
+        """What opening added to an older file (`open` only), in words; () for none."""
+        return self._database.upgraded
 
     def close(self) -> None:
         self._database.close()
@@ -162,7 +166,8 @@ class RunStore:
             "SELECT *, (SELECT json_extract(payload_json, '$.status') FROM events"
             " WHERE kind = 'stop' ORDER BY id DESC LIMIT 1) AS outcome FROM run")
         if len(rows) != 1:
-            raise StoreError(f"{self.path} holds {len(rows)} runs, expected exactly one")
+            raise DamagedStore(self.path, f"it holds {len(rows)} runs, a run database holds "
+                                          "exactly one")
         return run_info_from_row(rows[0])
 
     def set_config(self, config: Mapping[str, Any] | Any) -> None:
@@ -416,6 +421,21 @@ class RunStore:
             sql, parameters = sql + " AND kind = ?", (after_id, kind)
         rows = self._database.query(sql + " ORDER BY id", parameters)
         return [event_from_row(row) for row in rows]
+
+
+def _database(path_or_run_dir: str | Path, read_only: bool) -> Database:
+    """The Database of a run folder or run.db path; StoreError naming it if there is none."""
+    path = Path(path_or_run_dir)
+    if path.is_dir():
+        path = path / DB_NAME
+    if not path.is_file():
+        raise StoreError(
+            f"no run database at {path}: give a run directory listed by `kernelevo runs`"
+        )
+    try:
+        return Database(path, read_only=read_only)
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"{path} is not a readable run database: {exc}") from exc
 
 
 def new_run_id(task_name: str) -> str:

@@ -1,4 +1,4 @@
-"""The run store's SQLite schema, connection settings and version check.
+"""The run store's SQLite schema, connection settings, version check and migration.
 
 Settings, and why:
 - WAL journal: readers (`kernelevo show`, the web UI) never block the writer,
@@ -12,34 +12,39 @@ Settings, and why:
 - foreign_keys=ON: a verdict or LLM call can never name a missing candidate.
 - busy_timeout: another process (the UI, a second `show`) may hold a brief
   lock; waiting a few seconds beats failing a write of the run.
+
+Readers never write (store_readonly): only a writer (`--resume`, `kernelevo
+migrate`) brings an older store up to date. A damaged store (empty, not
+SQLite, a table or column missing) is refused by both, never rebuilt.
 """
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from kernelevo.candidate import ORIGINS
-from kernelevo.errors import KernelEvoError
+from kernelevo.store.errors import DamagedStore, StoreError
+from kernelevo.store.readonly import StoreConnection, connect_read_only, stand_in
 from kernelevo.store.steps import STEP_TABLES, has_steps, seed_steps
 from kernelevo.store.tally import TALLY_TABLES, seed_tallies, statements
 
+__all__ = ["DamagedStore", "Database", "StoreError"]
+
 # 2: running totals kept by triggers (store_tally); a version 1 database
-# gains them, filled from a scan, the first time this KernelEvo opens it.
+# gains them, filled from a scan, the first time a writer opens it.
 SCHEMA_VERSION = 2
 BUSY_TIMEOUT_MS = 10_000
 
 RUN_STATUSES = ("running", "finished", "interrupted")
 CANDIDATE_STATES = ("proposed", "evaluating", "evaluated")
 LLM_CALL_STATES = ("started", "finished", "failed")
-
-
-class StoreError(KernelEvoError):
-    """A run database is missing, unreadable or from a newer KernelEvo."""
 
 
 def _enum(column: str, values: tuple[str, ...]) -> str:
@@ -120,8 +125,9 @@ CREATE TABLE IF NOT EXISTS events (
 
 # Indexes for the reads that must stay fast at any run size (store_briefs).
 # An older KernelEvo reads a database that has them, so they need no new
-# schema version: a run made before them gains them the first time it is
-# opened (a second or two of writing at 50,000 candidates, once).
+# schema version: a run made before them gains them the next time a writer
+# opens it (`--resume`, `kernelevo migrate`: a second or two at 50,000
+# candidates, once); a reader plans its queries without them.
 INDEXES = {
     # The best-kernel query visits the fastest passing verdicts first; it
     # also covers the status timeline's read of every verdict.
@@ -150,14 +156,35 @@ INDEXES = {
 
 
 class Database:
-    """One connection with the store's settings, serialised by a lock."""
+    """One connection with the store's settings, serialised by a lock.
 
-    def __init__(self, path: Path) -> None:
+    A writer (the default) creates a new file's schema or brings an older
+    one up to date; `read_only` opens the file without writing to it
+    (store_readonly). Both refuse a damaged file (DamagedStore).
+    """
+
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
         self.path = path
-        self._connection = connect(path)
+        self.read_only = read_only
+        existed = path.exists()
+        if existed:
+            _refuse_empty(path)  # before SQLite would write a header into it
+        try:
+            self._connection = (connect_read_only(path, BUSY_TIMEOUT_MS / 1000) if read_only
+                                else connect(path))
+        except sqlite3.DatabaseError as exc:
+            if isinstance(exc, sqlite3.OperationalError):
+                raise
+            raise DamagedStore(path, f"it is not an SQLite database ({exc})") from exc
         self._lock = threading.RLock()
         try:
-            ensure_schema(self._connection, path)
+            layout = inspect_layout(self._connection, path) if existed or read_only else None
+            if read_only:
+                self._connection.absent_indexes = frozenset(layout.missing_indexes)
+                stand_in(self._connection, not layout.has_tallies, not layout.has_steps)
+                self.upgraded: tuple[str, ...] = ()
+            else:
+                self.upgraded = ensure_schema(self._connection, path, layout)
         except BaseException:
             self._connection.close()
             raise
@@ -165,6 +192,9 @@ class Database:
     @contextmanager
     def transaction(self, mode: str = "IMMEDIATE") -> Iterator[sqlite3.Connection]:
         """One transaction; IMMEDIATE for writes, DEFERRED for consistent multi-reads."""
+        if self.read_only and mode != "DEFERRED":
+            raise StoreError(f"{self.path} was opened for reading only: open the run with "
+                             "RunStore.open (or resolve.open_run(write=True)) to write to it")
         # IMMEDIATE takes the write lock up front, so a read-then-write (like
         # allocating the next sequence number) cannot race another process.
         with self._lock:
@@ -226,12 +256,13 @@ def write_error(path: Path, error: sqlite3.OperationalError) -> StoreError | Non
     return None
 
 
-def connect(path: Path) -> sqlite3.Connection:
+def connect(path: Path) -> StoreConnection:
     """Open `path` with the store's settings; the caller serialises access."""
     # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE ... COMMIT)
     # so each public write is exactly one transaction, never merged by the driver.
     connection = sqlite3.connect(
-        path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000
+        path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT_MS / 1000,
+        factory=StoreConnection,
     )
     connection.row_factory = sqlite3.Row
     try:
@@ -249,19 +280,20 @@ def connect(path: Path) -> sqlite3.Connection:
     return connection
 
 
-def ensure_schema(connection: sqlite3.Connection, path: Path) -> None:
-    """Create the tables if missing and refuse databases from a newer version."""
-    if (_stored_version(connection) == SCHEMA_VERSION and not _missing_indexes(connection)
-            and has_steps(connection)):
-        return  # the common case: no write lock needed just to open a run
+def ensure_schema(connection: sqlite3.Connection, path: Path,
+                  layout: Layout | None) -> tuple[str, ...]:
+    """Create a new file's schema, or bring an older one (`layout`) up to date.
+
+    Returns what was added to an older file, () when nothing was. A damaged
+    file never gets here: inspect_layout refused it.
+    """
+    if layout is not None and layout.current:
+        return ()  # the common case: no write lock needed just to open a run
     connection.execute("BEGIN IMMEDIATE")
     try:
         found = _stored_version(connection)
         if found is not None and found > SCHEMA_VERSION:
-            raise StoreError(
-                f"{path} has schema version {found}, this KernelEvo reads up to "
-                f"{SCHEMA_VERSION}: upgrade KernelEvo to open it"
-            )
+            raise _newer(path, found)
         # Like the indexes, the best-so-far steps (store_steps) need no new
         # version: an older KernelEvo's writes keep them right through the triggers.
         steps_missing = not has_steps(connection)
@@ -283,6 +315,103 @@ def ensure_schema(connection: sqlite3.Connection, path: Path) -> None:
     except BaseException:
         rollback(connection)
         raise
+    return layout.outdated() if layout is not None else ()
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What an undamaged store holds of the current schema."""
+
+    version: int
+    missing_indexes: frozenset[str]
+    has_tallies: bool
+    has_steps: bool
+
+    @property
+    def current(self) -> bool:
+        return not self.outdated()
+
+    def outdated(self) -> tuple[str, ...]:
+        """What a writer adds to bring this store up to date, in words."""
+        return tuple(part for part, lacking in (
+            (f"schema version {self.version} -> {SCHEMA_VERSION}",
+             self.version != SCHEMA_VERSION),
+            ("running totals", not self.has_tallies),
+            ("best-so-far steps", not self.has_steps),
+            (f"indexes {', '.join(sorted(self.missing_indexes))}", self.missing_indexes),
+        ) if lacking)
+
+
+def inspect_layout(connection: sqlite3.Connection, path: Path) -> Layout:
+    """The store's layout; DamagedStore if it is empty, not SQLite or lacks part of its schema."""
+    _refuse_empty(path)
+    try:
+        columns = _columns(connection)
+    except sqlite3.DatabaseError as exc:
+        raise DamagedStore(path, f"it is not an SQLite database ({exc})") from exc
+    expected = _expected_columns()
+    core = [table for table in _CORE_TABLES if table not in columns]
+    if core:
+        raise DamagedStore(path, f"its table(s) {', '.join(core)} are missing (dropped, or "
+                                 "the file is not a run database)")
+    for table, names in expected.items():
+        lacking = sorted(names - columns[table]) if table in columns else []
+        if lacking:
+            raise DamagedStore(path, f"its table {table} lacks the column(s) "
+                                     f"{', '.join(lacking)}")
+    version = _version_or_damage(connection, path)
+    has_tallies = all(table in columns for table in _TALLY_TABLES)
+    if version >= 2 and not has_tallies:
+        raise DamagedStore(path, f"its running totals ({', '.join(_TALLY_TABLES)}) are "
+                                 f"missing from a version {version} store")
+    return Layout(version, frozenset(_missing_indexes(connection)), has_tallies,
+                  "best_step" in columns and has_steps(connection))
+
+
+def _refuse_empty(path: Path) -> None:
+    if path.exists() and path.stat().st_size == 0:
+        raise DamagedStore(path, "it is empty (0 bytes), no run was ever written to it")
+
+
+_CORE_TABLES = ("meta", "run", "candidate", "verdict", "llm_call", "events")
+_TALLY_TABLES = ("llm_call_tally", "candidate_tally")
+
+
+def _version_or_damage(connection: sqlite3.Connection, path: Path) -> int:
+    try:
+        found = _stored_version(connection)
+    except ValueError as exc:
+        raise DamagedStore(path, f"its schema version is not a number ({exc})") from exc
+    if found is None:
+        raise DamagedStore(path, "its meta table holds no schema version")
+    if found > SCHEMA_VERSION:
+        raise _newer(path, found)
+    return found
+
+
+def _newer(path: Path, found: int) -> StoreError:
+    return StoreError(f"{path} has schema version {found}, this KernelEvo reads up to "
+                      f"{SCHEMA_VERSION}: upgrade KernelEvo to open it")
+
+
+def _columns(connection: sqlite3.Connection) -> dict[str, set[str]]:
+    tables = [row[0] for row in connection.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table'")]
+    return {table: {row[1] for row in connection.execute(f"PRAGMA table_info('{table}')")}
+            for table in tables}
+
+
+@functools.cache
+def _expected_columns() -> dict[str, frozenset[str]]:
+    """Each core table's columns, read from the schema itself so the two never disagree."""
+    memory = sqlite3.connect(":memory:")
+    try:
+        for statement in statements(TABLES):
+            memory.execute(statement)
+        return {table: frozenset(names) for table, names in _columns(memory).items()
+                if table in _CORE_TABLES}
+    finally:
+        memory.close()
 
 
 def _stored_version(connection: sqlite3.Connection) -> int | None:

@@ -5,6 +5,11 @@ the cache folder (mode 0600). `find_service` reads it (or the environment's
 KERNELEVO_SERVICE_URL and KERNELEVO_SERVICE_TOKEN) and asks the service
 whether it is up; `ServiceJudge` is a JudgeLike that sends each job there.
 A command that finds no service judges in its own process.
+
+The file is per user, not per shell: while a `serve` runs, every `eval` and
+`compare` of that user judges there (they say so: "judged on the service at
+..."). `--local` judges in the command's own process; each verdict from a
+service names it in `environment["judge_service"]`.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import json
 import os
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -25,6 +30,7 @@ from kernelevo.evaluate.verdict import Verdict
 from kernelevo.task import Task
 
 SERVICE_FILE = "service.json"
+SERVICE_KEY = "judge_service"  # the verdict environment's key naming the service
 URL_ENV, TOKEN_ENV = "KERNELEVO_SERVICE_URL", "KERNELEVO_SERVICE_TOKEN"
 MAX_BODY_BYTES = 16 << 20  # the largest job a service takes
 _PROBE_TIMEOUT_S = 1.0
@@ -111,7 +117,11 @@ class ServiceJudge:
         self.progress(f"judging on the evaluation service at {self.service.url}")
         answer = request(self.service.url, self.service.token, "POST", "/v1/judge",
                          job.to_dict())
-        return verdicts_from_data(answer.get("verdicts"), len(candidates))
+        verdicts = verdicts_from_data(answer.get("verdicts"), len(candidates))
+        # Where it was judged travels with the verdict: --json and stored runs show it too.
+        return [replace(verdict, environment={**verdict.environment,
+                                              SERVICE_KEY: self.service.url})
+                for verdict in verdicts]
 
     def prebuild(self, candidate: Candidate) -> float | None:
         return None  # the service builds CUDA candidates ahead itself
