@@ -108,3 +108,19 @@ def test_a_kernel_below_the_roofline_threshold_does_not_stop_the_search(tmp_path
         progress, store = _run(tmp_path, server, 0.5, candidates=2, stop_at_roofline=0.9)
     assert not store.events("roofline_reached")
     assert not progress.outcome.reason.startswith("roofline reached")
+
+
+def test_inspirations_carry_the_diagnosis_and_a_cpu_profile_adds_no_section():
+    from kernelevo.evaluate.profile import NO_GPU_NOTE, Profile
+    from kernelevo.propose.prompt import Exemplar, PromptRequest, build_messages
+
+    judge = ProfiledJudge(0.41)
+    profiled = judge.evaluate(None)
+    on_cpu = verdict_for("passed", profile=Profile(notes=(NO_GPU_NOTE,)))
+    request = PromptRequest(TASK_SOURCE, "triton", "fp32", "rewrite",
+                            Exemplar("c1", SEED, on_cpu), (Exemplar("c2", SEED, profiled),))
+    user = build_messages(request)[-1]["content"]
+    assert "profile (where the time goes" not in user
+    assert "Its bottleneck" not in user
+    assert ("## `c2`: ok, 0.1023 ms, 1.50x vs eager, memory-bound at 41 % of HBM peak: "
+            "at most 2.4x left\n") in user

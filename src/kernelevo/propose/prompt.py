@@ -211,6 +211,8 @@ PROFILE_SUMMARY_MAX_CHARS = 100
 
 def profile_section(profile: Profile, max_chars: int = PROFILE_MAX_CHARS) -> list[str]:
     """The parent's profile in a few lines: bottleneck, roofline, top kernels."""
+    if profile.breakdown is None and profile.roofline is None:
+        return []  # nothing measured (no GPU): a note would cost tokens and teach nothing
     lines, used = ["profile (where the time goes, taken after timing):"], 0
     for line in prompt_lines(profile):
         line = line[:160]
