@@ -180,3 +180,27 @@ def test_a_store_killed_mid_write_keeps_every_committed_write(tmp_path):
         assert {f"kernel {i}" for i in range(committed + 1)} <= sources
     check = sqlite3.connect(path).execute("PRAGMA integrity_check").fetchone()[0]
     assert check == "ok"
+
+
+def test_a_resumed_run_reads_its_memory_back_from_its_event_instead_of_recalling(tmp_path):
+    from kernelevo.memory.recall import Recall, RecalledKernel
+    from kernelevo.memory.run_memory import RECALL_EVENT
+    from kernelevo.run.setup import open_memory
+    from kernelevo.store.run_store import RunStore
+    from kernelevo.task import task_from_source
+
+    task = task_from_source(ADD, name="add")
+    config = MemoryConfig(path=str(tmp_path / "m.db"))
+    with MemoryStore(tmp_path / "m.db") as memory:
+        remember(memory, resized(ADD, "dim = 1000", "dim = 10"), "add_tiny")
+    memory_now, fresh = open_memory(config, task, "fp32", "triton", None)
+    assert memory_now is not None and [t.name for t in fresh.tasks] == ["add_tiny"]
+    memory_now.close()
+    given = Recall(kernels=(RecalledKernel(9, "k", "then", 0.9, "passed", "SOURCE"),),
+                   lessons="- THEN")
+    with RunStore.create(tmp_path / "runs", "add", ADD, {}) as run:
+        run.log_event(RECALL_EVENT, given.payload())
+        memory_then, recalled = open_memory(config, task, "fp32", "triton", run)
+    memory_then.close()
+    assert recalled == given
+    assert open_memory(MemoryConfig(enabled=False), task, "fp32", "triton", None) == (None, None)
