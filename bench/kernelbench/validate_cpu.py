@@ -1,6 +1,6 @@
 """Judge every candidate of manifest.toml on this CPU with the project's own CLI.
 
-    python bench/kernelbench/validate_cpu.py [--jobs 2] [--only SUBSTRING] [--timeout 900]
+    python bench/kernelbench/validate_cpu.py [--jobs 2] [--only SUBSTRING[,SUBSTRING...]] [--timeout 900]
     python bench/kernelbench/validate_cpu.py --rerun-mismatches   # again the failures, merged
     python3 bench/kernelbench/validate_cpu.py --device gpu [--extra-args=--no-compile]   # on a GPU
 
@@ -239,7 +239,8 @@ def run_one(entry: dict, folder: Path, timeout: float, device: str,
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=2, help="evaluations at once (2 cores: 2)")
-    parser.add_argument("--only", default="", help="only files whose name contains this")
+    parser.add_argument("--only", default="",
+                        help="only files whose name contains this (comma-separated: any of these)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per evaluation")
     parser.add_argument("--rerun-mismatches", action="store_true",
                         help="judge again only the entries that did not match, are missing, or "
@@ -255,7 +256,8 @@ def main() -> int:
     extra = args.extra_args.split()
 
     manifest = tomllib.loads((HERE / "manifest.toml").read_text())["candidate"]
-    entries = [e for e in manifest if args.only in e["file"]]
+    only = [part for part in args.only.split(",") if part] or [""]
+    entries = [e for e in manifest if any(part in e["file"] for part in only)]
     kept: list[dict] = []  # earlier results merged into the new file
     if (args.only or args.rerun_mismatches) and out.exists():
         earlier = json.loads(out.read_text()).get("results", [])
