@@ -14,11 +14,11 @@ mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/gpu.txt" 2>&1
 (command -v ncu && ncu --version) > "$OUT/ncu_version.txt" 2>&1 || echo "ncu: not on PATH" >> "$OUT/ncu_version.txt"
 KB_ARGS=(); [ -d .kb ] && KB_ARGS=(--kb .kb)
-timeout ${TRUTH_S:-420} python bench/profile_truth.py --out "$OUT" "${KB_ARGS[@]}" --ncu 3 \
+timeout ${TRUTH_S:-330} python bench/profile_truth.py --out "$OUT" "${KB_ARGS[@]}" --ncu 3 \
     > "$OUT/profile_truth_log.txt" 2>&1
 echo "profile_truth exit $?"
 tail -30 "$OUT/profile_truth_log.txt"
-timeout ${EVOLVE_S:-150} python bench/profile_truth.py --evolve --out "$OUT" \
+timeout ${EVOLVE_S:-240} python bench/profile_truth.py --evolve --out "$OUT" \
     > "$OUT/evolve_log.txt" 2>&1
 echo "evolve check exit $?"
 tail -20 "$OUT/evolve_log.txt"

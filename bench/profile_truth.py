@@ -185,7 +185,7 @@ def _num(value, digits: int = 0) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def evolve_check(out: Path, candidates: int = 3) -> dict:
+def evolve_check(out: Path, candidates: int = 2) -> dict:
     """A scripted fake-LLM evolve on softmax; did every captured prompt show its parent's profile?"""
     import os
     import subprocess
@@ -198,12 +198,15 @@ def evolve_check(out: Path, candidates: int = 3) -> dict:
     seed = ROOT / "examples/softmax/triton_candidate.py"
     answer = f"A variant.\n\n```python\n{seed.read_text()}\n```\n"
     runs = out / "evolve_runs"
+    config = out / "evolve.toml"  # no tuner variants: every candidate comes from a prompt
+    config.write_text("[search]\ntuner_variants = 0\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     with FakeOpenAIServer(default=answer) as server:
         done = subprocess.run(
             [sys.executable, "-m", "kernelevo.cli.app", "evolve", str(ROOT / "examples/softmax/task.py"),
              "--seed", str(seed), "--model", "fake-model", "--base-url", server.base_url,
-             "--candidates", str(candidates), "--runs-dir", str(runs), "--llm-in-flight", "1"],
+             "--candidates", str(candidates), "--runs-dir", str(runs), "--llm-in-flight", "1",
+             "--config", str(config)],
             cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
         bodies = [r.body for r in server.requests if r.body]
     prompts = [m["content"] for body in bodies for m in body["messages"] if m["role"] == "user"]
