@@ -7,6 +7,11 @@ found it: a run folder may be committed to git, shared, or read-only. So:
   no write permission on the folder. A log with frames (a live run, or one
   killed before its last checkpoint) must be read through, so that case uses
   `mode=ro`, which SQLite can do only where it may create `run.db-shm`.
+  A writer that opens the run during an immutable read appends to a new
+  log; the read keeps the state it began with unless that writer
+  checkpoints into run.db meanwhile (after about 1,000 pages of writes):
+  rare within a read of a second or two, and the UI reads again on its
+  next refresh.
 - what an older KernelEvo did not keep (the running totals, the best-so-far
   steps) is filled into TEMP tables of this connection from the same scans a
   migration runs: slower, written nowhere. Indexes cannot be stood in for,
