@@ -1,7 +1,7 @@
 """An extracted task is judged like any task: its own reference passes as a baseline and a
 hand-written Triton kernel passes under the interpreter."""
 
-from kernelevo.candidate import Candidate, load_candidate
+from kernelevo.candidate import Candidate, detect_backend, load_candidate
 from kernelevo.config import EvalConfig
 from kernelevo.evaluate.judge import Judge
 from kernelevo.task import load_task
@@ -12,7 +12,8 @@ TASKS = ROOT / "examples/model_block/tasks"
 
 def test_the_shipped_layernorm_task_judges_its_reference_and_its_kernel():
     task = load_task(str(TASKS / "ln1.py"))
-    baseline = Candidate(task.source.replace("class Model(", "class ModelNew("), "triton")
+    source = task.source.replace("class Model(", "class ModelNew(")
+    baseline = Candidate(source, detect_backend(source))  # as `kernelevo eval` takes a file
     kernel = load_candidate(ROOT / "examples/model_block/kernels/ln1.py")
     judge = Judge(task, EvalConfig(device="cpu"))
     try:

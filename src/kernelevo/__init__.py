@@ -4,7 +4,7 @@
     verdict = kernelevo.evaluate("examples/softmax/task.py",
                                  "examples/softmax/triton_candidate.py")
 
-evaluate, compare, evolve and export (kernelevo.api, docs/api.md) load on
+evaluate, compare, evolve, export and apply (kernelevo.api, docs/api.md) load on
 first use: `import kernelevo` imports neither torch nor the judge.
 """
 
@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 from kernelevo.version import __version__
 
-__all__ = ["__version__", "compare", "evaluate", "evolve", "export"]
+__all__ = ["__version__", "apply", "compare", "evaluate", "evolve", "export"]
 
 if TYPE_CHECKING:
-    from kernelevo.api import compare, evaluate, evolve, export  # noqa: F401
+    from kernelevo.api import apply, compare, evaluate, evolve, export  # noqa: F401
 
-_LAZY = ("compare", "evolve", "export", "Exported")
+_LAZY = ("apply", "compare", "evolve", "export", "Exported")
 
 
 def __getattr__(name: str) -> Any:

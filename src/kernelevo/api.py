@@ -31,10 +31,11 @@ from kernelevo.task import Task, load_task, task_from_source
 if TYPE_CHECKING:
     from kernelevo.evaluate.compare import ComparisonResult
     from kernelevo.evaluate.verdict import Verdict
+    from kernelevo.model.apply import Applied
     from kernelevo.run.driver import EvolveResult
     from kernelevo.search.loop import Progress as RunProgress
 
-__all__ = ["Exported", "compare", "evaluate", "evolve", "export"]
+__all__ = ["Exported", "apply", "compare", "evaluate", "evolve", "export"]
 
 TaskLike = Union[str, os.PathLike, Task]
 CandidateLike = Union[str, os.PathLike, Candidate]
@@ -133,6 +134,21 @@ def export(run: str | os.PathLike[str] | EvolveResult, path: str | os.PathLike[s
                                         candidate, best, recheck=recheck, progress=progress,
                                         force=force, words=API_WORDS)
     return Exported(written, verdict)
+
+
+def apply(model: Any, kernels: str | os.PathLike[str], *,
+          tasks: str | os.PathLike[str] | None = None, guard: bool = True,
+          shapes: dict[str, list[tuple[tuple[int, ...], ...]]] | None = None) -> Applied:
+    """Swap a model's extracted submodules for their kernels, as custom ops, in place.
+
+    `kernels` holds `<task>.py` kernel files; `tasks` is the folder `kernelevo
+    model extract` wrote (default: `kernels`). Each kernel uses the
+    submodule's own weights and runs only at input shapes it was checked at,
+    unless `guard=False` (docs/model.md). `restore()` on the result undoes it.
+    """
+    from kernelevo.model.apply import apply as apply_kernels
+
+    return apply_kernels(model, kernels, tasks=tasks, guard=guard, shapes=shapes)
 
 
 def as_task(task: TaskLike, kernelbench_dir: str | None = None) -> Task:

@@ -1,5 +1,6 @@
 """The command line: eval | compare | evolve | suite | runs | show | export | report | ui
-| config."""
+| config
+| model."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from kernelevo.version import __version__
 from kernelevo.cli.config import config_command
 from kernelevo.cli.memory import memory_app
 from kernelevo.cli.profile import print_profile, profile_command
+from kernelevo.cli.model import model_app
 from kernelevo.cli.serve import serve_command
 from kernelevo.cli.suite import suite_command
 from kernelevo.cli.options import (  # noqa: F401 (the choices, re-exported)
@@ -469,6 +471,7 @@ app.command("config")(config_command)
 app.command("suite")(suite_command)
 app.add_typer(memory_app, name="memory")
 app.command("serve")(serve_command)
+app.add_typer(model_app, name="model")
 app.command("profile")(profile_command)
 
 

@@ -38,6 +38,7 @@ class Swapped:
     kernel_file: str
     verified: tuple[tuple[tuple[int, ...], ...], ...]  # input shapes checked, per signature
     max_abs_error: float
+    slot: int = -1  # the custom op's `slot` argument for this submodule
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,7 @@ def _swap_one(applied: Applied, entry: dict[str, Any], path: str, kernel_class: 
     slot = register(swap)
     original.forward = patched_forward(original, slot, len(specs))
     verified = tuple(tuple(shape for shape, _, _ in sig) for sig in sorted(swap.verified))
-    applied.swapped.append(Swapped(path, name, str(kernel_file), verified, worst))
+    applied.swapped.append(Swapped(path, name, str(kernel_file), verified, worst, slot))
 
 
 def _placement(model: torch.nn.Module) -> tuple[Any, Any]:

@@ -45,6 +45,7 @@ class OptimizeOptions:
     device: str | None = None
     seed: int = 42
     compile_backend: str | None = None
+    timed: bool = True  # time the patched model against the original at the end
     evolve_settings: dict[str, Any] = field(default_factory=dict)
 
 
@@ -76,7 +77,7 @@ def optimize(options: OptimizeOptions, *, evolve: Evolve | None = None,
     applied = apply(built.module, out / "kernels", tasks=tasks_dir)
     say(f"applied {len(applied.swapped)} kernels, left {len(applied.skipped)} submodules")
     verification = verify(original, built.module, built.inputs, device=device,
-                          compile_backend=options.compile_backend)
+                          compile_backend=options.compile_backend, timed=options.timed)
     data = report_data(profile.to_dict(), applied.to_dict(), verification.to_dict(),
                        state["tasks"])
     json_path, md_path = write_report(out, data)

@@ -52,8 +52,8 @@ def fresh_inputs(example: tuple[Any, ...], seed: int) -> list[Any]:
     """Inputs of the example's shapes, dtypes and value ranges, drawn under `seed`."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return [draw_input(input_spec(x), x.dtype, x.device) if isinstance(x, torch.Tensor) else x
-                for x in example]
+        return [draw_input(input_spec(x), x.dtype, x.device)
+                if isinstance(x, torch.Tensor) else x for x in example]
 
 
 def check_outputs(original: torch.nn.Module, patched: torch.nn.Module,
@@ -144,7 +144,7 @@ def _loop_length(call: Callable[[], Any], sync: Callable[[], Any], sample_ms: fl
 
 def verify(original: torch.nn.Module, patched: torch.nn.Module, example: tuple[Any, ...], *,
            device: str, compile_backend: str | None = None, timed: bool = True,
-           rounds: int = 10) -> Verification:
+           rounds: int | None = None) -> Verification:
     """Outputs on fresh inputs, torch.compile's view of the patched model, and times."""
     backend = compile_backend or ("inductor" if device == "cuda" else "aot_eager")
     correct, worst, message = check_outputs(original, patched, example)
@@ -155,6 +155,8 @@ def verify(original: torch.nn.Module, patched: torch.nn.Module, example: tuple[A
         notes.append("no GPU: times are CPU times, Triton kernels ran under the interpreter")
     timings: dict[str, TimingStats] = {}
     if timed and correct:
+        # Interpreted Triton on a CPU takes seconds a forward: fewer rounds there.
+        rounds = rounds or (10 if device == "cuda" else 3)
         timings = _timings(original, patched, inputs, device, backend, rounds)
     clock = "GPU (host call time)" if device == "cuda" else "CPU"
     return Verification(device, clock, correct, 3, worst, message, backend, breaks, ops,
