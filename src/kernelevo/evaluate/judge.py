@@ -25,6 +25,7 @@ from kernelevo.candidate import Candidate
 from kernelevo.config import EvalConfig
 from kernelevo.errors import TaskError
 from kernelevo.evaluate import decide
+from kernelevo.evaluate.cuda.check import compile_check
 from kernelevo.evaluate.static import checks as static
 from kernelevo.evaluate.gate import gate_for
 from kernelevo.evaluate.messages import PrebuildDone, PrebuildJob
@@ -131,11 +132,13 @@ class Judge:
         self.progress = progress or (lambda phase: None)
         self.cache_dir = cache_dir or default_cache_dir()
         self.notes: list[str] = []
+        self._shrunk = ""  # the sizes a CPU check uses, in words
         if self.device == "cpu" and self.config.shrink_on_cpu:
             shrunk = shrink_sizes(task.constants)
             if shrunk:
-                self.notes.append("no GPU: checked under the Triton interpreter with sizes "
-                                  + ", ".join(f"{k}={v}" for k, v in shrunk.items()))
+                self._shrunk = ", ".join(f"{k}={v}" for k, v in shrunk.items())
+                self.notes.append(f"no GPU: checked under the Triton interpreter with sizes "
+                                  f"{self._shrunk}")
             task = task.with_constants(shrunk)
         self.task = task
         set_triton_mode(self.device == "cpu")
@@ -156,9 +159,13 @@ class Judge:
         pending = [i for i, v in enumerate(early) if v is None]
         verdicts: list[Verdict | None] = list(early)
         for i in pending:
-            if candidates[i].backend == "cuda":
+            if candidates[i].backend == "cuda" and self.device == "cpu":
+                self.progress("compile-checking CUDA source (no GPU)")
+                verdicts[i] = compile_check(candidates[i].source, self.config)
+            elif candidates[i].backend == "cuda":
                 self.progress("building CUDA extension")
                 self.prebuild(candidates[i])
+        pending = [i for i in pending if verdicts[i] is None]
         if pending:
             judged = self._run_guarded([candidates[i] for i in pending], self.task,
                                        timed and self.config.time_candidates)
@@ -168,7 +175,21 @@ class Judge:
         assert len(judged) == len(candidates)  # a static verdict or a judged one, each
         if self.config.vary_shapes:
             judged = self._vary_shapes(candidates, judged)
-        return [_with_total(v, time.perf_counter() - started, self.notes) for v in judged]
+        total_s = time.perf_counter() - started
+        return [_with_total(v, total_s, self._notes(c, i in pending))
+                for i, (c, v) in enumerate(zip(candidates, judged))]
+
+    def _notes(self, candidate: Candidate, in_session: bool) -> list[str]:
+        """The judge's notes for one verdict: how a CPU check differed from a GPU's.
+
+        A CUDA candidate on the CPU runs under no Triton interpreter: a
+        compile-only check (or a static check) says what it did in its own message.
+        """
+        if self.device != "cpu" or candidate.backend != "cuda":
+            return self.notes
+        if in_session and self._shrunk:
+            return [f"no GPU: checked on the CPU with sizes {self._shrunk}"]
+        return []
 
     def prebuild(self, candidate: Candidate) -> float | None:
         """Compile a CUDA candidate ahead, on the CPU; seconds spent, or None if not applicable."""

@@ -307,6 +307,16 @@ class PrebuildDone(Message):
     wall_s: float = 0.0
 
 
+@dataclass(frozen=True)
+class CompileChecked(Message):
+    """A compile-only check's last word: the verdict's reason and message, or None (nothing built)."""
+
+    kind: ClassVar[str] = "done"
+    reason: str | None = None
+    message: str = ""
+    wall_s: float = 0.0
+
+
 # --- the judge's replies -----------------------------------------------------------------------
 
 
@@ -346,6 +356,8 @@ WORKER_KINDS: dict[str, type[Message]] = {
                         Checked, Timed, Timing, WorkerDone)}
 PREBUILD_KINDS: dict[str, type[Message]] = {
     m.kind: m for m in (Isolation, Garbage, PrebuildDone)}
+COMPILE_CHECK_KINDS: dict[str, type[Message]] = {
+    m.kind: m for m in (Isolation, Garbage, CompileChecked)}
 
 
 def decode(data: Any, kinds: dict[str, type[Message]]) -> Message:

@@ -172,7 +172,8 @@ def _start_candidate(index: int, candidate: dict[str, str], task: Any, job: Work
     seen, patched = watch.snapshot(), set(snapshot.tampered())
     started = time.perf_counter()
     setters = len(switch.cuda_setters)
-    module = _load(candidate["source"], f"kernelevo_candidate_{index}", Path(job.scratch))
+    module = load_candidate_module(candidate["source"], f"kernelevo_candidate_{index}",
+                                   Path(job.scratch))
     load_s = time.perf_counter() - started
     model = _construct(module, task, device, dtype)
     runs = _SetRuns(index, model, module, task, job, given, switch)
@@ -204,7 +205,8 @@ def _finish_candidate(runs: "_SetRuns", job: WorkerJob, given: ReadyReply, chann
     return runs.model, runs.module, verified
 
 
-def _load(source: str, name: str, folder: Path) -> Any:
+def load_candidate_module(source: str, name: str, folder: Path) -> Any:
+    """Import a candidate's source; a Failure with its reason when it will not load."""
     try:
         module = task_inputs.import_source(source, name, folder)
     except SyntaxError as exc:
@@ -245,6 +247,8 @@ def _construct(module: Any, task: Any, device: str, dtype: torch.dtype) -> Any:
     try:
         return task_inputs.build_model(module.ModelNew, list(task.get_init_inputs()), device,
                                        dtype)
+    except CompileOnly as outcome:  # load_inline called in ModelNew, on a machine with no GPU
+        raise _compile_only(outcome) from None
     except Exception as exc:
         raise Failure(*_classify(exc, "init_failed")) from None
 
