@@ -151,7 +151,7 @@ def load_run(run_path: Path, *, views: bool = True) -> RunData:
         best = _best_kernel(store, store.briefs.best(),
                             baseline.candidate.source if baseline else info.task_source)
         # Why there is no best takes every candidate's verdict; a best takes one.
-        no_best_message = "" if best else store.ranking().no_best_message()
+        no_best_message = "" if best else store.briefs.ranking(0).no_best_message()
         environment = _environment(best) or store.briefs.environment()
         improvements = _improvements(store, start)
         models = _models(info.config, store.briefs.models())

@@ -25,6 +25,7 @@ import re
 import secrets
 import sqlite3
 import sys
+import threading
 import traceback
 import webbrowser
 from dataclasses import dataclass
@@ -70,7 +71,7 @@ def route(runs_dir: Path, path: str, query: dict[str, list[str]]) -> Response:
         case []:
             return _page(_index(runs_dir))
         case ["run", run_id]:
-            return _page(html.render_run_page(load_run(_run_path(runs_dir, run_id))))
+            return _page(_run_page(_run_path(runs_dir, run_id)))
         case ["run", run_id, "candidate", candidate_id]:
             return _page(html.render_candidate_page(_detail(runs_dir, run_id, candidate_id)))
         case ["api", "run", run_id, "summary"]:
@@ -79,6 +80,43 @@ def route(runs_dir: Path, path: str, query: dict[str, list[str]]) -> Response:
         case ["compare"]:
             return _page(_comparison(runs_dir, query))
     raise NotFound(f"no page at {path}")
+
+
+# The latest rendering of each run's page, kept while its files stand unchanged:
+# every open tab refetches the page when a verdict lands, and drawing it takes
+# most of a second at 200,000 candidates, so one drawing serves them all.
+_PAGES: dict[Path, tuple[tuple[int, ...], str]] = {}
+_PAGES_LOCK = threading.Lock()
+PAGES_KEPT = 8
+
+
+def _run_page(run_path: Path) -> str:
+    """The run's page, drawn again only when run.db or its log changed since the last."""
+    key = _files_state(run_database(run_path))
+    with _PAGES_LOCK:
+        kept = _PAGES.get(run_path)
+    if kept is not None and kept[0] == key:
+        return kept[1]
+    text = html.render_run_page(load_run(run_path))
+    with _PAGES_LOCK:
+        _PAGES.pop(run_path, None)
+        _PAGES[run_path] = (key, text)
+        while len(_PAGES) > PAGES_KEPT:
+            _PAGES.pop(next(iter(_PAGES)))
+    return text
+
+
+def _files_state(database: Path) -> tuple[int, ...]:
+    """Size and change time of run.db and its WAL: every commit of a writer changes them."""
+    state: list[int] = []
+    for path in (database, database.with_name(database.name + "-wal")):
+        try:
+            found = path.stat()
+        except FileNotFoundError:
+            state += [-1, -1]
+            continue
+        state += [found.st_size, found.st_mtime_ns]
+    return tuple(state)
 
 
 def _run_path(runs_dir: Path, run_id: str) -> Path:
@@ -118,7 +156,7 @@ def live_summary(run_path: Path) -> dict[str, Any]:
         status = status_now(info.status, Path(store.path).parent)
         best, baseline = store.briefs.best(), store.briefs.baseline()
         # Why there is no best needs every candidate; with a best, two indexed reads do.
-        no_best = None if best else store.ranking().no_best_message()
+        no_best = None if best else store.briefs.ranking(0).no_best_message()
     by_status = dict(sorted(totals.candidates_by_status.items()))
     answered_calls = totals.llm_calls - totals.llm_calls_in_flight
     return {

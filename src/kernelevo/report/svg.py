@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 from markupsafe import Markup
 
-from kernelevo.report.lineage import IslandCells
+from kernelevo.report.lineage import CellView, IslandCells
 
 WIDTH, HEIGHT = 640, 280
 STATUS_PLOT_STEPS = 500  # a step per 1.3 px of plot: more would not show
@@ -199,16 +199,34 @@ def cell_grids(islands: Sequence[IslandCells], link: Link | None = None,
     return [_grid(island, rows, columns, top if timed else 0.0, link) for island in islands]
 
 
+# Grid text is 11 px: about this many pixels a character, digits and letters alike.
+CHAR_PX = 6.6
+LINE_PX = 13
+
+
 def _grid(island: IslandCells, rows: list[tuple[Hashable, ...]],
           columns: list[tuple[Hashable, ...]], top: float, link: Link | None) -> Markup:
-    label_width, cell_width, cell_height, header = 170, 104, 34, 30
+    """Cells sized to their longest text, so labels never overlap or run off the left.
+
+    A cell shows its elite on one line and its speedup and failures on the
+    next; column headers break at each " · " into lines of their own.
+    """
+    headers = [_column_label(column).split(" · ") for column in columns]
+    row_labels = [_row_label(row) for row in rows]
+    texts = [line for view in island.cells for line in _cell_lines(view, top)]
+    cell_width = max(104, _width(line for lines in headers for line in lines) + 12,
+                     _width(texts) + 12)
+    label_width = _width(row_labels) + 14
+    header = 10 + LINE_PX * max((len(lines) for lines in headers), default=1)
+    cell_height = 12 + LINE_PX * 2
     width = label_width + cell_width * max(len(columns), 1) + 8
     height = header + cell_height * max(len(rows), 1) + 8
-    parts = [f'<text class="tick" x="{label_width + i * cell_width + cell_width / 2}" y="18" '
-             f'text-anchor="middle">{_text(_column_label(c))}</text>'
-             for i, c in enumerate(columns)]
-    parts += [f'<text class="tick" x="{label_width - 6}" y="{header + i * cell_height + 21}" '
-              f'text-anchor="end">{_text(_row_label(r))}</text>' for i, r in enumerate(rows)]
+    parts = [f'<text class="tick" x="{label_width + i * cell_width + cell_width / 2:.0f}" '
+             f'y="{14 + j * LINE_PX}" text-anchor="middle">{_text(line)}</text>'
+             for i, lines in enumerate(headers) for j, line in enumerate(lines)]
+    parts += [f'<text class="tick" x="{label_width - 8}" '
+              f'y="{header + i * cell_height + cell_height / 2 + 2:.0f}" text-anchor="end">'
+              f'{_text(label)}</text>' for i, label in enumerate(row_labels)]
     for view in island.cells:
         x = label_width + columns.index(_column_key(view.cell)) * cell_width
         y = header + rows.index(_row_key(view.cell)) * cell_height
@@ -217,27 +235,54 @@ def _grid(island: IslandCells, rows: list[tuple[Hashable, ...]],
     return _svg(title, parts, len(island.cells), width, height, "cells")
 
 
-def _cell(view, x: float, y: float, width: float, height: float, top: float,
+def _width(lines: Iterable[str]) -> int:
+    """Pixels the longest of `lines` takes in grid text."""
+    return int(max((len(line) for line in lines), default=0) * CHAR_PX)
+
+
+def _cell_lines(view: CellView, top: float) -> tuple[str, str]:
+    """A cell's two lines: its elite (or that it has none), then its speedup and failures."""
+    if view.elite_id:
+        first = view.elite_id
+        second = "correct" if not top else f"{view.fitness:.2f}x"
+    else:
+        first, second = "failed only", ""
+    if view.failures:
+        second = f"{second} ✕{_count(view.failures)}".strip()
+    return first, second
+
+
+def _count(value: int) -> str:
+    """A count in at most five characters: 675, 12,345 as 12k, 1,234,567 as 1.2M."""
+    if value < 10_000:
+        return str(value)
+    if value < 1_000_000:
+        return f"{value // 1000}k"
+    return f"{value / 1_000_000:.1f}M"
+
+
+def _cell(view: CellView, x: float, y: float, width: float, height: float, top: float,
           link: Link | None) -> str:
     tip = f"{_row_label(_row_key(view.cell))} · {_column_label(_column_key(view.cell))}: "
     if view.elite_id and not top:  # untimed: correct, with no speedup to show
         fill = 'fill="#2e7d32" fill-opacity="0.45"'
-        text = f"{view.elite_id} correct"
         tip += f"elite {view.elite_id}, correct (not timed)"
     elif view.elite_id:
         strength = 0.15 + 0.55 * (view.fitness or 0.0) / top
         fill = f'fill="#2e7d32" fill-opacity="{strength:.2f}"'
-        text = f"{view.elite_id} {view.fitness:.2f}x"
         tip += f"elite {view.elite_id} at {view.fitness:.3g}x"
     else:
-        fill, text = 'fill="#f8d7da"', "failed only"
+        fill = 'fill="#f8d7da"'
     if view.failures:
-        tip += f", {view.failures} failed here"
-        text += f" ✕{view.failures}"
+        tip += f", {view.failures:,} failed here"
+    first, second = _cell_lines(view, top)
+    middle = x + width / 2
+    lines = "".join(
+        f'<text class="cell-text" x="{middle:.0f}" y="{y + height / 2 + offset:.0f}" '
+        f'text-anchor="middle">{_text(line)}</text>'
+        for line, offset in ((first, -2), (second, LINE_PX - 2)) if line)
     body = (f'<rect class="cell" x="{x}" y="{y}" width="{width}" height="{height}" rx="3" '
-            f'{fill}><title>{_text(tip)}</title></rect><text class="cell-text" '
-            f'x="{x + width / 2}" y="{y + height / 2 + 4}" text-anchor="middle">'
-            f'{_text(text)}</text>')
+            f'{fill}><title>{_text(tip)}</title></rect>{lines}')
     href = link(view.elite_id) if link and view.elite_id else None
     return f'<a href="{_text(href)}">{body}</a>' if href else body
 

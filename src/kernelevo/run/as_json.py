@@ -40,13 +40,13 @@ def runs_json(runs_dir: Path) -> list[dict[str, Any]]:
 def run_json(store: RunStore) -> dict[str, Any]:
     """A run's settings (no secrets), spend, candidates, ranking and best verdict."""
     facts = _run_facts(store)
-    info, ranking = store.run_info(), store.ranking()
+    info, ranking = store.run_info(), store.briefs.ranking(TOP_CANDIDATES)
     best = store.candidate(ranking.best.id) if ranking.best else None
     facts.update({
         "config": public_config(info.config),
         "baseline": _entry(ranking.baseline),
         "top": [_entry(entry) for entry in ranking.kernels[:TOP_CANDIDATES]],
-        "passing_kernels": len(ranking.kernels),
+        "passing_kernels": ranking.passing,
         "best_verdict": best.verdict.to_dict() if best and best.verdict else None,
     })
     return facts
@@ -72,7 +72,7 @@ def public_config(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _run_facts(store: RunStore) -> dict[str, Any]:
-    info, totals, best = store.run_info(), store.totals(), store.ranking().best
+    info, totals, best = store.run_info(), store.totals(), store.briefs.best()
     # `status` as `runs` shows it; `recorded_status` as run.db holds it (a driver
     # killed outright leaves `running` there).
     return {"run_id": info.id, "task": info.task_name,

@@ -291,7 +291,7 @@ def refuse_changes(store: RunStore, task: Task | None, options: EvolveOptions) -
         "eval": eval_config, "eval.timing": eval_config.timing, "search": search})
     if task is not None and task.source != info.task_source:
         problems.append(f"TASK {task.name} (not the run's task, {info.task_name})")
-    planted = {c.candidate.source for c in store.candidates() if c.candidate.origin == "seed"}
+    # Each seed given is looked up by its hash: no other candidate is read.
     problems += [f"--seed {path} (not one of the run's starting candidates)"
-                 for path in options.seeds if load_candidate(path).source not in planted]
+                 for path in options.seeds if not store.briefs.is_seed(load_candidate(path))]
     refuse(info.id, problems)

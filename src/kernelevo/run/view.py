@@ -26,8 +26,7 @@ from kernelevo.render import fitted_table, print_verdict
 from kernelevo.store.lock import status_now
 from kernelevo.store.listing import list_runs
 from kernelevo.store.resolve import open_run
-from kernelevo.store.run_store import (Ranking, RunInfo, RunStore, StoreError, StoredCandidate,
-                                       rank_candidates)
+from kernelevo.store.run_store import Ranking, RunInfo, RunStore, StoreError, StoredCandidate
 from kernelevo.task import find_constants, task_from_source
 
 TOP_CANDIDATES = 10
@@ -98,7 +97,7 @@ def _run_row(run_id: str, path: Path, problem: str) -> list[str]:
         return unreadable
     try:
         with RunStore.read(path) as store:
-            info, totals, best = store.run_info(), store.totals(), store.ranking().best
+            info, totals, best = store.run_info(), store.totals(), store.briefs.best()
     except (StoreError, sqlite3.Error) as exc:  # deleted or corrupted since it was listed
         unreadable[1] = escape(str(exc))
         return unreadable
@@ -130,7 +129,10 @@ def tokens_text(tokens: int, estimated_tokens: int) -> str:
 def show_run(console: Console, runs_dir: Path, run: str) -> None:
     """Print a run's summary, spend, its best candidates and the best one's verdict."""
     with open_run(runs_dir, run) as store:
-        info, totals, candidates = store.run_info(), store.totals(), store.candidates()
+        # The ranking's counts and its first rows from indexes; only those rows in full.
+        info, totals = store.run_info(), store.totals()
+        ranking = store.briefs.ranking(TOP_CANDIDATES)
+        top = [store.candidate(entry.id) for entry in ranking.kernels]
     status = status_now(info.status, Path(store.path).parent)
     console.print(f"[bold]run {info.id}[/]  task {escape(info.task_name)}  status {status}")
     if status != info.status:
@@ -151,21 +153,19 @@ def show_run(console: Console, runs_dir: Path, run: str) -> None:
                       "server reported wrong)")
     by_status = ", ".join(f"{status} {count}"
                           for status, count in sorted(totals.candidates_by_status.items()))
-    console.print(f"candidates: {len(candidates)} ({by_status or 'none yet'})")
-    _print_best(console, candidates)
+    count = sum(totals.candidates_by_status.values())
+    console.print(f"candidates: {count} ({by_status or 'none yet'})")
+    _print_best(console, ranking, top)
 
 
-def _print_best(console: Console, candidates: list[StoredCandidate]) -> None:
+def _print_best(console: Console, ranking: Ranking, ranked: list[StoredCandidate]) -> None:
     """The baseline on its own line, then the passing kernels and the best one's verdict."""
-    ranking = rank_candidates(candidates)
     never = "; the PyTorch reference, never the best" if ranking.baseline else ""
     console.print(f"baseline: {escape(ranking.baseline_text())}{never}")
     if ranking.best is None:
         console.print(ranking.no_best_message())
         return
-    by_id = {stored.id: stored for stored in candidates}
-    ranked = [by_id[entry.id] for entry in ranking.kernels]
-    console.print(_top_table(ranked[:TOP_CANDIDATES], len(ranked)))
+    console.print(_top_table(ranked[:TOP_CANDIDATES], ranking.passing))
     if not ranking.timed:
         console.print("no timings (judged without a GPU): every passing kernel scores alike, "
                       "so the best is the first one judged")
@@ -252,7 +252,7 @@ def export_candidate(runs_dir: Path, run: str, output: Path, candidate_id: str |
 
 
 def _best_or_refuse(store: RunStore, words: Wording) -> StoredCandidate:
-    ranking = store.ranking()
+    ranking = store.briefs.ranking(1)
     if ranking.best is None:
         raise ConfigError(_no_best_to_export(store.run_id, ranking, words))
     return store.candidate(ranking.best.id)

@@ -19,15 +19,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from kernelevo.candidate import Candidate
 from kernelevo.evaluate.verdict import NO_CUSTOM_KERNEL_FLAG, Verdict
 from kernelevo.store.records import (
     BASELINE_BACKEND,
-    KERNEL_BACKENDS,
+    RANK_ORDER_SQL,
     CandidateBrief,
     Judged,
     RankEntry,
     Ranking,
-    rank,
+    kernel_sql,
     rank_entry_from_row,
 )
 from kernelevo.store.schema import Database
@@ -39,15 +40,16 @@ _RANK_COLUMNS = ("c.id, c.sequence, c.backend, c.origin, v.status, v.speedup_vs_
 _FLAGGED = "CASE WHEN instr(v.verdict_json, ?) > 0 THEN v.verdict_json END AS flagged_json"
 _BRIEF_COLUMNS = (f"{_RANK_COLUMNS}, {_FLAGGED}, c.name, c.parent_ids_json, c.island,"
                   " c.cell_json, c.created_at, c.state, v.reason, v.runtime_ms")
-# RankEntry.is_kernel in SQL; store_records.rank is the rule, tests hold the two equal.
-_KERNEL = ("v.status = 'ok' AND c.backend IN ("
-           + ", ".join(f"'{backend}'" for backend in KERNEL_BACKENDS) + ")"
-           " AND (instr(v.verdict_json, ?) = 0 OR NOT EXISTS"
-           " (SELECT 1 FROM json_each(v.verdict_json, '$.flags') WHERE value = ?))")
+# RankEntry.is_kernel in SQL: the one rule (store_records.kernel_sql). It reads
+# no verdict's JSON but those few that name the flag (an index finds them).
+_KERNEL = kernel_sql("v.status", "c.backend", "v.candidate_id")
 # Candidate first: `CROSS JOIN` keeps SQLite scanning the candidate_brief
 # index and finding verdicts by id, never reading a candidate's row (and
 # its source) to find its cell or backend.
-_JUDGED = "candidate c CROSS JOIN verdict v ON v.candidate_id = c.id"
+_JUDGED = ("candidate c CROSS JOIN verdict v INDEXED BY verdict_figures"
+           " ON v.candidate_id = c.id")
+# Every candidate, judged or not, read the same way.
+_ALL = "candidate c LEFT JOIN verdict v INDEXED BY verdict_figures ON v.candidate_id = c.id"
 # The best kernel in the order of store_records.rank: timed ones fastest
 # first, then (a run without a GPU) the first judged.
 # A verdict's place in the search's order and its archive fitness
@@ -55,8 +57,6 @@ _JUDGED = "candidate c CROSS JOIN verdict v ON v.candidate_id = c.id"
 _FITNESS = "CASE WHEN v.status = 'ok' THEN COALESCE(v.speedup_vs_eager, 1.0) END"
 _ARCHIVE_CELL = "COALESCE(c.island, 0), COALESCE(c.cell_json, '[]')"
 _NO_ENVIRONMENT = '{"environment": {}'
-_BEST_QUERIES = (("IS NOT NULL", "v.speedup_vs_eager DESC, v.evaluated_at, c.sequence"),
-                 ("IS NULL", "v.evaluated_at, c.sequence"))
 
 @dataclass(frozen=True)
 class ArchiveOffers:
@@ -118,8 +118,7 @@ class Briefs:
         rows = self._database.query(
             "SELECT c.id, c.cell_json, c.island, v.status, v.speedup_vs_eager,"
             f" v.speedup_vs_compile, v.evaluated_at, {_KERNEL}"
-            f" FROM {_JUDGED} ORDER BY v.evaluated_at, c.sequence",
-            (NO_CUSTOM_KERNEL_FLAG, NO_CUSTOM_KERNEL_FLAG))
+            f" FROM {_JUDGED} ORDER BY v.evaluated_at, c.sequence")
         cells: dict[str | None, tuple[Any, ...]] = {None: ()}  # a few cells, repeated
         for row in rows:
             if row[1] not in cells:
@@ -227,26 +226,37 @@ class Briefs:
             (first, first, width, spans) * 2 if spans else ())
         return [(row[0], row[1], row[2], row[3]) for row in rows]
 
-    def ranking(self) -> Ranking:
-        """Every candidate ranked (store_records.rank) from the columns the rule reads."""
+    def ranking(self, limit: int | None = None) -> Ranking:
+        """The ranking of store_records.rank, from indexes: the best `limit` kernels (all
+        by default) in its order, and how every other candidate fared, counted by SQLite."""
+        baseline = self.baseline()
         rows = self._database.query(
-            f"SELECT {_RANK_COLUMNS}, {_FLAGGED}"
-            " FROM candidate c LEFT JOIN verdict v ON v.candidate_id = c.id",
-            (NO_CUSTOM_KERNEL_FLAG,))
-        return rank(rank_entry_from_row(row) for row in rows)
+            "SELECT COUNT(v.candidate_id), COALESCE(SUM(v.status != 'ok'), 0),"
+            f" COALESCE(SUM(CASE WHEN {_KERNEL} THEN 1 ELSE 0 END), 0), COUNT(*)"
+            f" FROM {_ALL} WHERE c.id IS NOT ?", (baseline.id if baseline else None,))
+        judged, failed, kernels, everything = rows[0]
+        return Ranking(kernels=tuple(self._kernels(kernels if limit is None else limit)),
+                       baseline=baseline, judged=judged, failed=failed,
+                       not_kernels=judged - failed - kernels, pending=everything - judged)
 
     def best(self) -> RankEntry | None:
-        """`rank(...).best` from an index: the same candidate, in well under a millisecond."""
-        for speedup_test, order in _BEST_QUERIES:
+        """`rank(...).best`: the first of the ranking, found from an index in a millisecond."""
+        kernels = self._kernels(1)
+        return kernels[0] if kernels else None
+
+    def _kernels(self, limit: int) -> list[RankEntry]:
+        """The best `limit` passing custom kernels in RANK_ORDER_SQL's order."""
+        found: list[RankEntry] = []
+        for part, order in RANK_ORDER_SQL:
+            if len(found) >= limit:
+                break
             rows = self._database.query(
-                f"SELECT {_RANK_COLUMNS}, NULL AS flagged_json FROM verdict v"
-                " JOIN candidate c ON c.id = v.candidate_id"
-                f" WHERE v.speedup_vs_eager {speedup_test} AND {_KERNEL}"
-                f" ORDER BY {order} LIMIT 1",
-                (NO_CUSTOM_KERNEL_FLAG, NO_CUSTOM_KERNEL_FLAG))
-            if rows:
-                return rank_entry_from_row(rows[0])
-        return None
+                f"SELECT {_RANK_COLUMNS}, {_FLAGGED} FROM verdict v INDEXED BY verdict_best"
+                f" JOIN candidate c ON c.id = v.candidate_id WHERE {part} AND {_KERNEL}"
+                f" ORDER BY {order} LIMIT ?",
+                (NO_CUSTOM_KERNEL_FLAG, limit - len(found)))
+            found += [rank_entry_from_row(row) for row in rows]
+        return found
 
     def baseline(self) -> RankEntry | None:
         """`rank(...).baseline`: the first PyTorch seed, else the first PyTorch candidate."""
@@ -259,6 +269,13 @@ class Briefs:
             if rows:
                 return rank_entry_from_row(rows[0])
         return None
+
+    def is_seed(self, candidate: Candidate) -> bool:
+        """Whether one of the run's starting candidates has exactly this source."""
+        rows = self._database.query(
+            "SELECT 1 FROM candidate WHERE source_hash = ? AND origin = 'seed' AND source = ?"
+            " LIMIT 1", (candidate.source_hash, candidate.source))
+        return bool(rows)
 
     def proposed_count(self) -> int:
         """Candidates of every origin but 'seed': what the candidate budget counts."""

@@ -19,6 +19,33 @@ KERNEL_BACKENDS = ("triton", "cuda")
 BASELINE_BACKEND = "pytorch"
 
 
+def is_kernel(status: str | None, backend: str, flags: tuple[str, ...]) -> bool:
+    """The one rule for a custom kernel: passed, of a custom backend, not flagged as
+    running PyTorch only (the flag Verdict.passed_kernel reads, so `eval` and runs agree).
+
+    `kernel_sql` is this rule in SQL; tests hold the two equal on a table of cases.
+    """
+    return status == "ok" and backend in KERNEL_BACKENDS and NO_CUSTOM_KERNEL_FLAG not in flags
+
+
+# The verdicts that carry the flag. The `instr` test is the WHERE of the partial
+# index store_schema.INDEXES["verdict_flagged"], written out the same so SQLite
+# uses it: the few verdicts that name the flag are found without reading the
+# others' JSON. json_each then tells a flag from the word elsewhere (a log).
+FLAGGED_VERDICTS = (
+    f"SELECT candidate_id FROM verdict WHERE instr(verdict_json, '{NO_CUSTOM_KERNEL_FLAG}') > 0"
+    f" AND EXISTS (SELECT 1 FROM json_each(verdict_json, '$.flags')"
+    f" WHERE value = '{NO_CUSTOM_KERNEL_FLAG}')")
+
+
+def kernel_sql(status: str, backend: str, candidate_id: str) -> str:
+    """`is_kernel` as an SQL condition over these column expressions (literals inlined:
+    triggers take no parameters)."""
+    backends = ", ".join(f"'{name}'" for name in KERNEL_BACKENDS)
+    return (f"({status} = 'ok' AND {backend} IN ({backends})"
+            f" AND {candidate_id} NOT IN ({FLAGGED_VERDICTS}))")
+
+
 @dataclass(frozen=True)
 class RunInfo:
     """The run's own row: what was asked and where it stands."""
@@ -149,10 +176,8 @@ class RankEntry:
 
     @property
     def is_kernel(self) -> bool:
-        """Passed, of a custom backend, and not flagged as running PyTorch only."""
-        # The same flag Verdict.passed_kernel reads, so `eval` and runs agree.
-        return (self.status == "ok" and self.backend in KERNEL_BACKENDS
-                and NO_CUSTOM_KERNEL_FLAG not in self.flags)
+        """Passed, of a custom backend, and not flagged as running PyTorch only (is_kernel)."""
+        return is_kernel(self.status, self.backend, self.flags)
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,12 +216,17 @@ class Judged(NamedTuple):
 class Ranking:
     """A run's passing custom kernels, best first, and its PyTorch baseline, kept apart."""
 
-    kernels: tuple[RankEntry, ...]
+    kernels: tuple[RankEntry, ...]  # best first; the first few only where read with a limit
     baseline: RankEntry | None
     judged: int  # candidates with a verdict, the baseline aside
     failed: int  # judged and not ok
     not_kernels: int  # ok but PyTorch only
     pending: int  # not judged yet
+
+    @property
+    def passing(self) -> int:
+        """Passing custom kernels, all of them (`kernels` may hold only the first few)."""
+        return self.judged - self.failed - self.not_kernels
 
     @property
     def best(self) -> RankEntry | None:
@@ -252,6 +282,14 @@ def rank(entries: Iterable[RankEntry]) -> Ranking:
 def rank_candidates(candidates: Iterable[StoredCandidate]) -> Ranking:
     """`rank` over candidates already read in full (show, export, the report)."""
     return rank(RankEntry.of(stored) for stored in candidates)
+
+
+# `_rank_key` in SQL over a verdict `v` and its candidate `c`, as two parts read
+# in turn: the timed kernels, then the untimed. Apart, each part's order is
+# the verdict_best index's, so SQLite stops at a limit instead of sorting all.
+RANK_ORDER_SQL = (("v.speedup_vs_eager IS NOT NULL", "v.speedup_vs_eager DESC, v.evaluated_at,"
+                   " c.sequence"),
+                  ("v.speedup_vs_eager IS NULL", "v.evaluated_at, c.sequence"))
 
 
 def _rank_key(entry: RankEntry) -> tuple[bool, float, float, int]:

@@ -152,6 +152,15 @@ INDEXES = {
                           " WHERE state = 'finished' AND error IS NOT NULL",
     # The run's last `stop` event says how it ended (RunStore.run_info).
     "events_kind": "CREATE INDEX IF NOT EXISTS events_kind ON events(kind, id)",
+    # Covering: a verdict's figures by its candidate, so the archive, the
+    # ranking's counts and the timeline never read a verdict's JSON (~2 KB a row).
+    "verdict_figures": "CREATE INDEX IF NOT EXISTS verdict_figures ON verdict(candidate_id,"
+                       " status, speedup_vs_eager, speedup_vs_compile, evaluated_at, runtime_ms,"
+                       " reason)",
+    # Partial: the few verdicts that name the no-custom-kernel flag, which the
+    # kernel rule sets apart (store_records.FLAGGED_VERDICTS, the same WHERE).
+    "verdict_flagged": "CREATE INDEX IF NOT EXISTS verdict_flagged ON verdict(candidate_id)"
+                       " WHERE instr(verdict_json, 'no_custom_kernel') > 0",
 }
 
 

@@ -19,8 +19,7 @@ from __future__ import annotations
 import sqlite3
 from typing import NamedTuple
 
-from kernelevo.evaluate.verdict import NO_CUSTOM_KERNEL_FLAG
-from kernelevo.store.records import KERNEL_BACKENDS
+from kernelevo.store.records import kernel_sql
 from kernelevo.store.tally import statements
 
 METRICS = ("speedup_vs_eager", "speedup_vs_compile")
@@ -36,12 +35,8 @@ class Step(NamedTuple):
 
 
 def _is_kernel(verdict: str, backend: str) -> str:
-    """RankEntry.is_kernel in SQL, literals inlined: a trigger takes no parameters."""
-    backends = ", ".join(f"'{name}'" for name in KERNEL_BACKENDS)
-    flag = f"'{NO_CUSTOM_KERNEL_FLAG}'"
-    return (f"{verdict}.status = 'ok' AND {backend} IN ({backends})"
-            f" AND (instr({verdict}.verdict_json, {flag}) = 0 OR NOT EXISTS"
-            f" (SELECT 1 FROM json_each({verdict}.verdict_json, '$.flags') WHERE value = {flag}))")
+    """RankEntry.is_kernel in SQL (store_records.kernel_sql), for a trigger or a scan."""
+    return kernel_sql(f"{verdict}.status", backend, f"{verdict}.candidate_id")
 
 
 def _scan(metric: str) -> str:

@@ -1,0 +1,204 @@
+"""Reads that must stay cheap at 200,000 candidates: one kernel rule, plans that stay in
+indexes, a ranking read to a limit, the UI drawing a page once per change.
+
+The kernel rule lives in Python (store_records.is_kernel) and is written out
+in SQL (kernel_sql) for the queries and the best-so-far triggers; a table of
+cases holds the two equal. Plans are checked with EXPLAIN QUERY PLAN: a
+query documented as index-only must read no table row of a verdict or a
+candidate (each holds kilobytes of JSON or source).
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from pathlib import Path
+
+import pytest
+
+import kernelevo.report.server as server
+from kernelevo.candidate import Candidate
+from kernelevo.evaluate.verdict import NO_CUSTOM_KERNEL_FLAG, verdict_for
+from kernelevo.search.archive import Archive
+from kernelevo.store.briefs import _ALL, _JUDGED, _KERNEL
+from kernelevo.store.records import RankEntry, is_kernel, rank
+from kernelevo.store.run_store import RunStore
+
+SOURCE = "import torch\nclass ModelNew(torch.nn.Module):\n    pass\n"
+OTHER_FLAG = "specialised_to_task_sizes"
+
+
+def judge(store: RunStore, backend: str, verdict, tag: str) -> str:
+    candidate_id = store.add_candidate(Candidate(f"{SOURCE}# {tag}\n", backend, name=tag,
+                                                 origin="llm"), island=0, cell=("x",))
+    if verdict is not None:
+        store.record_verdict(candidate_id, verdict)
+    return candidate_id
+
+
+# Every combination the rule tells apart: status, backend, the flag among
+# others, the flag's name outside the flags (a note), no verdict at all.
+STATUSES = ("passed", "output_mismatch", None)
+BACKENDS = ("triton", "cuda", "pytorch")
+FLAGS = ((), (NO_CUSTOM_KERNEL_FLAG,), (OTHER_FLAG,), (OTHER_FLAG, NO_CUSTOM_KERNEL_FLAG))
+NOTED = (False, True)
+
+
+def case_verdict(reason: str | None, flags: tuple[str, ...], noted: bool):
+    if reason is None:
+        return None
+    notes = (f"checked: {NO_CUSTOM_KERNEL_FLAG} does not apply",) if noted else ()
+    return verdict_for(reason, flags=flags, notes=notes)
+
+
+def test_the_kernel_rule_in_sql_agrees_with_python_on_every_case(tmp_path: Path) -> None:
+    cases = list(itertools.product(STATUSES, BACKENDS, FLAGS, NOTED))
+    with RunStore.create(tmp_path, "add", "# task", {}) as store:
+        ids = [judge(store, backend, case_verdict(reason, flags, noted), f"case {index}")
+               for index, (reason, backend, flags, noted) in enumerate(cases)]
+        rows = store._database.query(f"SELECT c.id, {_KERNEL} FROM {_ALL} ORDER BY c.sequence")
+    in_sql = {row[0]: bool(row[1]) for row in rows}
+    for candidate_id, (reason, backend, flags, noted) in zip(ids, cases):
+        status = None if reason is None else ("ok" if reason == "passed" else "incorrect")
+        expected = is_kernel(status, backend, flags)
+        assert in_sql[candidate_id] is expected, (reason, backend, flags, noted)
+    assert sum(in_sql.values()) == 2 * 2 * 2  # ok, triton or cuda, unflagged, noted or not
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_ranking_read_to_a_limit_is_the_full_rankings_head(tmp_path: Path, seed: int) -> None:
+    rng = random.Random(seed)
+    with RunStore.create(tmp_path, "add", "# task", {}) as store:
+        judge(store, "pytorch", verdict_for("passed"), "reference")
+        for index in range(40):
+            speedup = rng.choice((None, 1.5, 2.0, rng.uniform(0.5, 3.0)))
+            flags = (NO_CUSTOM_KERNEL_FLAG,) if rng.random() < 0.15 else ()
+            verdict = (verdict_for("output_mismatch") if rng.random() < 0.3 else
+                       verdict_for("passed", speedup_vs_eager=speedup, flags=flags))
+            judge(store, rng.choice(BACKENDS), None if rng.random() < 0.1 else verdict,
+                  f"c{index}")
+        full = rank(RankEntry.of(stored) for stored in store.candidates())
+        for limit in (0, 1, 3, 10, 1000):
+            head = store.briefs.ranking(limit)
+            assert [e.id for e in head.kernels] == [e.id for e in full.kernels[:limit]]
+            assert (head.passing, head.judged, head.failed, head.not_kernels, head.pending) == \
+                (len(full.kernels), full.judged, full.failed, full.not_kernels, full.pending)
+            assert head.baseline == full.baseline
+        assert store.briefs.ranking() == full
+        assert store.briefs.best() == full.best == store.ranking().best
+
+
+def plan(store: RunStore, sql: str) -> list[str]:
+    return [row[3] for row in store._database.query("EXPLAIN QUERY PLAN " + sql)]
+
+
+def reads_rows(steps: list[str]) -> list[str]:
+    """Plan steps that read a candidate's or a verdict's row (not an index alone).
+
+    The flag's partial index (verdict_flagged) names only the verdicts that
+    mention the flag: reading those few rows is what tells a flag from a note.
+    """
+    return [step for step in steps
+            if step.split()[0] in ("SCAN", "SEARCH") and step.split()[1] in
+            ("c", "v", "candidate", "verdict") and "COVERING INDEX" not in step
+            and "verdict_flagged" not in step]
+
+
+INDEX_ONLY = {
+    "judged in order": f"SELECT c.id, c.cell_json, c.island, v.status, v.speedup_vs_eager,"
+                       f" v.evaluated_at, {_KERNEL} FROM {_JUDGED}"
+                       " ORDER BY v.evaluated_at, c.sequence",
+    "archive offers": f"SELECT c.id, c.cell_json, c.island, v.status, v.speedup_vs_eager"
+                      f" FROM {_JUDGED} ORDER BY v.evaluated_at, c.sequence",
+    "ranking counts": f"SELECT COUNT(v.candidate_id), SUM(v.status != 'ok'),"
+                      f" SUM(CASE WHEN {_KERNEL} THEN 1 ELSE 0 END), COUNT(*) FROM {_ALL}"
+                      " WHERE c.id IS NOT 'c0001'",
+    "timeline": "SELECT MAX(evaluated_at), status, COUNT(*) FROM verdict GROUP BY status",
+    "moments": "SELECT MIN(created_at), MAX(created_at) FROM candidate",
+}
+
+
+@pytest.mark.parametrize("name", sorted(INDEX_ONLY))
+def test_reads_documented_as_index_only_read_no_row(tmp_path: Path, name: str) -> None:
+    with RunStore.create(tmp_path, "add", "# task", {}) as store:
+        judge(store, "triton", verdict_for("passed", speedup_vs_eager=2.0), "a")
+        steps = plan(store, INDEX_ONLY[name])
+    assert steps and reads_rows(steps) == [], steps
+
+
+def test_the_best_and_the_top_rows_walk_the_ranking_index(tmp_path: Path) -> None:
+    """Read to a limit: SQLite walks the index in rank order and stops, never sorting all."""
+    with RunStore.create(tmp_path, "add", "# task", {}) as store:
+        judge(store, "triton", verdict_for("passed", speedup_vs_eager=2.0), "a")
+        seen: list[list[str]] = []
+        query = store._database.query
+
+        def recording(sql: str, parameters: tuple = ()) -> list:
+            if "LIMIT" in sql and "verdict_best" in sql:
+                seen.append([row[3] for row in query("EXPLAIN QUERY PLAN " + sql, parameters)])
+            return query(sql, parameters)
+
+        store._database.query = recording  # type: ignore[method-assign]
+        store.briefs.ranking(10)
+    assert seen and all(any("INDEX verdict_best" in step for step in steps) for steps in seen)
+    assert not any("USE TEMP B-TREE FOR ORDER BY" in step for steps in seen for step in steps)
+
+
+def test_a_seed_given_on_resume_is_found_by_its_source_alone(tmp_path: Path) -> None:
+    with RunStore.create(tmp_path, "add", "# task", {}) as store:
+        planted = Candidate(SOURCE, "triton", name="mine", origin="seed")
+        store.add_candidate(planted)
+        store.add_candidate(Candidate(SOURCE + "# 2\n", "triton", name="made", origin="llm"))
+        assert store.briefs.is_seed(Candidate(SOURCE, "triton"))
+        assert not store.briefs.is_seed(Candidate(SOURCE + "# 2\n", "triton"))  # not a seed
+        assert not store.briefs.is_seed(Candidate(SOURCE + "# 3\n", "triton"))
+
+
+def test_the_ui_draws_a_run_page_once_per_change(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    with RunStore.create(tmp_path, "add", "# task", {}) as store:
+        judge(store, "triton", verdict_for("passed", speedup_vs_eager=2.0), "a")
+        run_id = store.run_id
+    drawn: list[str] = []
+    draw = server.html.render_run_page
+    monkeypatch.setattr(server.html, "render_run_page",
+                        lambda data: drawn.append(data.run_id) or draw(data))
+    first = server.route(tmp_path, f"/run/{run_id}", {}).body
+    again = server.route(tmp_path, f"/run/{run_id}", {}).body
+    assert drawn == [run_id] and again == first
+    with RunStore.open(tmp_path / run_id) as store:
+        judge(store, "triton", verdict_for("passed", speedup_vs_eager=3.0), "new one")
+    fresh = server.route(tmp_path, f"/run/{run_id}", {}).body
+    assert drawn == [run_id, run_id] and b"new one" in fresh
+
+
+def test_cached_rankings_replay_like_a_fresh_sort(tmp_path: Path) -> None:
+    """Islands keep their ranking between changes; replays and migrations end the same."""
+    rng = random.Random(3)
+    judged = [(f"c{i}", (rng.randrange(4),), rng.choice((None, rng.uniform(0.5, 3))),
+               rng.randrange(3)) for i in range(600)]
+    archive = Archive(3, migration_interval=7)
+    for candidate_id, cell, fitness, island in judged:
+        archive.add(candidate_id, cell, fitness, island)
+        for each in archive.islands:
+            assert each.ranked() == sorted(each.elites.values(),
+                                           key=lambda e: (-e.fitness, e.order))
+
+
+def test_grid_cells_fit_their_text_at_scale() -> None:
+    from kernelevo.report.lineage import CellView, IslandCells
+    from kernelevo.report.svg import CHAR_PX, cell_grids
+
+    cells = tuple(CellView(("triton", fusion, True, memory, "medium"), f"c1{index:05d}",
+                           4.5, 123_456)
+                  for index, (fusion, memory) in enumerate(itertools.product(
+                      ("0", "1", "2", "3+"), ("direct", "staged", "persistent"))))
+    grid = str(cell_grids([IslandCells(0, cells)])[0])
+    width = float(grid.split('<rect class="cell" ')[1].split('width="')[1].split('"')[0])
+    # The longest line a cell holds, and every line at most a cell wide.
+    assert "c100011" in grid and "4.50x ✕123k" in grid
+    assert len("4.50x ✕123k") * CHAR_PX < width
+    # Row labels end at a margin wide enough for the longest, so none is cut on the left.
+    row_label_x = float(grid.split('text-anchor="end"')[0].rsplit('x="', 1)[1].split('"')[0])
+    assert row_label_x >= len("triton · 3+ kernel(s) · tensor cores") * CHAR_PX
+
