@@ -181,8 +181,9 @@ def test_cached_rankings_replay_like_a_fresh_sort(tmp_path: Path) -> None:
     for candidate_id, cell, fitness, island in judged:
         archive.add(candidate_id, cell, fitness, island)
         for each in archive.islands:
-            assert each.ranked() == sorted(each.elites.values(),
-                                           key=lambda e: (-e.fitness, e.order))
+            fresh = sorted(each.elites.values(), key=lambda e: (-e.fitness, e.order))
+            assert each.ranked() == fresh
+            assert each.leaders(1) == fresh[:1] and each.leaders(2) == fresh[:2]
 
 
 def test_grid_cells_fit_their_text_at_scale() -> None:

@@ -82,6 +82,9 @@ class Island:
     elites: dict[tuple[Hashable, ...], Elite] = field(default_factory=dict)
     failures: Counter = field(default_factory=Counter)
     _ranked: list[Elite] | None = field(default=None, repr=False, compare=False)
+    # The fittest elite: a cell's elite only ever gets fitter, so a new elite
+    # either leads or leaves the leader as it was.
+    _top: Elite | None = field(default=None, repr=False, compare=False)
 
     def offer(self, elite: Elite) -> bool:
         """Keep `elite` if its cell is empty or it is strictly fitter."""
@@ -90,7 +93,17 @@ class Island:
             return False
         self.elites[elite.cell] = elite
         self._ranked = None
+        if self._top is None or _order(elite) < _order(self._top):
+            self._top = elite
         return True
+
+    def leaders(self, count: int) -> list[Elite]:
+        """The `count` fittest elites; the first alone without sorting the rest."""
+        if count == 1 and self.elites:
+            if self._top is None:  # elites set directly (a restored snapshot)
+                self._top = min(self.elites.values(), key=_order)
+            return [self._top]
+        return self._ranking()[:count]
 
     def ranked(self) -> list[Elite]:
         """Fittest first (a new list: the caller may change it)."""
@@ -104,7 +117,11 @@ class Island:
 
 def rank(elites: Iterable[Elite]) -> list[Elite]:
     """Fittest first; among equals the earlier addition first."""
-    return sorted(elites, key=lambda elite: (-elite.fitness, elite.order))
+    return sorted(elites, key=_order)
+
+
+def _order(elite: Elite) -> tuple[float, int]:
+    return (-elite.fitness, elite.order)
 
 
 def select_parent(
@@ -143,7 +160,7 @@ def ring_migration(islands: Sequence[Island], count: int) -> list[Migration]:
     if len(islands) < 2 or count < 1:
         return []
     # Choose every emigrant before moving any, so one migration moves an elite one hop.
-    emigrants = [island._ranking()[:count] for island in islands]
+    emigrants = [island.leaders(count) for island in islands]
     moves = []
     for source, elites in enumerate(emigrants):
         target = (source + 1) % len(islands)
