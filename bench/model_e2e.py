@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import os
 import re
 import sys
 import time
@@ -79,6 +80,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--compile-backend", default=None)
     parser.add_argument("--no-judge", action="store_true", help="skip judging each kernel")
     args = parser.parse_args(argv)
+    import torch
+
+    if not torch.cuda.is_available():  # before anything imports triton (apply.py says why)
+        os.environ["TRITON_INTERPRET"] = "1"
 
     from kernelevo.model.apply import apply
     from kernelevo.model.contract import build_model, default_device, dtype_of, model_file, \

@@ -6,18 +6,15 @@ profile, extract, apply and verify on the example block.
 """
 
 import json
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-os.environ["TRITON_INTERPRET"] = "1"
-
-from kernelevo.model.optimize import OptimizeOptions, optimize  # noqa: E402
-from kernelevo.search.loop import Progress  # noqa: E402
-from tests.conftest import ROOT  # noqa: E402
+from kernelevo.model.optimize import OptimizeOptions, optimize
+from kernelevo.search.loop import Progress
+from tests.conftest import ROOT
 
 EXAMPLE = ROOT / "examples/model_block"
 

@@ -7,10 +7,10 @@ no downloads. The sizes are module constants, so a benchmark can scale them.
 import torch
 import torch.nn as nn
 
-batch_size = 4
-seq_len = 64
-dim = 128
-heads = 4
+batch_size = 2
+seq_len = 16
+dim = 64
+heads = 2
 mlp_ratio = 4
 
 

@@ -9,12 +9,12 @@ and value ranges.
 import torch
 import torch.nn as nn
 
-from _model_block_f4fe356456 import build as build_model  # the copy of block.py beside this task
+from _model_block_4f8ca4ffe2 import build as build_model  # the copy of block.py beside this task
 
 SUBMODULE = "attn.proj"
 
-size0 = 4
-size1 = 64
+size0 = 2
+size1 = 16
 
 
 def reference_submodule() -> nn.Module:
@@ -35,9 +35,9 @@ class Model(nn.Module):
 
 
 def get_inputs():
-    # input 0: float32 (4, 64, 128), values in [-0.3718, 0.3411], mean -0.001789, std 0.09929
+    # input 0: float32 (2, 16, 64), values in [-0.4164, 0.4542], mean -0.02032, std 0.1603
     return [
-        torch.randn((size0, size1, 128), dtype=torch.float32) * 0.0992943 + -0.00178851,
+        torch.randn((size0, size1, 64), dtype=torch.float32) * 0.160304 + -0.020323,
     ]
 
 

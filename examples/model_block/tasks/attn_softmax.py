@@ -9,12 +9,12 @@ and value ranges.
 import torch
 import torch.nn as nn
 
-from _model_block_f4fe356456 import build as build_model  # the copy of block.py beside this task
+from _model_block_4f8ca4ffe2 import build as build_model  # the copy of block.py beside this task
 
 SUBMODULE = "attn.softmax"
 
-size0 = 4
-size1 = 64
+size0 = 2
+size1 = 16
 
 
 def reference_submodule() -> nn.Module:
@@ -35,9 +35,9 @@ class Model(nn.Module):
 
 
 def get_inputs():
-    # input 0: float32 (4, 4, 64, 64), values in [-1.565, 1.465], mean 0.003088, std 0.3343
+    # input 0: float32 (2, 2, 16, 16), values in [-1.271, 1.299], mean -0.01585, std 0.3359
     return [
-        torch.randn((size0, size0, size1, size1), dtype=torch.float32) * 0.334347 + 0.00308813,
+        torch.randn((size0, size0, size1, size1), dtype=torch.float32) * 0.335872 + -0.0158461,
     ]
 
 

@@ -11,12 +11,12 @@ The same task stands for ln2 (alike in type, settings, weights' shapes and input
 import torch
 import torch.nn as nn
 
-from _model_block_f4fe356456 import build as build_model  # the copy of block.py beside this task
+from _model_block_4f8ca4ffe2 import build as build_model  # the copy of block.py beside this task
 
 SUBMODULE = "ln1"
 
-size0 = 4
-size1 = 64
+size0 = 2
+size1 = 16
 
 
 def reference_submodule() -> nn.Module:
@@ -37,9 +37,9 @@ class Model(nn.Module):
 
 
 def get_inputs():
-    # input 0: float32 (4, 64, 128), values in [-4.218, 4.247], mean 0.002587, std 1.001
+    # input 0: float32 (2, 16, 64), values in [-3.139, 3.393], mean 0.006935, std 1.002
     return [
-        torch.randn((size0, size1, 128), dtype=torch.float32) * 1.00064 + 0.00258657,
+        torch.randn((size0, size1, 64), dtype=torch.float32) * 1.00174 + 0.00693506,
     ]
 
 

@@ -9,12 +9,12 @@ and value ranges.
 import torch
 import torch.nn as nn
 
-from _model_block_f4fe356456 import build as build_model  # the copy of block.py beside this task
+from _model_block_4f8ca4ffe2 import build as build_model  # the copy of block.py beside this task
 
 SUBMODULE = "mlp.fc1"
 
-size0 = 4
-size1 = 64
+size0 = 2
+size1 = 16
 
 
 def reference_submodule() -> nn.Module:
@@ -35,9 +35,9 @@ class Model(nn.Module):
 
 
 def get_inputs():
-    # input 0: float32 (4, 64, 128), values in [-4.229, 3.847], mean 9.955e-10, std 1
+    # input 0: float32 (2, 16, 64), values in [-3.133, 3.395], mean 3.883e-09, std 1
     return [
-        torch.randn((size0, size1, 128), dtype=torch.float32) * 1.00001 + 9.95469e-10,
+        torch.randn((size0, size1, 64), dtype=torch.float32) * 1.00024 + 3.88319e-09,
     ]
 
 

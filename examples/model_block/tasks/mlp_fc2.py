@@ -9,12 +9,12 @@ and value ranges.
 import torch
 import torch.nn as nn
 
-from _model_block_f4fe356456 import build as build_model  # the copy of block.py beside this task
+from _model_block_4f8ca4ffe2 import build as build_model  # the copy of block.py beside this task
 
 SUBMODULE = "mlp.fc2"
 
-size0 = 4
-size1 = 64
+size0 = 2
+size1 = 16
 
 
 def reference_submodule() -> nn.Module:
@@ -35,9 +35,9 @@ class Model(nn.Module):
 
 
 def get_inputs():
-    # input 0: float32 (4, 64, 512), values in [-0.17, 2.526], mean 0.1139, std 0.3226
+    # input 0: float32 (2, 16, 256), values in [-0.17, 2.128], mean 0.115, std 0.3208
     return [
-        torch.randn((size0, size1, 512), dtype=torch.float32) * 0.322598 + 0.113864,
+        torch.randn((size0, size1, 256), dtype=torch.float32) * 0.320833 + 0.114979,
     ]
 
 

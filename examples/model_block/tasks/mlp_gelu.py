@@ -9,13 +9,13 @@ and value ranges.
 import torch
 import torch.nn as nn
 
-from _model_block_f4fe356456 import build as build_model  # the copy of block.py beside this task
+from _model_block_4f8ca4ffe2 import build as build_model  # the copy of block.py beside this task
 
 SUBMODULE = "mlp.gelu"
 
-size0 = 4
-size1 = 64
-size2 = 512
+size0 = 2
+size1 = 16
+size2 = 256
 
 
 def reference_submodule() -> nn.Module:
@@ -36,9 +36,9 @@ class Model(nn.Module):
 
 
 def get_inputs():
-    # input 0: float32 (4, 64, 512), values in [-2.47, 2.54], mean -0.003607, std 0.5785
+    # input 0: float32 (2, 16, 256), values in [-2.393, 2.161], mean 0.0005227, std 0.5765
     return [
-        torch.randn((size0, size1, size2), dtype=torch.float32) * 0.578496 + -0.00360696,
+        torch.randn((size0, size1, size2), dtype=torch.float32) * 0.576469 + 0.000522722,
     ]
 
 

@@ -96,6 +96,7 @@ def apply_command(model: Path = _MODEL,
                   seed: int = _SEED, device: Optional[str] = _DEVICE,
                   precision: str = _PRECISION, as_json: bool = _JSON) -> None:
     """Swap submodules for kernels (custom ops) and verify the model end to end."""
+    _interpret_without_gpu(device)
     from kernelevo.model.apply import apply
     from kernelevo.model.contract import build_model, default_device, dtype_of, model_file, \
         moved
@@ -144,6 +145,7 @@ def optimize_command(model: Path = _MODEL,
                      seed: int = _SEED, device: Optional[str] = _DEVICE,
                      precision: str = _PRECISION, as_json: bool = _JSON) -> None:
     """Profile, extract, evolve each task with a share of the budget, apply, verify."""
+    _interpret_without_gpu(device)
     from kernelevo.model.optimize import OptimizeOptions, optimize
     from kernelevo.model.report import report_markdown
 
@@ -164,6 +166,16 @@ def optimize_command(model: Path = _MODEL,
         out.print(escape(report_markdown(data)))
     if not data["verification"]["correct"]:
         raise typer.Exit(EXIT_FAILED)
+
+
+def _interpret_without_gpu(device: Optional[str]) -> None:
+    """Triton kernels on a CPU run under the interpreter, which must be set before triton loads."""
+    import os
+
+    import torch
+
+    if device == "cpu" or not torch.cuda.is_available():
+        os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 def _table(rows: list[list[str]]) -> Any:

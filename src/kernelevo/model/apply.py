@@ -22,7 +22,7 @@ from typing import Any, Iterator
 import torch
 
 from kernelevo.config import DEFAULT_TOLERANCES
-from kernelevo.errors import CandidateError
+from kernelevo.errors import CandidateError, EnvironmentProblem
 from kernelevo.evaluate.tolerance import compare_tensor
 from kernelevo.model.extract import draw_input, read_manifest, spec_from_dict
 from kernelevo.model.profile import InputSpec
@@ -169,9 +169,7 @@ def find_kernel(kernels_dir: Path, tasks_dir: Path, name: str) -> Path | None:
 def load_kernel_class(path: Path, device: Any) -> type:
     """ModelNew from a kernel file; Triton kernels load under the interpreter without a GPU."""
     if torch.device(device).type == "cpu" and "triton" in path.read_text():
-        # Read at import (@triton.jit) and again on a first launch (Triton's lazy imports),
-        # so it stays set: this process's Triton kernels run under the interpreter.
-        os.environ["TRITON_INTERPRET"] = "1"
+        interpret_triton(path)
     try:
         spec = importlib.util.spec_from_file_location(f"_kernelevo_kernel_{path.stem}", path)
         assert spec is not None and spec.loader is not None
@@ -184,6 +182,23 @@ def load_kernel_class(path: Path, device: Any) -> type:
         raise CandidateError(f"kernel {path} defines no ModelNew: a kernel file is a "
                              "KernelBench candidate (class ModelNew(nn.Module))")
     return module.ModelNew
+
+
+def interpret_triton(path: Path) -> None:
+    """Run this process's Triton kernels under the interpreter (no GPU).
+
+    Read at import (@triton.jit, triton.language's builtins) and again on a
+    first launch, so it stays set; Triton imported before it was set cannot
+    interpret (its tl.exp and the like refuse to run outside a kernel).
+    """
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return
+    if "triton" in sys.modules:
+        raise EnvironmentProblem(
+            f"kernel {path.name}: Triton was imported in this process before "
+            "TRITON_INTERPRET=1 was set, so its kernels cannot run without a GPU: set "
+            "TRITON_INTERPRET=1 before anything imports triton")
+    os.environ["TRITON_INTERPRET"] = "1"
 
 
 def match_weights(original: torch.nn.Module, kernel: torch.nn.Module,
