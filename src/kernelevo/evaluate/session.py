@@ -33,18 +33,19 @@ import torch
 from kernelevo.candidate import Candidate
 from kernelevo.config import tolerances
 from kernelevo.errors import TaskError
-from kernelevo.evaluate import decide, preload_modules
+from kernelevo.evaluate import decide
 from kernelevo.evaluate.gate import Hold, gate_for
-from kernelevo.evaluate.messages import (ORACLE_KINDS, WORKER_KINDS, Abort, Checked,
-                                         CheckedCandidate, Failed, Gpu, Granted, Message,
-                                         OracleDone, OracleJob, Progress, Ready, ReadyReply,
-                                         Reference, TaskFailed, Timed, TimeThese, Timing,
-                                         WorkerJob, decode)
+from kernelevo.evaluate.messages import (ORACLE_KINDS, WORKER_KINDS, Abort, Checked, Gpu,
+                                         Granted, Message, OracleDone, OracleJob, Progress,
+                                         Ready, ReadyReply, Reference, TaskFailed, Timed,
+                                         TimeThese, WorkerJob, decode)
 from kernelevo.evaluate.oracle import run_oracle
 from kernelevo.evaluate.outcome import build_verdicts
 from kernelevo.evaluate.sandbox.jobs import Deadline, JobResult, run_job, stopping
 from kernelevo.evaluate.transfer import import_bundle
+from kernelevo.evaluate.verdict import Verdict
 from kernelevo.evaluate.worker import run_worker
+from kernelevo.evaluate.worker_state import WorkerState
 from kernelevo.task import Task
 
 _POLL_S = 0.25  # how often a waiting worker looks whether the process is stopping
@@ -75,7 +76,7 @@ class Session:
         gate = gate_for(judge.device, judge.gpu_index)
         self.deadline = Deadline()
         self.killed = threading.Event()
-        self.state: _WorkerState | None = None
+        self.state: WorkerState | None = None
         self.result: JobResult | None = None
         self.error: BaseException | None = None
         self._given = threading.Event()
@@ -109,9 +110,9 @@ class Session:
         """Whether the worker still waits for candidates (it may have died waiting)."""
         return self._threads[1].is_alive() and self.oracle.error is None
 
-    def run(self, candidates: list[Candidate]) -> list[Any]:
+    def run(self, candidates: list[Candidate]) -> list[Verdict]:
         """Hand the candidates to the worker and wait for their verdicts."""
-        self.state = _WorkerState(self.judge, candidates, self.oracle, self.time_them)
+        self.state = WorkerState(self.judge, candidates, self.oracle, self.time_them)
         self._given.set()
         try:
             for thread in self._threads:
@@ -388,72 +389,3 @@ def _raise_oracle_failure(result: JobResult) -> None:
     why = ("ran past the time limit" if result.timed_out else
            f"died ({result.signal_name or f'exit code {result.exit_code}'})")
     raise TaskError(f"the reference oracle {why}:\n{result.log_tail[-2000:]}")
-
-
-class _WorkerState:
-    """Collects the worker's reports and answers its questions while it runs."""
-
-    def __init__(self, judge: Any, candidates: list[Candidate], oracle: _OracleRun,
-                 time_them: bool) -> None:
-        self.judge, self.candidates, self.oracle = judge, candidates, oracle
-        self.reference: dict[str, Any] = {}
-        self.time_them = time_them
-        self.decisions: dict[int, Any] = {}
-        self.reports: dict[int, CheckedCandidate] = {}
-        self.timing: Timing | None = None
-        self.started = time.perf_counter()
-        # Judge-side phases: from the worker's start to its first question
-        # (process start, task import, baselines warm-up), and how long it
-        # then waited for the oracle's reference.
-        self.phases: dict[str, float] = {}
-
-    def on_message(self, message: Message) -> Message | None:
-        if isinstance(message, Progress):
-            self.judge.progress(message.phase)
-        elif isinstance(message, Ready):
-            # Where the worker's own warm-up went (done ahead, for a standby session).
-            for step, seconds in message.warmup.items():
-                self.phases[f"warmup_{step}"] = seconds
-            if message.imported:  # before any candidate ran
-                preload_modules.remember(self.judge.cache_dir, list(message.imported))
-            return self._ready()
-        elif isinstance(message, Failed):
-            self.decisions[message.candidate] = (
-                "failed", {"reason": message.reason, "message": message.message})
-            return Granted()
-        elif isinstance(message, CheckedCandidate):
-            self._judge(message)
-            return Granted()
-        elif isinstance(message, Checked):
-            passing = [i for i, d in self.decisions.items() if d[0] == "passed"]
-            return TimeThese(tuple(passing) if self.time_them else ())
-        elif isinstance(message, Timing):
-            self.timing = message
-        return None
-
-    def _judge(self, report: CheckedCandidate) -> None:
-        from kernelevo.evaluate.outcome import judge_candidate
-
-        self.reports[report.candidate] = report
-        self.judge.progress("judging outputs")
-        started = time.perf_counter()
-        self.decisions[report.candidate] = judge_candidate(self, report.candidate, report)
-        self.phases["judging"] = self.phases.get("judging", 0.0) + (
-            time.perf_counter() - started)
-        self.judge.progress("judged")
-
-    def _ready(self) -> ReadyReply | Abort:
-        """Release the worker once the reference exists (or tell it to stop)."""
-        asked = time.perf_counter()
-        self.phases["worker_start"] = asked - self.started
-        self.oracle.ready.wait()
-        self.phases["reference_wait"] = time.perf_counter() - asked
-        if self.oracle.reference is None:
-            return Abort()
-        self.reference = self.oracle.reference
-        self.judge.progress("loading candidate")
-        return ReadyReply(seeds=tuple(self.reference["seeds"]),
-                          variants=tuple(self.reference["variants"]),
-                          tolerances=tuple(tuple(t) for t in self.reference["tolerances"]))
-
-

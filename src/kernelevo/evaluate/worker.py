@@ -99,8 +99,8 @@ def _check_all(job: WorkerJob, given: ReadyReply, task: Any, channel: Sender,
                 "loading and the first input sets")
             started[index].report["setup_s"] = setup_s  # the guards' set-up, before any loads
         except Failure as failure:
-            _release(device)
             channel.ask(Failed(index, failure.reason, failure.message))
+            _release(failure, device)
     loaded = []
     for index in range(len(given.candidates)):
         try:
@@ -109,9 +109,9 @@ def _check_all(job: WorkerJob, given: ReadyReply, task: Any, channel: Sender,
                 "the last input set and the transfer of its outputs")
                 if index in started else None)
         except Failure as failure:
-            started.pop(index, None)  # its model and outputs: room for the next candidate
-            _release(device)
             channel.ask(Failed(index, failure.reason, failure.message))
+            started.pop(index, None)  # its model and outputs: room for the next candidate
+            _release(failure, device)
             loaded.append(None)
     reply = TimeThese.from_json(channel.ask(Checked()))
     timed = {i for i in reply.time if 0 <= i < len(loaded) and loaded[i] is not None}
@@ -140,9 +140,9 @@ def _reported(step: Callable[[], Step], during: str) -> Step:
         raise Failure("out_of_memory", f"{summary(str(exc), during)}\n{_trimmed()}") from None
 
 
-def _release(device: str) -> None:
-    """Give freed GPU memory back after a failed candidate, so the next one has it."""
-    if device == "cuda":
+def _release(failure: Failure, device: str) -> None:
+    """After a candidate out of GPU memory, give what it held back, so the next one has it."""
+    if failure.reason == "out_of_memory" and device == "cuda":
         torch.cuda.empty_cache()
 
 
