@@ -10,6 +10,7 @@ import warnings
 import pytest
 import torch
 
+import kernelevo
 from kernelevo.model.apply import apply, originals
 from kernelevo.model.contract import build_model, model_file
 from kernelevo.model.swap import _SWAPS, KernelFallbackWarning, module_tensors
@@ -134,7 +135,7 @@ def test_a_wrong_kernel_is_left_out_with_the_reason(tmp_path):
         "import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
         "    def forward(self, x0):\n        return torch.relu(x0)\n")
     model = build_model(model_file(EXAMPLE / "block.py")).module
-    applied = apply(model, tmp_path, tasks=EXAMPLE / "tasks")
+    applied = kernelevo.apply(model, tmp_path, tasks=EXAMPLE / "tasks")  # the public API
     assert applied.swapped == []
     wrong = next(s for s in applied.skipped if s.path == "mlp.gelu")
     assert "kernel mlp_gelu.py is wrong at inputs ((2, 16, 256),)" in wrong.reason
