@@ -131,6 +131,8 @@ def optimize_command(model: Path = _MODEL,
                                                  "with the same folder to resume"),
                      top: int = typer.Option(3, min=1, help="hot spots to search"),
                      leaves: bool = typer.Option(False, help="only submodules without children"),
+                     paths: Optional[str] = typer.Option(None, help="exact submodule paths, "
+                                                         "comma-separated, instead of --top"),
                      seeds: Optional[Path] = typer.Option(None, help="folder of kernels to "
                                                           "start from (<task>.py)"),
                      llm: list[str] = typer.Option([], "--model", help="LLM name (repeat for "
@@ -150,6 +152,7 @@ def optimize_command(model: Path = _MODEL,
     from kernelevo.model.report import report_markdown
 
     options = OptimizeOptions(str(model), str(output), top=top, leaves=leaves,
+                              paths=tuple(paths.split(",")) if paths else (),
                               seeds_dir=str(seeds) if seeds else None, models=tuple(llm),
                               base_url=base_url, tokens=tokens, usd=usd, time=time,
                               candidates=candidates, precision=precision, device=device,

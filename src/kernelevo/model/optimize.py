@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -158,11 +159,17 @@ def _search_once(out: Path, state: dict[str, Any], entry: dict[str, Any],
                     runs_dir=str(runs_dir), resume=str(earlier[-1]) if earlier else None,
                     quiet=True, **share, **options.evolve_settings)
     record["run"] = str(result.run_dir)
-    if result.best_id is None:
-        record.update(status="done", reason="the search found no correct kernel")
+    kernel = out / "kernels" / f"{name}.py"
+    kernel.parent.mkdir(exist_ok=True)
+    if result.best_id is None and seed is None:
+        record.update(status="done", reason="the search ranked no kernel best (none correct, "
+                      "or no timings to rank by without a GPU)")
+    elif result.best_id is None:
+        # Without a GPU the search has no timings to rank by; apply still checks the seed.
+        shutil.copyfile(seed, kernel)
+        record.update(status="done", kernel=str(kernel), reason="the search ranked no kernel "
+                      "best (no timings without a GPU?): the seed kernel is used")
     else:
-        kernel = out / "kernels" / f"{name}.py"
-        kernel.parent.mkdir(exist_ok=True)
         export(result, kernel, recheck=False, force=True)
         progress = result.progress
         record.update(status="done", kernel=str(kernel),
