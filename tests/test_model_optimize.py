@@ -89,3 +89,19 @@ def test_a_folder_of_another_model_is_refused(tmp_path):
 
     with pytest.raises(ConfigError, match="holds the loop of /elsewhere/m.py"):
         optimize(_options(tmp_path), evolve=None, export=None, say=print)
+
+
+def test_a_search_that_ranks_no_best_keeps_the_seed_kernel_which_apply_checks(tmp_path):
+    def unranked(task, **kwargs):
+        return _Result(Path(kwargs["runs_dir"]), Progress(best_id=None))
+
+    def never(*args, **kwargs):
+        raise AssertionError("nothing to export without a best")
+
+    data = optimize(_options(tmp_path, paths=("mlp.gelu",)), evolve=unranked, export=never,
+                    say=print)
+    record = json.loads((tmp_path / "state.json").read_text())["tasks"]["mlp_gelu"]
+    assert "the seed kernel is used" in record["reason"]
+    assert (tmp_path / "kernels/mlp_gelu.py").read_text() == \
+        (EXAMPLE / "kernels/mlp_gelu.py").read_text()
+    assert [s["path"] for s in data["applied"]["swapped"]] == ["mlp.gelu"]
