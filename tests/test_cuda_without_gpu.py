@@ -95,3 +95,38 @@ def test_without_nvcc_the_candidate_is_skipped_with_the_reason(tools, monkeypatc
     assert (verdict.status, verdict.reason) == ("skipped", "no_nvcc"), verdict.message[:1000]
     assert verdict.message == "no GPU and no nvcc: the CUDA candidate was not checked"
     _no_interpreter_note(verdict)
+
+
+BUILDS_IN_INIT = '''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ext = load_inline("lazy_gelu", "torch::Tensor f(torch::Tensor x);",
+                               cuda_sources="__global__ void k(float* x) { x[0] = 1.0f; }\\n"
+                                            "torch::Tensor f(torch::Tensor x) { return x; }",
+                               functions=["f"])
+
+    def forward(self, x):
+        return self.ext.f(x)
+'''
+
+
+def test_a_build_in_modelnew_is_the_same_compile_check_in_the_worker(tools, monkeypatch):
+    from kernelevo.candidate import Candidate
+
+    _fake_nvcc(tools, monkeypatch, "exit 0\n")
+    judge = Judge(load_task(str(GELU / "task.py")), EvalConfig(static_checks=False))
+    try:
+        verdict = judge.evaluate(Candidate(BUILDS_IN_INIT, "cuda"))
+    finally:
+        judge.close()
+    # Its import built nothing, so the worker met it, and its construction was the check.
+    assert (verdict.status, verdict.reason) == ("skipped", "no_gpu"), verdict.message[:1000]
+    assert verdict.message == "CUDA source compiled with nvcc; running it needs a GPU"
+    assert "worker_start" in verdict.phases_s
+    assert any(note.startswith("no GPU: checked on the CPU with sizes") for note in verdict.notes)
+    _no_interpreter_note(verdict)
