@@ -356,23 +356,31 @@ class Archive:
         for island, cell, count in failures:
             archive._check_island(island)
             archive.islands[island].failures[tuple(cell)] += count
+        settled = [False]  # whether a migration now would move nothing
         for place, candidate_id, cell, island, fitness in offers:
             archive._check_island(island)
-            archive._migrate_until(place - 1)
-            archive.islands[island].offer(Elite(candidate_id, tuple(cell), float(fitness),
-                                                island, place))
-            archive._migrate_until(place)
-        archive._migrate_until(additions)
+            archive._migrate_until(place - 1, settled)
+            if archive.islands[island].offer(Elite(candidate_id, tuple(cell), float(fitness),
+                                                   island, place)):
+                settled[0] = False
+            archive._migrate_until(place, settled)
+        archive._migrate_until(additions, settled)
         return archive
 
-    def _migrate_until(self, additions: int) -> None:
-        """Count additions up to `additions`, migrating at each interval passed."""
+    def _migrate_until(self, additions: int, settled: list[bool]) -> None:
+        """Count additions up to `additions`, migrating at each interval passed.
+
+        A migration that moved nothing leaves every island as it was, so the
+        next one would offer the same elites to the same cells and move
+        nothing too: until an elite changes (`settled[0]` False), none is run.
+        """
         interval = self.migration_interval
         if interval:
             first = (self.additions // interval + 1) * interval
             for moment in range(first, additions + 1, interval):
                 self.additions = moment
-                self.migrate()
+                if not settled[0]:
+                    settled[0] = not any(move.accepted for move in self.migrate())
         self.additions = max(self.additions, additions)
 
 
