@@ -16,7 +16,10 @@ prompt sizes and call counts, not how well a model uses what it is shown; the
 memory's gain measured here is what needs no model: a remembered kernel,
 judged afresh, passing before the LLM's first answer does.
 
-    .venv/bin/python bench/memory_suite.py [--out DIR] [--candidates 3]
+    .venv/bin/python bench/memory_suite.py [--out DIR] [--candidates 3] [--resume]
+
+Each task's row is appended to DIR/rows.jsonl as it is measured; --resume
+keeps those rows (and the memory store) and runs the tasks still missing.
 """
 
 from __future__ import annotations
@@ -99,7 +102,8 @@ def measure(store: RunStore, task: str, wall_s: float) -> dict:
         "first_pass": _origin(first),
         "passing_kernels": len(passed),
         "recalled": [f"{t['name']} ({t['similarity']:.0%})" for t in payload.get("tasks", [])],
-        "planted": [k["label"].split(":")[0] for k in payload.get("kernels", [])],
+        "planted": [f"memory kernel {k['memory_id']} from {k['task_name']}"
+                    for k in payload.get("kernels", [])],
         "lesson_lines": len(payload.get("lessons", "").splitlines()),
         "lessons_bytes": payload.get("lessons_bytes", 0),
     }
@@ -131,21 +135,31 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "bench/results/memory_2026-12-02")
     parser.add_argument("--candidates", type=int, default=3)
+    parser.add_argument("--resume", action="store_true", help="keep the rows measured")
     args = parser.parse_args()
-    if args.out.exists():
+    if args.out.exists() and not args.resume:
         shutil.rmtree(args.out)
-    args.out.mkdir(parents=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    progress = args.out / "rows.jsonl"
+    rows = [json.loads(line) for line in progress.read_text().splitlines()] \
+        if progress.exists() else []
+    done = {(row["pass"], row["task"]) for row in rows}
     memory_db = args.out / "memory.db"
     # One candidate waiting per judge: the next prompt is sent once the one before is being
     # judged, so a failure's repair comes within a small candidate budget.
     config = args.out / "kernelevo.toml"
     config.write_text("[search]\nqueued_per_worker = 1\n")
-    rows = []
     for name, flags in PASSES:
         for task in ORDER:
-            row = {"pass": name, **run_task(task, flags, args.out / "runs" / name / task,
-                                             memory_db, args.candidates, config)}
+            if (name, task) in done:
+                continue
+            runs_dir = args.out / "runs" / name / task
+            shutil.rmtree(runs_dir, ignore_errors=True)  # a run that did not finish
+            row = {"pass": name, **run_task(task, flags, runs_dir, memory_db, args.candidates,
+                                            config)}
             rows.append(row)
+            with progress.open("a") as handle:
+                handle.write(json.dumps(row) + "\n")
             print(json.dumps(row), flush=True)
     (args.out / "results.json").write_text(json.dumps(rows, indent=1) + "\n")
     subprocess.run([sys.executable, "-m", "kernelevo.cli.app", "memory", "export", "-o",

@@ -204,3 +204,14 @@ def test_a_resumed_run_reads_its_memory_back_from_its_event_instead_of_recalling
     memory_then.close()
     assert recalled == given
     assert open_memory(MemoryConfig(enabled=False), task, "fp32", "triton", None) == (None, None)
+
+
+def test_a_failure_is_named_by_its_exception_line_not_the_traceback_header():
+    from kernelevo.memory.harvest import telling_line
+
+    traceback = ("Traceback (most recent call last):\n  File \"c.py\", line 9, in forward\n"
+                 "AttributeError: module 'triton.language' has no attribute 'lod'\n")
+    assert telling_line(traceback) == ("AttributeError: module 'triton.language' has no "
+                                       "attribute 'lod'")
+    assert telling_line("output 0 has shape (65,)\nmore") == "output 0 has shape (65,)"
+    assert telling_line("") == ""

@@ -110,11 +110,18 @@ def _fixes(candidates: list[Any], by_id: dict[str, Any]) -> list[tuple[str, int,
 
 
 def _failure(stored: Any) -> str:
-    """A failure as the lessons name it: status, reason and the message's first line."""
+    """A failure as the lessons name it: status, reason and the message's telling line."""
     verdict = stored.verdict
-    first_line = (verdict.message or "").strip().splitlines()[:1]
-    detail = f": {first_line[0][:160]}" if first_line else ""
-    return f"{verdict.status} ({verdict.reason}){detail}"
+    line = telling_line(verdict.message or "")
+    return f"{verdict.status} ({verdict.reason})" + (f": {line[:160]}" if line else "")
+
+
+def telling_line(message: str) -> str:
+    """A traceback's exception line (its last), else the message's first line."""
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    if lines and lines[0].startswith("Traceback"):
+        return lines[-1]
+    return lines[0] if lines else ""
 
 
 def _parent(stored: Any, by_id: dict[str, Any]) -> Any | None:
