@@ -48,3 +48,5 @@ def test_without_isolation_the_same_candidate_connects(listening_port):
     verdict = _judge(False).evaluate(load_candidate(PROBE))
     assert verdict.status == "ok", verdict.message
     assert "network shared" in verdict.isolation
+    # Judged on the CPU: no CUDA context was made, so none is claimed.
+    assert "CUDA" not in verdict.isolation

@@ -17,7 +17,7 @@ from kernelevo.evaluate.transfer import TransferError, import_bundle
 from kernelevo.evaluate.verdict import (NO_CUSTOM_KERNEL_FLAG, SPECIALISED_FLAG, TimingStats,
                                          Verdict, speedup, verdict_for)
 
-ISOLATION = ("own process group, wall-clock kill, output cap, scratch cwd, fresh CUDA context, "
+ISOLATION = ("own process group, wall-clock kill, output cap, scratch cwd, {context}"
              "network {network}, {confinement}")
 
 
@@ -109,8 +109,11 @@ def build_verdicts(state: Any, result: JobResult, judge: Any) -> list[Verdict]:
     verdicts = []
     for index, candidate in enumerate(state.candidates):
         verdict = _one(state, result, judge, index, candidate)
-        verdicts.append(replace(verdict, isolation=ISOLATION.format(network=result.network,
-                                                           confinement=result.confinement),
+        # A CUDA context is only made where the candidate ran on a GPU.
+        context = "fresh CUDA context, " if judge.device == "cuda" else ""
+        isolation = ISOLATION.format(context=context, network=result.network,
+                                     confinement=result.confinement)
+        verdicts.append(replace(verdict, isolation=isolation,
                                 phases_s=_phases(state.reports.get(index), state.timing,
                                                  state.phases),
                                 environment=_environment(judge, state.timing)))
