@@ -37,7 +37,7 @@ def resized(source: str, old: str, new: str) -> str:
 def remember(memory: MemoryStore, source: str, name: str, kernel: str = GOOD,
              backend: str = "triton") -> str:
     key = task_key(source)
-    memory.note_task(key, name, signature_of(source, "fp32", backend))
+    memory.note_task(key, name, signature_of(source, "fp32", backend), runs_added=1)
     memory.add_kernel(KernelMemory(key, kernel, backend, None, "", "", "run-1", "c1"))
     memory.add_fix(FixMemory(key, "runtime_error (kernel_failed): no attribute 'lod'", 2,
                              "--- parent\n+++ child\n-    x = tl.lod(p)\n+    x = tl.load(p)",
@@ -96,6 +96,7 @@ def test_a_newer_schema_is_refused_and_an_export_round_trips(tmp_path):
         assert import_memory(other, exported)["kernels"] == 0  # nothing twice
         assert [k.source for k in other.kernels(key)] == [GOOD]
         assert other.fixes(key)[0].occurrences == 2
+        assert other.tasks()[0].runs == exported["tasks"][0]["runs"] == 1
         with pytest.raises(MemoryStoreError, match="not a KernelEvo memory export"):
             import_memory(other, {"tasks": []})
     connection = sqlite3.connect(tmp_path / "m.db")

@@ -51,7 +51,7 @@ def remember_kernel(memory: MemoryStore, key: str, run_id: str, stored: Any,
 def record_run(memory: MemoryStore, run: Any, key: str, name: str, signature: Signature,
                kernels_kept: int = 3) -> Recorded:
     """Everything worth keeping from a finished (or stopped) run in `run` (a RunStore)."""
-    memory.note_task(key, name, signature, finished_run=True)
+    memory.note_task(key, name, signature, runs_added=1)
     candidates = [c for c in run.candidates() if c.verdict is not None]
     by_id = {c.id: c for c in candidates}
     kernels = sorted((c for c in candidates if _passed_kernel(c)),

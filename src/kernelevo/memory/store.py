@@ -165,17 +165,19 @@ class MemoryStore:
 
     # -- writes ----------------------------------------------------------------
 
-    def note_task(self, key: str, name: str, signature: Signature,
-                  finished_run: bool = False) -> None:
-        """Remember a task (or refresh it); `finished_run` counts one more run of it."""
+    def note_task(self, key: str, name: str, signature: Signature, runs_added: int = 0,
+                  runs_at_least: int = 0) -> None:
+        """Remember a task (or refresh it), counting `runs_added` more runs of it; an import
+        gives `runs_at_least` instead, so importing a file twice counts its runs once."""
         now = time.time()
         with self._write() as connection:
             connection.execute(
                 "INSERT INTO tasks (key, name, signature, first_seen, last_seen, runs) "
-                "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO UPDATE SET name = excluded.name,"
-                " signature = excluded.signature, last_seen = excluded.last_seen, "
-                "runs = tasks.runs + excluded.runs",
-                (key, name, signature.to_json(), now, now, int(finished_run)))
+                "VALUES (?, ?, ?, ?, ?, max(?, ?)) ON CONFLICT (key) DO UPDATE SET "
+                "name = excluded.name, signature = excluded.signature, "
+                "last_seen = excluded.last_seen, runs = max(tasks.runs + ?, ?)",
+                (key, name, signature.to_json(), now, now, runs_added, runs_at_least,
+                 runs_added, runs_at_least))
 
     def add_kernel(self, kernel: KernelMemory) -> bool:
         """Keep a passing kernel of a remembered task; a faster timing of it replaces the

@@ -55,7 +55,7 @@ def import_memory(memory: MemoryStore, data: Any, where: str = "the import") -> 
 def _import_task(memory: MemoryStore, task: dict[str, Any], counts: dict[str, int]) -> None:
     key = task["key"]
     signature = Signature.from_json(json.dumps(task["signature"]))
-    memory.note_task(key, task["name"], signature)
+    memory.note_task(key, task["name"], signature, runs_at_least=int(task.get("runs", 0)))
     counts["tasks"] += 1
     for kernel in task.get("kernels", []):
         counts["kernels"] += memory.add_kernel(KernelMemory(task_key=key, **kernel))
