@@ -4,12 +4,14 @@ Applied in each child before any candidate (or task) code runs, layer by
 layer where the OS allows it; every layer in force, and every one that could
 not be applied with its reason, is named in the verdict's `isolation`:
 
-- Its own root (new_root.py): the system folders, Python's own files and
-  the task's folder read-only; the scratch folder and the build caches
-  writable; an empty private /tmp and home; a /dev with only the basic
-  devices and the GPU's; nothing else of the machine: not the project's
-  folder, not the cache folder holding the evaluation service's token, not
-  other users' homes. /etc/passwd and /etc/group are stand-ins.
+- Its own root (new_root.py): the system folders, Python's own files
+  (wherever they live, /tmp too, and through the symlinks the judge names
+  them by), the folders on the judge's PYTHONPATH and the task's folder
+  read-only; the scratch folder and the build caches writable; an empty
+  private /tmp and home; a /dev with only the basic devices and the GPU's;
+  nothing else of the machine: not the project's folder (unless PYTHONPATH
+  names it), not the cache folder holding the evaluation service's token,
+  not other users' homes. /etc/passwd and /etc/group are stand-ins.
 - Another user than the judge's processes: on a judge that is root and has
   no GPU, an unprivileged user of its own; otherwise the judge's uid in a
   user namespace, without privileges over the machine's mounts or processes
@@ -35,7 +37,7 @@ from typing import Mapping
 
 from kernelevo.evaluate.sandbox import keeper
 from kernelevo.evaluate.sandbox import namespaces
-from kernelevo.evaluate.sandbox.new_root import existing_paths, enter_root
+from kernelevo.evaluate.sandbox.new_root import enter_root, existing_paths, symlinks_along
 
 SWITCH = "KERNELEVO_CONFINE"
 # The sandbox's user when the judge is root: unused by convention (65534,
@@ -57,6 +59,10 @@ class Plan:
     share_shm: bool  # the machine's /dev/shm: CUDA IPC keeps reference counts there
     sandbox_id: int | None  # the user the worker becomes; None: it keeps the judge's
     enabled: bool = True
+    # (where, text) of each symlink on the way to a path above: Python names
+    # its files through them (a venv or checkout reached by a link), so the
+    # new root has them too, pointing where they point here.
+    links: tuple[tuple[str, str], ...] = ()
 
 
 def plan_for(scratch: Path, environment: Mapping[str, str], task_folder: str = "",
@@ -72,12 +78,19 @@ def plan_for(scratch: Path, environment: Mapping[str, str], task_folder: str = "
     shared = existing_paths([environment.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")])
     home = os.path.realpath(os.path.expanduser("~"))
     readable = _python_paths() + [task_folder, environment.get("PYTHONPYCACHEPREFIX", "")]
+    # The judge's import path as its user set it: a package it has not
+    # imported yet (the forkserver's, a candidate's) may come from there.
+    readable += environment.get("PYTHONPATH", "").split(os.pathsep)
     for variable in ("PATH", "LD_LIBRARY_PATH"):
         readable += environment.get(variable, "").split(os.pathsep)
     readable += [environment.get("CUDA_HOME", ""), environment.get("CUDA_PATH", "")]
+    named = [str(scratch)] + caches + readable  # as the judge names them, links unresolved
     # A folder that holds the whole home would undo hiding it.
     readable = _outermost([p for p in existing_paths(readable)
                            if not (home + os.sep).startswith(p + os.sep)])
+    kept = writable + shared + readable
+    links = symlinks_along([p for p in named if p and os.path.isabs(p) and os.path.exists(p)
+                            and _inside(os.path.realpath(p), kept)])
     enabled = os.environ.get(SWITCH, "1") != "0"
     # CUDA IPC hands outputs between the judge and a GPU child, and the driver
     # maps memory only between processes of one user (an H200 refused it,
@@ -91,14 +104,16 @@ def plan_for(scratch: Path, environment: Mapping[str, str], task_folder: str = "
         if sandbox_id is None:
             _take_back(writable)
     return Plan(writable=tuple(writable), shared=tuple(shared), readable=tuple(readable),
-                home=home, share_shm=cuda, sandbox_id=sandbox_id, enabled=enabled)
+                home=home, share_shm=cuda, sandbox_id=sandbox_id, enabled=enabled,
+                links=tuple(links))
 
 
 def _python_paths() -> list[str]:
     """What the interpreter may still import from: its prefixes and libraries, loaded packages.
 
-    Other entries of sys.path (the current folder, a script's) are left out:
-    each package loaded from them brings its own folder, not its neighbours.
+    Other entries of sys.path (the current folder, a script's) are left out
+    unless PYTHONPATH names them (plan_for): each package loaded from them
+    brings its own folder, not its neighbours.
     """
     prefixes = {sys.prefix, sys.base_prefix, sys.exec_prefix}
     paths = list(prefixes) + [os.path.dirname(sys.executable),
@@ -114,6 +129,10 @@ def _python_paths() -> list[str]:
         elif origin:
             paths.append(origin)
     return [p for p in paths if isinstance(p, str)]
+
+
+def _inside(path: str, folders: list[str]) -> bool:
+    return any(path == folder or path.startswith(folder + os.sep) for folder in folders)
 
 
 def _outermost(paths: list[str]) -> list[str]:

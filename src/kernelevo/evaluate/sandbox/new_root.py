@@ -2,7 +2,8 @@
 
 Assembled on a tmpfs over /tmp in a new mount namespace, then made the root
 with pivot_root (confine.py says what goes in and why): the system folders,
-Python's files and the task's folder read-only; the scratch folder and the
+Python's files and the task's folder read-only, with the symlinks on the way
+to them (a venv linked from under /tmp is still found); the scratch folder and the
 build caches writable; an empty /tmp and home; a /dev of the basic devices
 and the GPU's; a /proc of its own; stand-in accounts. Every bind is made
 read-only or writable as it is made, so the machine is never writable
@@ -44,6 +45,8 @@ class RootPlan(Protocol):
     def share_shm(self) -> bool: ...
     @property
     def sandbox_id(self) -> int | None: ...
+    @property
+    def links(self) -> tuple[tuple[str, str], ...]: ...
 
 
 def existing_paths(paths: list[str]) -> list[str]:
@@ -55,6 +58,24 @@ def existing_paths(paths: list[str]) -> list[str]:
     found = {p for p in found if p != "/" and not p.startswith(("/proc/", "/dev/"))
              and p not in ("/proc", "/dev")}
     return sorted(found, key=lambda p: (p.count(os.sep), p))
+
+
+def symlinks_along(paths: list[str]) -> list[tuple[str, str]]:
+    """(where, text) of every symlink met on the way to each path, without repeats.
+
+    Each `where` is named through no other link (what comes before it is
+    resolved), so it can be made in the new root where it is here.
+    """
+    found: dict[str, str] = {}
+    for path in paths:
+        here = "/"
+        for part in Path(path).parts[1:]:
+            step = os.path.join(here, part)
+            if os.path.islink(step):
+                found.setdefault(step, os.readlink(step))
+                step = os.path.realpath(step)
+            here = step
+    return sorted(found.items(), key=lambda link: (link[0].count(os.sep), link[0]))
 
 
 def enter_root(plan: RootPlan) -> list[str]:
@@ -103,7 +124,7 @@ def _assemble(plan: RootPlan) -> tuple[bool, list[str]]:
         _private_folders(plan)
         _devices(plan.share_shm)
         hidden = _proc()
-        problems = _bind_kept(kept)
+        problems = _bind_kept(kept) + _links(plan.links)
         _accounts(plan)
     finally:
         for _, descriptor, _ in kept:
@@ -208,6 +229,21 @@ def _bind_kept(kept: list[tuple[str, int, bool]]) -> list[str]:
             namespaces.bind(f"/proc/self/fd/{descriptor}", target, writable)
         except OSError as exc:
             problems.append(f"{path}: {exc.strerror}")
+    return problems
+
+
+def _links(links: tuple[tuple[str, str], ...]) -> list[str]:
+    """The plan's symlinks, where no bind already shows them; those that could not be made."""
+    problems = []
+    for where, text in links:
+        target = _STAGE + where
+        if os.path.lexists(target):  # inside a bound folder: there as it is here
+            continue
+        try:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            os.symlink(text, target)
+        except OSError as exc:
+            problems.append(f"{where}: {exc.strerror}")
     return problems
 
 
