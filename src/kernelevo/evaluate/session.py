@@ -108,7 +108,8 @@ class Session:
 
     def alive(self) -> bool:
         """Whether the worker still waits for candidates (it may have died waiting)."""
-        return self._threads[1].is_alive() and self.oracle.error is None
+        return (self._threads[1].is_alive() and self.oracle.error is None
+                and not self.deadline.ended())
 
     def run(self, candidates: list[Candidate]) -> list[Verdict]:
         """Hand the candidates to the worker and wait for their verdicts."""
@@ -213,7 +214,7 @@ class Session:
         self.warm.set()
         self._call_ahead("warm")
         while not self._given.wait(_POLL_S):
-            if self.abandoned():
+            if self.abandoned() or self.deadline.ended():  # the worker died waiting: its job ends
                 return Abort()
         if self.state is None:
             return Abort()

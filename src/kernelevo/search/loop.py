@@ -10,7 +10,9 @@ A run ends with a RunOutcome. An error inside any of its tasks is never
 swallowed: it is logged, stored as an event and ends the run as `error`; an
 LLM failure that retrying cannot fix (a refused request, an endpoint that is
 down, or no call succeeding for [llm] give_up_s) ends it as `llm_failed`, as
-does a run whose LLM calls all failed. A run store that cannot be written (a
+does a run whose LLM calls all failed. A run whose candidates were all judged
+and all failed, none left to repair, ends as `error`: proposals need a
+passing parent, which can no longer come. A run store that cannot be written (a
 full disk) is not an outcome: `run` raises its StoreError, as nothing more
 can be recorded.
 """
@@ -277,6 +279,24 @@ class Evolution:
                 continue
             if drained and (reason or not producing):
                 return self._finish(self._outcome(reason))
+            if drained and producing and self._nothing_to_build_on():
+                return self._finish(RunOutcome("error", self._no_parent_reason()))
+
+    def _nothing_to_build_on(self) -> bool:
+        """Whether proposers wait for a parent that cannot come: no elite, nothing to repair."""
+        return (not self.archive.elites() and self.repairs.empty()
+                and self.progress.llm_in_flight == 0)
+
+    def _no_parent_reason(self) -> str:
+        """Why a run with every candidate judged and none passing stops, and what to do."""
+        judged = [c for c in self.store.candidates() if c.verdict is not None]
+        first = judged[0] if judged else None
+        why = (f"; {first.id} ({first.candidate.origin}) was {first.verdict.status} "
+               f"({first.verdict.reason}): {first.verdict.message.strip()[:600]}"
+               if first is not None else "")
+        return (f"no candidate passed, so the LLM has no kernel to improve: all "
+                f"{len(judged)} judged failed{why}; check the task and a starting kernel with "
+                f"`kernelevo eval TASK FILE`, then give a working one with --seed")
 
     def _outcome(self, budget_reason: str | None) -> RunOutcome:
         """How a run that ran out of work or budget ended."""

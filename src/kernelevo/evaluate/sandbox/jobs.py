@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import multiprocessing
+import multiprocessing.connection
 import os
 import resource
 import signal
@@ -193,6 +194,8 @@ class Deadline:
         self.at = float("inf")
         self.pid: int | None = None
         self.marker = ""
+        self.sentinel: int | None = None  # readable once the job's process has ended
+        self.over = False  # run_job has returned (the sentinel is closed, its number reused)
 
     def restart(self, seconds: float) -> None:
         self.at = time.monotonic() + seconds
@@ -200,6 +203,16 @@ class Deadline:
     def kill(self) -> None:
         if self.pid:
             _end_job(self.pid)
+
+    def ended(self) -> bool:
+        """Whether the job's process has ended (a judge holding its question can stop waiting)."""
+        sentinel = self.sentinel
+        if self.over or sentinel is None:
+            return self.over
+        try:
+            return bool(multiprocessing.connection.wait([sentinel], 0))
+        except (OSError, ValueError):  # closed: the job is over
+            return True
 
 
 class Channel:
@@ -309,6 +322,7 @@ def run_job(target: Callable[..., None], payload: dict[str, Any], scratch: Path,
     with _live_lock:
         _live_jobs[process.pid] = marker
     deadline.pid, deadline.marker = process.pid, marker
+    deadline.sentinel, deadline.over = process.sentinel, False
     if _stopping.is_set():  # told to stop while this one was starting
         _end_job(process.pid)
     child_end.close()
@@ -325,6 +339,7 @@ def run_job(target: Callable[..., None], payload: dict[str, Any], scratch: Path,
         waited = time.monotonic()
         _stop(process, marker)
         result.exit_wait_s = time.monotonic() - waited
+        deadline.over, deadline.sentinel = True, None
         parent_end.close()
         lifeline_hold.close()
     result.exit_code = process.exitcode
@@ -349,7 +364,11 @@ def _pump(process: Any, connection: Any, result: JobResult, deadline: Deadline,
             result.messages.append(message)
             reply = on_message(message) if on_message else None
             if reply is not None:
-                connection.send_bytes(json.dumps(reply).encode())
+                try:
+                    connection.send_bytes(json.dumps(reply).encode())
+                except OSError:  # the child died while its question was answered: it ended
+                    process.join(max(0.0, min(1.0, deadline.at - time.monotonic())))
+                    return
             continue
         if not process.is_alive():
             return

@@ -35,6 +35,13 @@ class _JobEnds(Exception):
     """SIGTERM reached the keeper: the job is over."""
 
 
+class _Signals:
+    """Whether SIGTERM came, and whether the keeper waits where it may be interrupted."""
+
+    asked = False
+    waiting = False
+
+
 def split() -> tuple[str, int | None]:
     """Fork the worker below a keeper; returns in the worker only (with the keeper's pid).
 
@@ -64,12 +71,16 @@ def _keep(worker: int) -> NoReturn:
         if os.getppid() == 1:
             raise _JobEnds
         while True:
+            _Signals.waiting = True
+            if _Signals.asked:  # came while an orphan was reaped
+                raise _JobEnds
             pid, found = os.wait()
+            _Signals.waiting = False
             if pid == worker:
                 status = found
                 break
     except (_JobEnds, ChildProcessError):
-        pass
+        _Signals.waiting = False
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     kill_descendants()
     _end_as(status)
@@ -90,7 +101,12 @@ def _keep_only_the_right_to_kill() -> None:
 
 
 def _end_job(signum: int, frame: object) -> None:
-    raise _JobEnds
+    # Raised only inside the wait, and once: a second SIGTERM (the judge asks
+    # again as it stops the job) must not escape the keeper past kill_descendants.
+    _Signals.asked = True
+    if _Signals.waiting:
+        _Signals.waiting = False
+        raise _JobEnds
 
 
 def kill_descendants() -> None:
