@@ -18,7 +18,9 @@ from kernelevo.store.run_store import RunStore
 from tests.conftest import ROOT
 
 SEED = (ROOT / "tests/fixtures/candidates/honest_add.py").read_text()
-CRASH = "the reference raised: ModuleNotFoundError: No module named 'torch.utils.serialization'"
+CRASH = ("the reference raised:\nTraceback (most recent call last):\n"
+         '  File "oracle.py", line 35, in run_oracle\n'
+         "ModuleNotFoundError: No module named 'torch.utils.serialization'\n")
 
 
 class CrashingJudge:
@@ -78,7 +80,10 @@ def test_a_run_whose_only_seed_crashes_stops_with_the_crash_instead_of_waiting(t
     assert outcome.status == "error" and outcome.failed
     assert outcome.reason.startswith("no candidate passed, so the LLM has no kernel to improve")
     assert "c0001 (seed) was crashed (exited_early)" in outcome.reason
-    assert "No module named 'torch.utils.serialization'" in outcome.reason
+    # On one line: what raised, then why (a traceback's last line).
+    assert ("the judge failed: the reference raised: ... ModuleNotFoundError: No module named "
+            "'torch.utils.serialization'; check the task") in outcome.reason
+    assert "\n" not in outcome.reason
     assert "--seed" in outcome.reason
     assert judge.judged == 1 and proposer.calls == []  # nothing to propose from
     (stop,) = store.events("stop")

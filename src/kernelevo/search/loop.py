@@ -292,7 +292,7 @@ class Evolution:
         judged = [c for c in self.store.candidates() if c.verdict is not None]
         first = judged[0] if judged else None
         why = (f"; {first.id} ({first.candidate.origin}) was {first.verdict.status} "
-               f"({first.verdict.reason}): {first.verdict.message.strip()[:600]}"
+               f"({first.verdict.reason}): {_gist(first.verdict.message)}"
                if first is not None else "")
         return (f"no candidate passed, so the LLM has no kernel to improve: all "
                 f"{len(judged)} judged failed{why}; check the task and a starting kernel with "
@@ -529,3 +529,10 @@ class Evolution:
             self.store.log_event("busy", {"share": progress.gpu_busy_share})
             self.last_elapsed_log = elapsed
         self.on_progress(progress)
+
+
+def _gist(message: str) -> str:
+    """A message on one line: a traceback's first and last lines (what raised, and why)."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    text = lines[0] + (f" ... {lines[-1]}" if len(lines) > 1 else "") if lines else ""
+    return text[:600]
