@@ -171,7 +171,7 @@ def test_report_of_a_real_cpu_run(runs, tmp_path):
     assert "triton" in section(page, "summary") and "tuner only" in page
     # Said once, plainly: what was checked and what was not measured.
     assert text_of(page).count("Judged without a GPU") == 1
-    assert "each archive cell keeps the first correct kernel judged in it" in text_of(page)
+    assert "the run's best, and each archive cell's elite, is the first correct kernel judged" in text_of(page)
     baseline = text_of(section(page, "summary"))
     assert "baseline" in baseline and "c0001 (PyTorch seed): ok" in baseline
     best_section = section(page, "best")

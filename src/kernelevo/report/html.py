@@ -53,8 +53,8 @@ def _limit(value: float | None, kind: str) -> str:
 
 UNTIMED_NOTE = ("Judged without a GPU: every candidate's correctness and honesty were "
                 "checked (on the CPU, at smaller sizes); nothing was timed, so there are no "
-                "speedups and no speedup plots, and each archive cell keeps the first correct "
-                "kernel judged in it.")
+                "speedups and no speedup plots; the run's best, and each archive cell's elite, "
+                "is the first correct kernel judged.")
 
 
 def run_timed(data: RunData) -> bool:
