@@ -188,3 +188,17 @@ def test_each_migration_is_logged_once(tmp_path):
     judged = sum(1 for c in store.candidates() if c.verdict is not None)
     assert judged >= 6
     assert len(store.events("migration")) == judged // 3
+
+
+def test_the_elapsed_time_shown_is_the_runs_own_clock_the_one_stored(tmp_path):
+    """A resumed run's progress counts its earlier time, as show and the report do."""
+    store = RunStore.create(tmp_path, "add", "source", {})
+    budget = Budget(candidates=2)
+    budget.restore(0, 0.0, 0, elapsed_s=100.0)  # 100 s spent before a resume
+    evolution = Evolution(store, [FakeJudge("cpu", [])], SearchConfig(backend="cuda"), budget,
+                          proposer=None)
+    evolution.seed([Candidate(CUDA_SEED, "cuda", origin="seed")])
+    progress = asyncio.run(evolution.run())
+    stored = max(event.payload["elapsed_s"] for event in store.events("elapsed"))
+    assert 100.0 <= progress.elapsed_s < 130.0
+    assert abs(progress.elapsed_s - stored) < 1.0

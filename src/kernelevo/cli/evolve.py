@@ -14,6 +14,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
+from kernelevo.report.units import duration
 from kernelevo.run.driver import UNRECORDED_STOP, EvolveResult  # noqa: F401 (re-exported)
 from kernelevo.run.driver import run_evolve as drive
 from kernelevo.run.setup import EvolveOptions
@@ -32,7 +33,7 @@ def progress_table(progress: Progress, run_id: str, mode: str) -> Table:
     table.add_row("candidates", ", ".join(f"{k} {v}" for k, v in
                                           sorted(progress.by_status.items())) or "-")
     table.add_row("tokens / cost", f"{progress.tokens:,} / ${progress.cost_usd:.4f}")
-    table.add_row("elapsed", f"{progress.elapsed_s:.0f} s; judges busy "
+    table.add_row("elapsed", f"{duration(progress.elapsed_s)}; judges busy "
                   f"{progress.gpu_busy_share:.0%}; queued {progress.queued}; "
                   f"LLM calls in flight {progress.llm_in_flight}")
     if progress.message:

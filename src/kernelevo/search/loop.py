@@ -513,7 +513,9 @@ class Evolution:
         progress.by_status = dict(totals.candidates_by_status)
         progress.tokens = totals.tokens_in + totals.tokens_out
         progress.cost_usd = totals.cost_usd
-        progress.elapsed_s = elapsed
+        # The run's own clock (a resumed run's earlier time included), the one
+        # stored below and shown by show, the report and the UI.
+        progress.elapsed_s = self.budget.usage().elapsed_s
         # Busy share counts from the first evaluation: before it, nothing was queued.
         since = time.monotonic() - (self.first_evaluation or time.monotonic())
         progress.gpu_busy_share = self.busy_s / (since * len(self.judges)) if since > 0 else 0.0
