@@ -41,3 +41,18 @@ def test_a_stored_run_an_api_job_and_the_config_file_decode_alike(tmp_path):
     config_file.write_text('[eval]\nprecision = "bf16"\ntimeout_s = 60.0\n'
                            '[eval.timing]\nbaselines = ["compile"]\n')
     assert load_eval_config(str(config_file)) == expected
+
+
+def test_a_run_config_is_stored_and_read_back_by_one_encoding():
+    from kernelevo.config_file import RunConfig
+    from kernelevo.search.loop import SearchConfig
+
+    config = RunConfig(EvalConfig(precision="fp16"), SearchConfig(islands=5, backend="cuda"),
+                       {"model": "m"}, {"tokens": 1000, "usd": None, "candidates": 4,
+                                        "wall_s": None})
+    assert RunConfig.from_stored(json.loads(json.dumps(config.to_dict()))) == config
+    # A run another version wrote: settings this one lacks are dropped, the rest kept.
+    stored = config.to_dict()
+    stored["search"]["a_future_knob"] = 1
+    stored["eval"]["timing"]["a_future_measure"] = "x"
+    assert RunConfig.from_stored(stored) == config

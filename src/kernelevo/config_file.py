@@ -217,6 +217,36 @@ def search_config(effective: Effective) -> SearchConfig:
     return SearchConfig(**effective.values["search"])
 
 
+@dataclass(frozen=True)
+class RunConfig:
+    """A run's settings as run.db keeps them: what judges, what searches, the models, the budget.
+
+    `llm` and `budget` stay the config file's [llm] and [budget] tables as
+    given (llm_settings, budget_limits); to_dict and from_stored are the one
+    encoding and decoding of the stored form.
+    """
+
+    eval: EvalConfig
+    search: SearchConfig
+    llm: Mapping[str, Any]
+    budget: Mapping[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"eval": dataclasses.asdict(self.eval), "search": dataclasses.asdict(self.search),
+                "llm": dict(self.llm), "budget": dict(self.budget)}
+
+    @classmethod
+    def from_stored(cls, config: Mapping[str, Any]) -> "RunConfig":
+        """The settings a stored run was started with; those another version wrote and this
+        one lacks are dropped, so an old or newer run can still be shown and resumed."""
+        known = {item.name for item in dataclasses.fields(SearchConfig)}
+        search = {k: tuple(v) if isinstance(v, list) else v
+                  for k, v in (config.get("search") or {}).items() if k in known}
+        return cls(eval_config_from_dict(config.get("eval") or {}, drop_unknown=True),
+                   SearchConfig(**search), dict(config.get("llm") or {}),
+                   dict(config.get("budget") or {}))
+
+
 def memory_config(effective: Effective) -> MemoryConfig:
     return MemoryConfig(**effective.values["memory"])
 

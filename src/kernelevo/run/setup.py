@@ -7,7 +7,7 @@ import json
 import os
 import random
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +15,7 @@ import kernelevo.config_file as config_file
 from kernelevo.budget import Budget
 from kernelevo.candidate import Candidate, load_candidate
 from kernelevo.config import EvalConfig
-from kernelevo.config_file import Effective
+from kernelevo.config_file import Effective, RunConfig
 from kernelevo.errors import ConfigError
 from kernelevo.llm.openai_compat import ClientConfig
 from kernelevo.logs import get_logger
@@ -136,15 +136,14 @@ def user_seeds(paths: list[Path], backend: str) -> list[Candidate]:
 
 def run_config(eval_config: EvalConfig, search: SearchConfig, llm: dict[str, Any],
                budget: dict[str, Any]) -> dict[str, Any]:
-    return {"eval": asdict(eval_config), "search": asdict(search), "llm": llm,
-            "budget": budget}
+    """A new run's settings in their stored form (config_file.RunConfig)."""
+    return RunConfig(eval_config, search, llm, budget).to_dict()
 
 
 def configs_from_run(config: dict[str, Any]) -> tuple[EvalConfig, SearchConfig]:
     """The EvalConfig and SearchConfig a stored run was started with."""
-    from kernelevo.run.view import eval_config_from_run
-
-    return eval_config_from_run(config), SearchConfig(**config.get("search", {}))
+    stored = RunConfig.from_stored(config)
+    return stored.eval, stored.search
 
 
 def make_budget(limits: dict[str, Any], store: RunStore | None) -> Budget:
