@@ -164,3 +164,15 @@ def test_work_that_runs_its_own_event_loop_moves_to_a_thread_inside_a_running_on
 
     thread, ran = asyncio.run(in_a_notebook())
     assert thread is not here and ran == "ran"
+
+
+def test_evolve_memory_false_turns_recall_and_recording_off(tmp_path, monkeypatch):
+    import kernelevo.run.driver as driver
+
+    given = []
+    monkeypatch.setattr(driver, "run_evolve", lambda task, options, view: given.append(options))
+    task = tmp_path / "task.py"
+    task.write_text((ROOT / "tests/fixtures/tasks/add.py").read_text())
+    api.evolve(str(task), runs_dir=tmp_path / "runs", memory=False, quiet=True)
+    api.evolve(str(task), runs_dir=tmp_path / "runs", quiet=True)
+    assert [options.memory.enabled for options in given] == [False, True]

@@ -82,7 +82,7 @@ def evolve(task: TaskLike | None = None, *, seeds: list[str | os.PathLike[str]] 
            islands: int | None = None, kernelbench_dir: str | None = None,
            config_file: str | None = None, quiet: bool = False,
            on_progress: Callable[[RunProgress], None] | None = None,
-           **settings: Any) -> EvolveResult:
+           memory: bool = True, **settings: Any) -> EvolveResult:
     """Search for faster kernels within budgets, as `kernelevo evolve`; the run is stored.
 
     Without `models` the zero-token tuner runs alone and needs a Triton or
@@ -90,7 +90,8 @@ def evolve(task: TaskLike | None = None, *, seeds: list[str | os.PathLike[str]] 
     Arguments left as None take the config file's value, else the default
     (backend triton, 3 islands, 8 LLM calls in flight, key in OPENAI_API_KEY).
     The run's notices go to stderr unless `quiet`; `on_progress` is given
-    each Progress as the search goes.
+    each Progress as the search goes. `memory=False` neither recalls nor
+    records what similar tasks taught (as `--no-memory`; docs/memory.md).
     """
     import kernelevo.run.setup as setup
     from kernelevo.run.driver import PlainView, run_evolve
@@ -99,7 +100,7 @@ def evolve(task: TaskLike | None = None, *, seeds: list[str | os.PathLike[str]] 
         raise ConfigError("give a task, or resume=RUN to continue a run")
     overrides = {**_eval_overrides(settings), **setup.evolve_overrides(
         backend, islands, llm_in_flight, models, base_url, api_key_env, tokens, usd, time,
-        candidates, cluster, cluster_slots)}
+        candidates, cluster, cluster_slots, no_memory=not memory)}
     options = setup.evolve_options(resolve(config_file, overrides),
                                    runs_dir=runs_dir or _runs_dir(), resume=resume, gpus=gpus,
                                    seeds=[Path(seed) for seed in seeds or []])
