@@ -379,3 +379,24 @@ def test_a_suite_row_without_timings_says_no_baseline_was_measured(bench, monkey
                      EvalConfig(), str(bench / "kb"))
     rows = run_suite(plan).rows
     assert rows and all(r["baseline_source"] == "none" and r["baseline_ms"] == {} for r in rows)
+
+
+def test_a_suite_search_without_memory_asks_evolve_for_none(tmp_path, monkeypatch):
+    import types
+
+    import kernelevo
+    from kernelevo.config import EvalConfig
+    from kernelevo.suite.evolve import SearchBudget, evolve_task
+
+    asked = []
+
+    def fake_evolve(task, **arguments):
+        asked.append(arguments["memory"])
+        progress = types.SimpleNamespace(best_id=None, outcome=None, best_vs_eager=None,
+                                         best_vs_compile=None, tokens=0, cost_usd=0.0)
+        return types.SimpleNamespace(progress=progress, run_id="r")
+
+    monkeypatch.setattr(kernelevo, "evolve", fake_evolve)
+    for memory in (False, True):
+        evolve_task(tmp_path, "add", object(), [], EvalConfig(), SearchBudget(memory=memory))
+    assert asked == [False, True]

@@ -62,6 +62,8 @@ def suite_command(
                                              "budget per task (e.g. 20m)"),
     candidates: Optional[int] = typer.Option(None, min=1, help="with --evolve: candidates "
                                              "per task"),
+    no_memory: bool = typer.Option(False, "--no-memory", help="with --evolve: neither recall "
+                                   "nor record what similar tasks taught"),
     kernelbench_dir: Optional[str] = KERNELBENCH_OPTION,
     config_file: Optional[str] = CONFIG_OPTION,
 ) -> None:
@@ -76,7 +78,7 @@ def suite_command(
         config = eval_settings(config_file, eval_overrides(
             precision, device, policy, timeout=timeout, no_compile=no_compile, measure=timing))
         search = SearchBudget(tuple(model or ()), base_url, tokens, usd, time_limit,
-                              candidates) if evolve else None
+                              candidates, memory=not no_memory) if evolve else None
         plan = SuitePlan(tuple(tasks), solutions, out_dir, config, kernelbench_dir,
                          max_input_elements, resume, not fresh_baselines, search,
                          _gpu_indexes(gpus), lanes, build_workers)

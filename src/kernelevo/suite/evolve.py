@@ -26,6 +26,7 @@ class SearchBudget:
     usd: str | None = None
     time: str | None = None
     candidates: int | None = None
+    memory: bool = True  # recall and record what similar tasks taught (docs/memory.md)
 
 
 def runs_folder(out: Path, key: str) -> Path:
@@ -44,7 +45,7 @@ def evolve_task(out: Path, key: str, task: Any, seeds: list[Path], config: EvalC
     result = kernelevo.evolve(
         task, seeds=[str(s) for s in seeds] or None, models=list(search.models) or None,
         base_url=search.base_url, tokens=search.tokens, usd=search.usd, time=search.time,
-        candidates=search.candidates, runs_dir=folder, quiet=True,
+        candidates=search.candidates, runs_dir=folder, quiet=True, memory=search.memory,
         gpus=",".join(map(str, gpus)) if gpus else None,
         resume=earlier[0].run_id if earlier else None, **_settings(config))
     progress = result.progress
