@@ -101,7 +101,7 @@ class _Plan:
     limits: dict[str, Any]
     budget: Budget
     pool: Any  # a ModelPool, or None: the tuner runs alone
-    judges: list[Any]
+    judges: list[Any] | setup.JudgesStarting  # a resumed run's start with its search
     seeds: list[Candidate]
     memory: Any = None  # a RunMemory, or None: memory off
     recall: Any = None  # what the memory gave this run (a Recall), or None
@@ -186,7 +186,12 @@ def _plan(task: Task, config: dict[str, Any], options: EvolveOptions,
                           "given: the tuner needs a working kernel to tune (--seed FILE), or "
                           "give --model and --base-url")
     # Last: a cluster's judges hold a connection, closed by run_evolve once there is a plan.
-    judges = setup.make_judges(task, eval_config, options.gpus, search)
+    # A new run's are made now, so a bad judge setup stores no run; a resumed run's
+    # while its search asks for its first proposals, which need no judge (nor torch):
+    # if they cannot be made, the search ends with that error.
+    judges: list[Any] | setup.JudgesStarting = (
+        setup.make_judges(task, eval_config, options.gpus, search) if store is None
+        else setup.start_judges(task, eval_config, options.gpus, search))
     return _Plan(config, eval_config, search, limits, budget, pool, judges, seeds, memory,
                  recall)
 
@@ -208,9 +213,15 @@ def _drive(view: EvolveView, store: RunStore, task: Task, plan: _Plan,
              plan.search)
     where = f" on the cluster at {plan.search.cluster}" if plan.search.cluster else ""
     isolation = describe_here(plan.eval_config.isolate_network)  # a confined probe's layers
-    view.notice(f"run {run_id} in {run_dir} ({mode}); {len(plan.judges)} evaluation "
-                f"worker(s){where}; isolation{' here' if where else ''}: {isolation}")
-    evolution = Evolution(store, plan.judges, plan.search, plan.budget, proposer)
+    workers = (f"{len(plan.judges)} evaluation worker(s)" if isinstance(plan.judges, list)
+               else "evaluation workers starting")
+    view.notice(f"run {run_id} in {run_dir} ({mode}); {workers}{where}; "
+                f"isolation{' here' if where else ''}: {isolation}")
+    if isinstance(plan.judges, list):
+        evolution = Evolution(store, plan.judges, plan.search, plan.budget, proposer)
+    else:
+        evolution = Evolution(store, [], plan.search, plan.budget, proposer,
+                              start_judges=plan.judges.begin)
     if plan.memory is not None:
         evolution.on_elite = plan.memory.on_elite(run_id)
     if resumed:
@@ -226,7 +237,7 @@ def _drive(view: EvolveView, store: RunStore, task: Task, plan: _Plan,
         try:
             result = _search_until_stopped(evolution, plan.pool, run_id)
         finally:
-            for judge in plan.judges:  # their standby workers end with the search
+            for judge in setup.judges_made(plan.judges):  # their standby workers end with it
                 getattr(judge, "close", lambda: None)()
             _remember(store, plan.memory)
     store.set_status("finished")
@@ -323,11 +334,9 @@ def _proposer(pool: Any, store: Any, task: Task, search: SearchConfig,
         return None
     from kernelevo.propose.prompt import Remembered
 
-    import torch
-
     from kernelevo.search.proposals import LLMProposer
 
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "NVIDIA H200"
+    gpu = setup.gpu_name()
     return LLMProposer(pool, store, task.source, search.backend, eval_config.precision,
                        search.max_output_tokens, random.Random(search.seed + 7),
                        search.diff_probability, gpu,

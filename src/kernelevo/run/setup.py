@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import json
 import os
 import random
 import re
+import sys
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -182,6 +187,84 @@ def make_judges(task: Task, eval_config: EvalConfig, gpus: str | None,
             for i in indexes for _ in range(lanes)]
 
 
+class JudgesStarting:
+    """make_judges on a thread of its own once `begin` is called: a resumed search sends
+    its first LLM requests while torch loads and the judges start, instead of after."""
+
+    def __init__(self, make: Callable[[], list[Any]]) -> None:
+        self._make = make
+        self.future: Future[list[Any]] = Future()
+        self._thread: threading.Thread | None = None
+
+    def begin(self) -> Future[list[Any]]:
+        """Start making the judges (once); the future holds them or the error that stopped them."""
+        if self._thread is None:
+            # Running from now: a waiter that is cancelled cannot cancel it, so the
+            # judges it makes are always there to close.
+            self.future.set_running_or_notify_cancel()
+            self._thread = threading.Thread(target=self._run, name="judges-start",
+                                            daemon=True)
+            self._thread.start()
+        return self.future
+
+    def _run(self) -> None:
+        try:
+            self.future.set_result(self._make())
+        except BaseException as exc:  # handed to the search, which ends the run with it
+            self.future.set_exception(exc)
+
+    def made(self) -> list[Any]:
+        """The judges, waited for while they are being made; none if never begun or failed."""
+        if self._thread is None or self.future.exception() is not None:
+            return []
+        return self.future.result()
+
+
+def start_judges(task: Task, eval_config: EvalConfig, gpus: str | None,
+                 search: SearchConfig | None = None) -> JudgesStarting:
+    """make_judges, begun later in the background (JudgesStarting)."""
+    return JudgesStarting(lambda: make_judges(task, eval_config, gpus, search))
+
+
+def judges_made(judges: list[Any] | JudgesStarting) -> list[Any]:
+    """The judges a run has: the list, or those made in the background (waited for)."""
+    return judges.made() if isinstance(judges, JudgesStarting) else judges
+
+
+# The GPU a prompt names when none is visible (what the kernels are written for).
+DEFAULT_GPU_NAME = "NVIDIA H200"
+
+
+def gpu_name() -> str:
+    """The first visible GPU's name, torch.cuda.get_device_name(0)'s, or DEFAULT_GPU_NAME.
+
+    Asked of the CUDA driver, so a resumed run's first prompt waits for no
+    torch import (1.5-2.5 s, 260 MB); where the driver cannot say, torch does.
+    """
+    if not sys.platform.startswith("linux"):
+        return _torch_gpu_name()
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+    except OSError:  # no CUDA driver: torch sees no GPU either
+        return DEFAULT_GPU_NAME
+    count, device = ctypes.c_int(0), ctypes.c_int(0)
+    name = ctypes.create_string_buffer(256)
+    if driver.cuInit(0) != 0 or driver.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        return DEFAULT_GPU_NAME  # a driver without a usable GPU: torch's is_available() is False
+    if count.value < 1:
+        return DEFAULT_GPU_NAME
+    if (driver.cuDeviceGet(ctypes.byref(device), 0) != 0
+            or driver.cuDeviceGetName(name, len(name), device) != 0):
+        return _torch_gpu_name()
+    return name.value.decode(errors="replace")
+
+
+def _torch_gpu_name() -> str:
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else DEFAULT_GPU_NAME
+
+
 def cluster_judges(task: Task, eval_config: EvalConfig, search: SearchConfig,
                    gpus: str | None) -> list[Any]:
     """Judges sending jobs to the Dask scheduler at `search.cluster`, one per worker slot."""
@@ -198,9 +281,9 @@ def cluster_judges(task: Task, eval_config: EvalConfig, search: SearchConfig,
     return [ClusterJudge(connection, task, eval_config) for _ in range(connection.slots)]
 
 
-def close_judges(judges: list[Any]) -> None:
+def close_judges(judges: list[Any] | JudgesStarting) -> None:
     """Let judges that hold a connection (a cluster's client) close it."""
-    for judge in judges:
+    for judge in judges_made(judges):
         close = getattr(judge, "close", None)
         if close is not None:
             close()

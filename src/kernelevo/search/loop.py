@@ -25,7 +25,7 @@ import logging
 import random
 import time
 import traceback
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Coroutine
 
@@ -158,8 +158,16 @@ class Evolution:
     def __init__(self, store: RunStore, judges: list[JudgeLike], config: SearchConfig,
                  budget: Budget,
                  proposer: "LLMProposer | None",
-                 on_progress: Callable[[Progress], None] | None = None) -> None:
+                 on_progress: Callable[[Progress], None] | None = None, *,
+                 start_judges: Callable[[], Future[list[JudgeLike]]] | None = None) -> None:
+        """`start_judges`, given instead of `judges`, makes them in the background once
+        the search runs: its first LLM requests then wait for no judge (nor torch)."""
         self.store, self.judges, self.config, self.budget = store, judges, config, budget
+        self.start_judges = start_judges
+        self.judging = start_judges is None  # whether the judges are known
+        self.judge_failure: BaseException | None = None  # the judges could not be made
+        # Candidates added before the judges were made: routed once they are.
+        self.held: list[tuple[str, Candidate]] = []
         self.proposer = proposer
         self.on_progress = on_progress or (lambda progress: None)
         self.archive = Archive(config.islands, random.Random(config.seed),
@@ -196,8 +204,12 @@ class Evolution:
 
     def resume(self) -> None:
         """Rebuild the archive from evaluated candidates; queue interrupted evaluations."""
-        self.archive = Archive.replay(self.store.briefs.judged_in_order(),
-                                      **self.archive.settings())
+        # The archive replaying every verdict would build (Archive.replay of
+        # judged_in_order), from the few that could be elites: at 200,000
+        # candidates a Python object per verdict cost ~120 MB before the first request.
+        offers = self.store.briefs.archive_offers()
+        self.archive = Archive.replay_offers(offers.offers, offers.additions, offers.failures,
+                                             **self.archive.settings())
         for pending in self.store.pending():
             if pending.evaluation_attempts >= 2:
                 # Interrupted twice: redo at most once, then it is a verdict.
@@ -210,17 +222,17 @@ class Evolution:
 
     async def run(self) -> Progress:
         """Search until done; `Progress.outcome` then says how the run ended."""
-        executor = ThreadPoolExecutor(max_workers=len(self.judges), thread_name_prefix="judge")
-        evaluators = [self._start(self._evaluate_forever(judge, executor), "judge")
-                      for judge in self.judges]
-        builders = ThreadPoolExecutor(max_workers=self.config.build_workers,
-                                      thread_name_prefix="build")
-        evaluators += [self._start(self._build_forever(builders), "builder")
-                       for _ in range(self.config.build_workers)]
+        evaluators: list[asyncio.Task] = []
+        executors: list[ThreadPoolExecutor] = []
         proposers = []
         if self.proposer is not None:
             proposers = [self._start(self._propose_forever(), "proposer")
                          for _ in range(self.config.llm_in_flight)]
+        if self.start_judges is None:
+            self._start_judging(evaluators, executors)
+        else:
+            evaluators.append(asyncio.create_task(
+                self._judges_then_judging(self.start_judges(), evaluators, executors)))
         try:
             await self._until_done(proposers)
         finally:
@@ -228,11 +240,38 @@ class Evolution:
             for task in evaluators + proposers:
                 task.cancel()
             await asyncio.gather(*evaluators, *proposers, return_exceptions=True)
-            executor.shutdown(wait=True)
-            builders.shutdown(wait=True)
+            for executor in executors:
+                executor.shutdown(wait=True)
             if self.store_failure is None:
                 self._report("stopped")
         return self.progress
+
+    def _start_judging(self, evaluators: list[asyncio.Task],
+                       executors: list[ThreadPoolExecutor]) -> None:
+        """A worker per judge and the CUDA builders; candidates held meanwhile are queued."""
+        executor = ThreadPoolExecutor(max_workers=len(self.judges), thread_name_prefix="judge")
+        builders = ThreadPoolExecutor(max_workers=self.config.build_workers,
+                                      thread_name_prefix="build")
+        executors += [executor, builders]
+        evaluators += [self._start(self._evaluate_forever(judge, executor), "judge")
+                       for judge in self.judges]
+        evaluators += [self._start(self._build_forever(builders), "builder")
+                       for _ in range(self.config.build_workers)]
+        self.judging = True
+        held, self.held = self.held, []
+        for candidate_id, candidate in held:
+            self._queue_for_judging(candidate_id, candidate)
+
+    async def _judges_then_judging(self, judges: Future[list[JudgeLike]],
+                                   evaluators: list[asyncio.Task],
+                                   executors: list[ThreadPoolExecutor]) -> None:
+        """Judging once the judges made in the background are ready; if they could not be
+        made, the run ends with that error (_until_done raises it)."""
+        try:
+            self.judges = await asyncio.wrap_future(judges)
+            self._start_judging(evaluators, executors)
+        except Exception as exc:
+            self.judge_failure = exc
 
     def _start(self, work: Coroutine[Any, Any, None], role: str) -> asyncio.Task:
         return asyncio.create_task(self._supervised(work, role))
@@ -266,6 +305,8 @@ class Evolution:
             await asyncio.sleep(0.2)
             if self.store_failure is not None:
                 raise self.store_failure
+            if self.judge_failure is not None:
+                raise self.judge_failure
             self._report()
             if self.fatal is not None:
                 return self._finish(self.fatal)
@@ -273,8 +314,8 @@ class Evolution:
                 return self._finish(RunOutcome("finished", self.roofline_stop))
             reason = self.budget.exhausted()
             producing = any(not task.done() for task in proposers)
-            drained = (self.queue.empty() and self.evaluating == 0 and self.to_build.empty()
-                       and self.building == 0)
+            drained = (self.judging and self.queue.empty() and self.evaluating == 0
+                       and self.to_build.empty() and self.building == 0)
             if drained and not reason and not producing and self._tune_again():
                 continue
             if drained and (reason or not producing):
@@ -407,9 +448,11 @@ class Evolution:
 
     async def _propose_forever(self) -> None:
         assert self.proposer is not None
-        backlog = self.config.queued_per_worker * len(self.judges)
         while not self.stopping and not self.budget.exhausted():
-            if self.queue.urgent + self.to_build.urgent >= backlog:
+            # Judges still being made count as one until they are.
+            backlog = self.config.queued_per_worker * max(1, len(self.judges))
+            held = sum(candidate.origin != "tuner" for _, candidate in self.held)
+            if self.queue.urgent + self.to_build.urgent + held >= backlog:
                 # Enough of the LLM's work waits for the GPUs: new proposals
                 # would not yet see the verdicts they should learn from, so
                 # hold back. Queued tuner variants do not count: they only
@@ -498,9 +541,17 @@ class Evolution:
         candidate_id = self.store.add_candidate(
             candidate, island=island, cell=list(cell_of(candidate.source, candidate.backend)),
             parent_ids=parents, inspiration_ids=inspirations)
+        self._queue_for_judging(candidate_id, candidate)
+        return candidate_id
+
+    def _queue_for_judging(self, candidate_id: str, candidate: Candidate) -> None:
+        """Queue a stored candidate: a CUDA one on a GPU to be built first; held while the
+        judges (and so the device) are not known yet."""
+        if not self.judging:
+            self.held.append((candidate_id, candidate))
+            return
         prebuild = getattr(self.judges[0], "device", "cpu") == "cuda" and candidate.backend == "cuda"
         (self.to_build if prebuild else self.queue).put(candidate_id, candidate.origin)
-        return candidate_id
 
     def _report(self, message: str | None = None) -> None:
         totals = self.store.totals()
