@@ -58,8 +58,13 @@ UNTIMED_NOTE = ("Judged without a GPU: every candidate's correctness and honesty
 
 
 def run_timed(data: RunData) -> bool:
-    """Whether the run was judged where kernels are timed (a GPU); unknown before a verdict."""
-    return not data.environment or bool(data.environment.get("gpu"))
+    """Whether the run was judged where kernels are timed (a GPU); unknown before a verdict.
+
+    A verdict's environment says so; without one, an untimed best kernel does.
+    """
+    if data.environment:
+        return bool(data.environment.get("gpu"))
+    return data.best is None or data.best.timed
 
 
 def run_plots(data: RunData, link: Link | None = None) -> dict[str, Markup]:
