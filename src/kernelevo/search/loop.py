@@ -232,7 +232,7 @@ class Evolution:
             self._start_judging(evaluators, executors)
         else:
             evaluators.append(asyncio.create_task(
-                self._judges_then_judging(self.start_judges(), evaluators, executors)))
+                self._judges_then_judging(self.start_judges, evaluators, executors)))
         try:
             await self._until_done(proposers)
         finally:
@@ -262,13 +262,17 @@ class Evolution:
         for candidate_id, candidate in held:
             self._queue_for_judging(candidate_id, candidate)
 
-    async def _judges_then_judging(self, judges: Future[list[JudgeLike]],
+    async def _judges_then_judging(self, start: Callable[[], Future[list[JudgeLike]]],
                                    evaluators: list[asyncio.Task],
                                    executors: list[ThreadPoolExecutor]) -> None:
         """Judging once the judges made in the background are ready; if they could not be
         made, the run ends with that error (_until_done raises it)."""
+        # Started after the proposers' first steps (tasks run in the order made), which
+        # build their prompts and open their connections, and one more turn of the loop,
+        # in which they send: torch loading on another thread would slow both.
+        await asyncio.sleep(0)
         try:
-            self.judges = await asyncio.wrap_future(judges)
+            self.judges = await asyncio.wrap_future(start())
             self._start_judging(evaluators, executors)
         except Exception as exc:
             self.judge_failure = exc
