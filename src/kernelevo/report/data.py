@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -143,6 +144,20 @@ def load_run(run_path: Path, *, views: bool = True) -> RunData:
     views=False leaves out what only the run's own page shows (timeline,
     cells, lineage and table rows): a comparison of runs needs none of them.
     """
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="archive") as helper:
+        # The archive's replay (a third of a 200,000-candidate page) on a connection of
+        # its own: SQLite lets go of the GIL while it reads, so it overlaps the rest.
+        cells = helper.submit(_archive_cells, run_database(Path(run_path))) if views else None
+        return _load(run_path, cells)
+
+
+def _archive_cells(database: Path) -> tuple[IslandCells, ...]:
+    with RunStore.read(database) as store:
+        return archive_cells(store.briefs.archive_offers(),
+                             store.run_info().config.get("search") or {})
+
+
+def _load(run_path: Path, cells: Future[tuple[IslandCells, ...]] | None) -> RunData:
     with RunStore.read(run_database(Path(run_path))) as store:
         info, totals, events = store.run_info(), store.totals(), store.briefs.event_summary()
         start, count = info.created_at, sum(totals.candidates_by_status.values())
@@ -156,7 +171,7 @@ def load_run(run_path: Path, *, views: bool = True) -> RunData:
         improvements = _improvements(store, start)
         models = _models(info.config, store.briefs.models())
         moments = store.briefs.moments()
-        shown = _views(store, info, totals, best, moments) if views else _Views()
+        shown = _views(store, info, totals, best, moments, cells) if cells is not None else _Views()
         memory = memory_use(store)
     span = max([start, info.finished_at or 0.0, moments[1] if moments else 0.0,
                 events.last_at or 0.0]) - start
@@ -188,16 +203,16 @@ class _Views:
 
 
 def _views(store: RunStore, info: RunInfo, totals: Totals, best: BestKernel | None,
-           moments: tuple[float, float] | None) -> _Views:
+           moments: tuple[float, float] | None,
+           cells: Future[tuple[IslandCells, ...]]) -> _Views:
     count = sum(totals.candidates_by_status.values())
     judged = count - totals.candidates_by_status.get("unevaluated", 0)
     chain = store.ancestry(best.stored.id, MAX_LINEAGE_STEPS) if best else {}
     modes = call_modes(store.llm_calls_of(chain))
     return _Views(
         timeline=_timeline(store, moments, count + 2 * judged, info.created_at),
-        islands=archive_cells(store.briefs.archive_offers(), info.config.get("search") or {}),
         lineage=lineage(chain, best.stored.id, modes) if best else (),
-        table=_table(store, count, info.created_at))
+        table=_table(store, count, info.created_at), islands=cells.result())
 
 
 def _table(store: RunStore, count: int, start: float) -> CandidateTable:
