@@ -216,3 +216,39 @@ def test_a_failure_is_named_by_its_exception_line_not_the_traceback_header():
                                        "attribute 'lod'")
     assert telling_line("output 0 has shape (65,)\nmore") == "output 0 has shape (65,)"
     assert telling_line("") == ""
+
+
+def test_the_end_of_a_long_run_reads_its_fastest_and_latest_candidates_not_all(tmp_path,
+                                                                             monkeypatch):
+    from kernelevo.candidate import Candidate
+    from kernelevo.evaluate.verdict import TimingStats, verdict_for
+    from kernelevo.memory import harvest
+    from kernelevo.store.run_store import RunStore
+
+    monkeypatch.setattr(harvest, "RECENT_CANDIDATES", 2)
+    monkeypatch.setattr(harvest, "FASTEST_KERNELS", 1)
+
+    def timed(speedup):
+        stats = TimingStats(1.0 / speedup, 0.0, 1.0 / speedup, 20)
+        return verdict_for("passed", timings={"candidate": stats}, speedup_vs_eager=speedup)
+
+    with RunStore.create(tmp_path / "runs", "add", ADD, {}) as run:
+        fastest = run.add_candidate(Candidate(GOOD + "# fastest\n", "triton", "k0", "llm"))
+        run.record_verdict(fastest, timed(3.0))
+        ids = [run.add_candidate(Candidate(GOOD + f"# {n}\n", "triton", f"k{n}", "llm"))
+               for n in range(1, 5)]
+        for n, candidate_id in enumerate(ids):
+            run.record_verdict(candidate_id, timed(1.0 + n / 10))
+        # A failure before the latest two: not read either.
+        broken = run.add_candidate(Candidate("x = (", "triton", "broken", "llm"))
+        run.record_verdict(broken, verdict_for("compile_failed", "SyntaxError"))
+        for n in (5, 6):
+            run.record_verdict(run.add_candidate(Candidate(GOOD + f"# {n}\n", "triton",
+                                                           f"k{n}", "llm")), timed(1.1))
+        monkeypatch.setattr(run, "candidates", lambda *a: pytest.fail("read every candidate"))
+        with MemoryStore(tmp_path / "m.db") as memory:
+            recorded = harvest.record_run(memory, run, task_key(ADD), "add",
+                                          signature_of(ADD, "fp32", "triton"), kernels_kept=3)
+            kept = sorted(k.source.splitlines()[-1] for k in memory.kernels(task_key(ADD)))
+    # The fastest of all, and the latest two (k5, k6); k1-k4 were never read.
+    assert kept == ["# 5", "# 6", "# fastest"] and recorded.kernels == 3

@@ -22,6 +22,10 @@ FAILURE_STATUSES = frozenset({"compile_error", "runtime_error", "incorrect", "cr
 MIN_GAIN = 1.05  # an edit's speedup over its parent below this is noise, not a lesson
 DIFF_MAX_LINES = 40
 DIFF_MAX_BYTES = 3000
+# A run's latest candidates read for its edits and fixes, and its fastest kernels: a
+# bound, so the end of a 200,000-candidate run does not read every source.
+RECENT_CANDIDATES = 2_000
+FASTEST_KERNELS = 20
 
 
 @dataclass(frozen=True)
@@ -52,7 +56,7 @@ def record_run(memory: MemoryStore, run: Any, key: str, name: str, signature: Si
                kernels_kept: int = 3) -> Recorded:
     """Everything worth keeping from a finished (or stopped) run in `run` (a RunStore)."""
     memory.note_task(key, name, signature, runs_added=1)
-    candidates = [c for c in run.candidates() if c.verdict is not None]
+    candidates = _judged(run)
     by_id = {c.id: c for c in candidates}
     kernels = sorted((c for c in candidates if _passed_kernel(c)),
                      key=lambda c: -(c.verdict.speedup_vs_eager or 1.0))
@@ -67,6 +71,16 @@ def record_run(memory: MemoryStore, run: Any, key: str, name: str, signature: Si
                                  diff_of(parent.candidate.source, child.candidate.source),
                                  run.run_id))
     return Recorded(added, len(edits), len(fixes))
+
+
+def _judged(run: Any) -> list[Any]:
+    """The run's fastest kernels and latest candidates that have verdicts, oldest first."""
+    briefs = run.briefs.fastest(FASTEST_KERNELS) + \
+        run.briefs.candidates(newest_first=True, limit=RECENT_CANDIDATES)
+    chosen = {brief.id: brief.sequence for brief in briefs}
+    stored = [run.candidate(candidate_id)
+              for candidate_id in sorted(chosen, key=chosen.__getitem__)]
+    return [candidate for candidate in stored if candidate.verdict is not None]
 
 
 def diff_of(before: str, after: str) -> str:
