@@ -108,7 +108,10 @@ def resume_until_first_request(run_dir: Path, cache: str) -> dict[str, Any]:
         started = time.perf_counter()
         process = subprocess.Popen(
             CLI + ["evolve", "--resume", str(copy), "--base-url", base_url],
-            cwd=tmp, env=environment(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            # Its own memory store: the generated run's kernels must not be remembered
+            # in the user's (they are synthetic and do not run).
+            cwd=tmp, env={**environment(), "KERNELEVO_MEMORY_DB": str(Path(tmp) / "memory.db")},
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         try:
             arrived = handler.arrived.wait(FIRST_REQUEST_TIMEOUT_S)
             peak_mb, cpu_s = _vm_hwm_mb(process.pid), _cpu_s(process.pid)
