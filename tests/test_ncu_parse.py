@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tempfile
+
 from kernelevo.evaluate import ncu
 
 # The shape `ncu --csv --page raw` prints: names, units, then one row per launch.
@@ -60,3 +62,17 @@ def test_command_filters_the_named_kernels_and_asks_for_every_metric(tmp_path):
     assert "dram__throughput.avg.pct_of_peak_sustained_elapsed" in metrics
     assert len(metrics) == len(ncu.METRICS) + len(ncu.STALL_REASONS)
     assert line[-2:] == ["python", "x.py"]
+
+
+def test_the_profiled_process_gets_no_secrets_and_a_folder_of_its_own(tmp_path, monkeypatch):
+    """ncu starts the candidate outside the sandbox: at least no key reaches it."""
+    seen = tmp_path / "seen.txt"
+    fake = tmp_path / "ncu"
+    fake.write_text(f"#!/bin/sh\n{{ pwd; env; }} > {seen}\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-not-for-candidates")
+    run = ncu.measure(["k"], "task.py", "candidate.py", "fp32", ncu=str(fake))
+    text = seen.read_text()
+    assert "sk-not-for-candidates" not in text and "OPENAI_API_KEY" not in text
+    assert text.splitlines()[0].startswith(tempfile.gettempdir())  # not the user's folder
+    assert run.kernels == () and "measured no kernel" in run.problem

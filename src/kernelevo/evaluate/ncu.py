@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import re
 import shutil
 import subprocess
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Iterable
 
 from kernelevo.evaluate.profile import NcuKernel
+from kernelevo.evaluate.sandbox.redact import without_secrets
 
 # short name -> ncu metric; percents are of the peak the metric names.
 METRICS = {
@@ -123,8 +125,12 @@ def measure(kernel_names: list[str], task_path: str, candidate_path: str, precis
     with tempfile.TemporaryDirectory(prefix="kernelevo-ncu-") as folder:
         log_file = Path(folder) / "ncu.csv"
         try:
+            # ncu must start the candidate's process itself, so this run is outside the
+            # judge's sandbox: only a candidate that passed it gets here, at the user's
+            # command, never in a search; secrets stay out of its environment.
             done = subprocess.run(command(ncu, kernel_names, target, log_file),
-                                  capture_output=True, text=True, timeout=timeout_s)
+                                  capture_output=True, text=True, timeout=timeout_s,
+                                  cwd=folder, env=without_secrets(os.environ))
         except subprocess.TimeoutExpired:
             return NcuRun((), f"Nsight Compute: ran past {timeout_s:.0f} s")
         logged = log_file.read_text() if log_file.is_file() else ""
