@@ -41,7 +41,7 @@ sys.path.append(str(ROOT / "src"))
 from kernelevo.candidate import Candidate  # noqa: E402
 from kernelevo.config import EvalConfig  # noqa: E402
 from kernelevo.evaluate.verdict import Verdict  # noqa: E402
-from kernelevo.search.loop import SearchConfig  # noqa: E402
+from kernelevo.search.config import SearchConfig  # noqa: E402
 from kernelevo.store.run_store import DB_NAME, RunStore  # noqa: E402
 
 TASK = (ROOT / "examples" / "softmax" / "task.py").read_text()

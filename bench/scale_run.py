@@ -135,7 +135,8 @@ def measure(run_dir: Path, ui_repeats: int = 3) -> dict[str, Any]:
 def _store_queries(run_dir: Path) -> dict[str, float]:
     """Milliseconds of the totals, the best kernel and one whole progress tick."""
     from kernelevo.budget import Budget
-    from kernelevo.search.loop import Evolution, SearchConfig
+    from kernelevo.search.config import SearchConfig
+    from kernelevo.search.loop import Evolution
 
     with RunStore.open(run_dir) as store:
         totals_s = _seconds(lambda: [store.totals() for _ in range(20)]) / 20
@@ -165,7 +166,8 @@ def _resume_open_s(run_dir: Path) -> float:
 def _resume_start(run_dir: Path) -> dict[str, float]:
     """`evolve --resume` up to its first proposal: budget, archive, queue, progress tick."""
     from kernelevo.run.setup import make_budget
-    from kernelevo.search.loop import Evolution, SearchConfig
+    from kernelevo.search.config import SearchConfig
+    from kernelevo.search.loop import Evolution
 
     with tempfile.TemporaryDirectory(prefix="kernelevo-resume-") as folder:
         copy = Path(folder) / run_dir.name

@@ -21,7 +21,7 @@ from kernelevo.errors import ConfigError
 from kernelevo.store.lock import status_now
 from kernelevo.evaluate.remote.address import check_address, resolve_host
 from kernelevo.schema import _split
-from kernelevo.search.loop import SearchConfig
+from kernelevo.search.config import SearchConfig
 from kernelevo.store.run_store import RunStore, StoreError
 from kernelevo.suite.tasks import parse_ranges
 from tests.conftest import ROOT

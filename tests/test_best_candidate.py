@@ -22,7 +22,8 @@ from kernelevo.evaluate.verdict import TimingStats, Verdict, verdict_for
 from kernelevo.report import write_report
 from kernelevo.report.data import load_run
 from kernelevo.report.server import route
-from kernelevo.search.loop import Evolution, SearchConfig
+from kernelevo.search.config import SearchConfig
+from kernelevo.search.loop import Evolution
 from kernelevo.store.run_store import RunStore
 
 TASK = '''import torch

@@ -45,7 +45,7 @@ def test_a_stored_run_an_api_job_and_the_config_file_decode_alike(tmp_path):
 
 def test_a_run_config_is_stored_and_read_back_by_one_encoding():
     from kernelevo.config_file import RunConfig
-    from kernelevo.search.loop import SearchConfig
+    from kernelevo.search.config import SearchConfig
 
     config = RunConfig(EvalConfig(precision="fp16"), SearchConfig(islands=5, backend="cuda"),
                        {"model": "m"}, {"tokens": 1000, "usd": None, "candidates": 4,

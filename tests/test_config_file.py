@@ -12,7 +12,7 @@ from kernelevo.config import EvalConfig, TimingConfig
 from kernelevo.config_file import load_eval_config
 from kernelevo.errors import ConfigError
 from kernelevo.llm.openai_compat import ClientConfig
-from kernelevo.search.loop import SearchConfig
+from kernelevo.search.config import SearchConfig
 from tests.conftest import ROOT
 from tests.test_config_cli import BAD_FILES, toml
 

@@ -24,7 +24,9 @@ from kernelevo.candidate import Candidate
 from kernelevo.evaluate.verdict import TimingStats, verdict_for
 from kernelevo.llm import ClientConfig, ModelPool, OpenAICompatClient, input_token_bound
 from kernelevo.llm.protocol import Attempt, LLMError, LLMRequestError, LLMUnavailable
-from kernelevo.search.loop import Evolution, RunOutcome, SearchConfig
+from kernelevo.search.config import SearchConfig
+from kernelevo.search.loop import Evolution
+from kernelevo.search.outcome import RunOutcome
 from kernelevo.search.proposals import LLMProposer
 from kernelevo.store.run_store import RunStore
 from tests.conftest import ROOT

@@ -9,7 +9,9 @@ import pytest
 from kernelevo.budget import Budget
 from kernelevo.candidate import Candidate
 from kernelevo.evaluate.verdict import TimingStats, verdict_for
-from kernelevo.search.loop import Evolution, RunOutcome, SearchConfig
+from kernelevo.search.config import SearchConfig
+from kernelevo.search.loop import Evolution
+from kernelevo.search.outcome import RunOutcome
 from kernelevo.store.run_store import RunStore
 from tests.conftest import ROOT
 
@@ -113,7 +115,7 @@ def test_queued_tuner_variants_neither_block_nor_delay_llm_proposals(tmp_path):
 
 
 def test_judge_queue_serves_urgent_candidates_first_in_order():
-    from kernelevo.search.loop import JudgeQueue
+    from kernelevo.search.queue import JudgeQueue
 
     async def drain():
         queue = JudgeQueue()

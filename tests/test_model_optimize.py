@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from kernelevo.model.optimize import OptimizeOptions, optimize
-from kernelevo.search.loop import Progress
+from kernelevo.search.outcome import Progress
 from tests.conftest import ROOT
 
 EXAMPLE = ROOT / "examples/model_block"

@@ -13,7 +13,8 @@ from kernelevo.candidate import Candidate
 from kernelevo.errors import TaskError
 from kernelevo.evaluate.sandbox.jobs import run_job
 from kernelevo.evaluate.verdict import verdict_for
-from kernelevo.search.loop import Evolution, SearchConfig
+from kernelevo.search.config import SearchConfig
+from kernelevo.search.loop import Evolution
 from kernelevo.store.run_store import RunStore
 from tests.conftest import ROOT
 

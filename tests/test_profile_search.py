@@ -11,7 +11,8 @@ from kernelevo.evaluate.profile import CALL_ANNOTATION, Cost, TraceEvent, breakd
 from kernelevo.evaluate.verdict import TimingStats, verdict_for
 from kernelevo.llm import ClientConfig, ModelPool
 from kernelevo.propose.prompt import PROFILE_MAX_CHARS
-from kernelevo.search.loop import Evolution, SearchConfig
+from kernelevo.search.config import SearchConfig
+from kernelevo.search.loop import Evolution
 from kernelevo.search.proposals import LLMProposer
 from kernelevo.store.run_store import RunStore
 from tests.conftest import ROOT

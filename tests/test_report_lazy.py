@@ -27,7 +27,8 @@ from kernelevo.report.server import route
 from kernelevo.report.svg import thin_timeline
 from kernelevo.report.table import CandidateRow, candidate_table
 from kernelevo.search.archive import Archive, ArchiveEntry, fitness
-from kernelevo.search.loop import Evolution, SearchConfig
+from kernelevo.search.config import SearchConfig
+from kernelevo.search.loop import Evolution
 from kernelevo.store.run_store import RunStore, StoredCandidate
 from tests.test_report import TIMED_RUN_ID, make_timed_run, section, timed_verdict
 from tests.test_report_scale import scale_run_module

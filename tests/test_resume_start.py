@@ -15,7 +15,8 @@ from kernelevo.errors import ConfigError
 from kernelevo.evaluate.verdict import Verdict, verdict_for
 from kernelevo.run import driver, setup
 from kernelevo.search.archive import Archive
-from kernelevo.search.loop import Evolution, SearchConfig
+from kernelevo.search.config import SearchConfig
+from kernelevo.search.loop import Evolution
 from kernelevo.store.run_store import RunStore
 from tests.conftest import ROOT
 from tests.fakes.openai_server import FakeOpenAIServer, Status

@@ -24,7 +24,8 @@ from kernelevo.errors import ConfigError
 from kernelevo.store.lock import (LOCK_NAME, RunBusyError, acquire_run_lock, is_driven,
                                 status_now)
 from kernelevo.run.resume import CHANGE_EVENT, ResumeConflict, apply_overrides, split_given
-from kernelevo.search.loop import Evolution, SearchConfig
+from kernelevo.search.config import SearchConfig
+from kernelevo.search.loop import Evolution
 from kernelevo.store.run_store import RunStore
 from kernelevo.store.listing import list_runs
 from kernelevo.task import load_task

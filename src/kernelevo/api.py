@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from kernelevo.evaluate.verdict import Verdict
     from kernelevo.model.apply import Applied
     from kernelevo.run.driver import EvolveResult
-    from kernelevo.search.loop import Progress as RunProgress
+    from kernelevo.search.outcome import Progress as RunProgress
 
 __all__ = ["Exported", "apply", "compare", "evaluate", "evolve", "export"]
 

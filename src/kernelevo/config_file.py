@@ -22,7 +22,7 @@ from kernelevo.llm.openai_compat import ClientConfig, check_base_url
 from kernelevo.llm.pricing import PriceTable
 from kernelevo.memory.settings import MemoryConfig
 from kernelevo.schema import AT_LEAST_ONE, POSITIVE, Annotated, check_value, field_hints
-from kernelevo.search.loop import SearchConfig
+from kernelevo.search.config import SearchConfig
 
 try:
     import tomllib

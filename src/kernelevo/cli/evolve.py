@@ -18,7 +18,7 @@ from kernelevo.report.units import duration
 from kernelevo.run.driver import UNRECORDED_STOP, EvolveResult  # noqa: F401 (re-exported)
 from kernelevo.run.driver import run_evolve as drive
 from kernelevo.run.setup import EvolveOptions
-from kernelevo.search.loop import Progress
+from kernelevo.search.outcome import Progress
 
 
 def progress_table(progress: Progress, run_id: str, mode: str) -> Table:

@@ -28,7 +28,9 @@ from kernelevo.memory.store import MemoryStoreError
 from kernelevo.store.lock import RunLock, acquire_run_lock
 from kernelevo.run.resume import CHANGE_EVENT, apply_overrides, describe_changes
 from kernelevo.run.signals import Terminated, on_sigterm, sigterm_as_interrupt
-from kernelevo.search.loop import Evolution, Progress, RunOutcome, SearchConfig
+from kernelevo.search.config import SearchConfig
+from kernelevo.search.loop import Evolution
+from kernelevo.search.outcome import Progress, RunOutcome
 from kernelevo.store.run_store import RunStore, StoreError
 
 if TYPE_CHECKING:

@@ -20,136 +20,30 @@ can be recorded.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import random
 import time
 import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Coroutine
 
 from kernelevo.budget import Budget, BudgetExhausted
 from kernelevo.candidate import Candidate
 from kernelevo.evaluate.protocol import JudgeLike
-from kernelevo.evaluate.remote.address import check_address
 from kernelevo.evaluate.verdict import Verdict, verdict_for
 from kernelevo.llm.protocol import LLMError
 from kernelevo.propose import tuner
 from kernelevo.search.archive import Archive, fitness, profile_descriptor, roofline_reached
-from kernelevo.schema import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, Annotated, Bound, OneOf,
-                              check_fields)
+from kernelevo.search.config import SearchConfig
 from kernelevo.search.descriptors import cell_of
+from kernelevo.search.outcome import Progress, RunOutcome
+from kernelevo.search.queue import JudgeQueue
 from kernelevo.store.run_store import RunStore, StoreError
 
 if TYPE_CHECKING:
     from kernelevo.search.proposals import LLMProposer, Proposal
 
 log = logging.getLogger(__name__)
-
-# How a run ended; the command line exits non-zero for the last two.
-OUTCOME_STATUSES = ("finished", "budget_spent", "llm_failed", "error")
-
-
-@dataclass(frozen=True)
-class RunOutcome:
-    """How a run ended (one of OUTCOME_STATUSES) and why, in words."""
-
-    status: str
-    reason: str
-
-    def __post_init__(self) -> None:
-        if self.status not in OUTCOME_STATUSES:
-            raise ValueError(f"outcome status {self.status!r}: use one of {OUTCOME_STATUSES}")
-
-    @property
-    def failed(self) -> bool:
-        """Whether the run could not do what it was asked (exit non-zero)."""
-        return self.status in ("llm_failed", "error")
-
-
-# The backends a search can write kernels in.
-SEARCH_BACKENDS = ("triton", "cuda")
-
-
-@dataclass(frozen=True)
-class SearchConfig:
-    """Settings of the search itself (the judge has its own EvalConfig)."""
-
-    backend: Annotated[str, OneOf(SEARCH_BACKENDS)] = "triton"
-    islands: Annotated[int, AT_LEAST_ONE] = 3
-    migration_interval: Annotated[int, NON_NEGATIVE] = 10  # 0: islands never exchange
-    inspirations: Annotated[int, NON_NEGATIVE] = 2
-    llm_in_flight: Annotated[int, AT_LEAST_ONE] = 8
-    max_output_tokens: Annotated[int, AT_LEAST_ONE] = 8192
-    repair_tries: Annotated[int, NON_NEGATIVE] = 2
-    tuner_variants: Annotated[int, NON_NEGATIVE] = 3
-    diff_probability: Annotated[float, Bound(0, 1)] = 0.5
-    seed: int = 0
-    # proposals wait while this many per worker await judging
-    queued_per_worker: Annotated[int, AT_LEAST_ONE] = 2
-    build_workers: Annotated[int, AT_LEAST_ONE] = 2  # CPU processes compiling CUDA candidates
-    # Candidates judged at once per GPU: checks overlap, timing takes turns (gate.py).
-    lanes: Annotated[int, AT_LEAST_ONE] = 1
-    # A Dask scheduler's address (tcp://HOST:8786): judge on its workers, not local GPUs.
-    cluster: str = ""
-    cluster_slots: Annotated[int, NON_NEGATIVE] = 0  # jobs in flight; 0: one per worker GPU
-    cluster_timeout_s: Annotated[float, POSITIVE] = 30.0  # to reach it and see a worker
-    # End the search once a kernel reaches this fraction of its roofline bound; 0: never.
-    stop_at_roofline: Annotated[float, Bound(0, 1)] = 0.0
-
-    def __post_init__(self) -> None:
-        check_fields(self)
-        if self.cluster:
-            check_address(self.cluster)
-
-
-@dataclass
-class Progress:
-    """A snapshot for the live display."""
-
-    best_vs_eager: float | None = None
-    best_vs_compile: float | None = None
-    best_id: str | None = None
-    by_status: dict[str, int] = field(default_factory=dict)
-    tokens: int = 0
-    cost_usd: float = 0.0
-    elapsed_s: float = 0.0
-    gpu_busy_share: float = 0.0
-    queued: int = 0
-    llm_in_flight: int = 0
-    message: str = ""
-    outcome: RunOutcome | None = None  # set once the run has ended
-
-
-class JudgeQueue:
-    """Candidates waiting for a judge: the LLM's and the seeds' first, tuner variants after.
-
-    A tuner variant costs no tokens and a new elite yields several, so they
-    fill time the GPUs would otherwise idle, but never delay a kernel the LLM
-    was paid for, nor the verdict its next prompts should learn from.
-    """
-
-    def __init__(self) -> None:
-        self._items: asyncio.PriorityQueue[tuple[int, int, str]] = asyncio.PriorityQueue()
-        self._order = itertools.count()
-        self.urgent = 0  # queued candidates that are not tuner variants
-
-    def put(self, candidate_id: str, origin: str) -> None:
-        urgent = origin != "tuner"
-        self.urgent += urgent
-        self._items.put_nowait((0 if urgent else 1, next(self._order), candidate_id))
-
-    async def get(self) -> str:
-        rank, _, candidate_id = await self._items.get()
-        self.urgent -= rank == 0
-        return candidate_id
-
-    def qsize(self) -> int:
-        return self._items.qsize()
-
-    def empty(self) -> bool:
-        return self._items.empty()
 
 
 class Evolution:

@@ -328,7 +328,7 @@ def llm_call_from_row(row: sqlite3.Row) -> LlmCall:
     return LlmCall(prompt=json.loads(row["prompt_json"]), **fields)
 
 
-# Outcomes of a search (search.loop.OUTCOME_STATUSES) that a finished run shows as
+# Outcomes of a search (search.outcome.OUTCOME_STATUSES) that a finished run shows as
 # its status: it stopped without doing what it was asked.
 FAILED_OUTCOMES = ("llm_failed", "error")
 
