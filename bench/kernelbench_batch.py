@@ -182,6 +182,8 @@ def _loop_without_gc(call) -> float:
     """
     import gc
 
+    from timing_semantics import _loop
+
     gc.collect()
     gc.disable()
     try:

@@ -117,7 +117,7 @@ def judged_profile(task, candidate_path: str) -> dict:
 
     verdict = Judge(task, EvalConfig(device="cuda")).evaluate(load_candidate(candidate_path))
     if verdict.profile is None:
-        return {"error": f"{verdict.status} ({verdict.reason}): {verdict.message[:200]}"}
+        return {"error": f"{verdict.status} ({verdict.reason}): {verdict.message[-600:]}"}
     return verdict.profile.to_dict()
 
 
@@ -225,6 +225,16 @@ def evolve_check(out: Path, candidates: int = 2) -> dict:
     return result
 
 
+def _free_gpu_memory() -> None:
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 def dry_run(selected: list[dict[str, str]], kb: Path | None) -> int:
     """On CPU: every task and candidate loads, and the analytic bytes equal the meta tensors'."""
     import torch
@@ -270,6 +280,7 @@ def main() -> int:
         except Exception as exc:  # one broken problem is a row, never the end of the run
             rows.append({"problem": problem["name"], "error": f"{type(exc).__name__}: {exc}"[:300]})
         print(json.dumps(rows[-1], default=str), flush=True)
+        _free_gpu_memory()  # this process's cached blocks must not crowd the next judge out
     ncu = ncu_rows(rows, selected, args.kb, args.ncu) if args.ncu else []
     result = {"rows": rows, "ncu": ncu, "tolerance": TOLERANCE,
               "within": sum(bool(r.get("within")) for r in rows), "problems": len(rows)}

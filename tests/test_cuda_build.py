@@ -17,6 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
+import kernelevo
 from kernelevo.evaluate.cuda import build as cuda_build
 from kernelevo.evaluate.cuda import shims as cuda_shims
 from kernelevo.evaluate.cuda.build import build_key
@@ -64,7 +65,7 @@ def test_the_key_is_the_same_in_another_process(monkeypatch):
     script = ("from kernelevo.evaluate.cuda.build import build_key\n"
               f"print(build_key(*{arguments!r}))")
     environment = {**os.environ, "PYTHONHASHSEED": "12345",
-                   "PYTHONPATH": str(Path(cuda_shims.__file__).parents[2])}
+                   "PYTHONPATH": str(Path(kernelevo.__file__).parents[1])}
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           env=environment, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -508,7 +509,7 @@ def _load_in_a_fresh_process(extensions: Path, name: str, cpp: str, cuda: str,
                              function: str) -> float:
     """load_inline through the hook in another process, as the judging worker does; seconds."""
     environment = {**os.environ, "TORCH_EXTENSIONS_DIR": str(extensions),
-                   "PYTHONPATH": str(Path(cuda_shims.__file__).parents[2])}
+                   "PYTHONPATH": str(Path(kernelevo.__file__).parents[1])}
     done = subprocess.run([sys.executable, "-c", _LOAD_AGAIN, name, cpp, cuda, function],
                           capture_output=True, text=True, env=environment, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -76,3 +76,32 @@ def test_the_profiled_process_gets_no_secrets_and_a_folder_of_its_own(tmp_path, 
     assert "sk-not-for-candidates" not in text and "OPENAI_API_KEY" not in text
     assert text.splitlines()[0].startswith(tempfile.gettempdir())  # not the user's folder
     assert run.kernels == () and "measured no kernel" in run.problem
+
+
+def test_the_profiled_process_finds_kernelevo_from_its_own_folder(tmp_path, monkeypatch):
+    """ncu starts the target in a temporary folder: a relative PYTHONPATH must not strand it."""
+    import os
+    import subprocess
+    import sys
+
+    monkeypatch.chdir(tmp_path)
+    environment = ncu.target_environment({**os.environ, "PYTHONPATH": "src"})
+    assert all(os.path.isabs(path) for path in environment["PYTHONPATH"].split(os.pathsep))
+    elsewhere = tempfile.mkdtemp(prefix="kernelevo-ncu-test-")
+    # -S: no site-packages, so only PYTHONPATH can find the package (not an installed copy)
+    done = subprocess.run([sys.executable, "-S", "-c", "import kernelevo.version"],
+                          cwd=elsewhere, env=environment, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_failed_program_under_ncu_is_named_with_its_own_error():
+    text = "\n".join([
+        "==PROF== Connected to process 11",
+        "Traceback (most recent call last):",
+        "ModuleNotFoundError: No module named 'kernelevo'",
+        "==ERROR== The application returned an error code (1).",
+    ])
+    problem = ncu.problem_in(text)
+    assert problem.startswith("Nsight Compute failed: ==ERROR== The application returned")
+    assert "No module named 'kernelevo'" in problem

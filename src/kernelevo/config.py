@@ -49,6 +49,9 @@ class TimingConfig:
     # default). Off, they compute in the fp32 the verdict checks; on, timed
     # outputs are re-checked at 1e-2, as TF32 rounds to 10 mantissa bits.
     conv_tf32: bool = False
+    # Seconds a candidate's @triton.autotune may spend benchmarking configs;
+    # past it the configs left are skipped and the verdict says so.
+    autotune_budget_s: Annotated[float, POSITIVE] = 60.0
 
     def __post_init__(self) -> None:
         try:

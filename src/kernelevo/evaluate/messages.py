@@ -255,6 +255,9 @@ class CheckedCandidate(Message):
     build_s: float = 0.0
     first_call_s: float = 0.0
     check_s: float = 0.0
+    autotune_s: float = 0.0  # seconds @triton.autotune benchmarked configs
+    autotune_measured: int = 0
+    autotune_skipped: int = 0  # configs skipped once the budget was spent
 
 
 @dataclass(frozen=True)

@@ -72,13 +72,37 @@ def command(ncu: str, kernel_names: Iterable[str], target: list[str], log_file: 
             "--log-file", str(log_file), *target]
 
 
+def target_environment(environ: dict[str, str]) -> dict[str, str]:
+    """The watched process's environment: no secrets, and this package importable.
+
+    ncu starts it in a temporary folder, so a relative PYTHONPATH (`src`, as
+    a checkout runs) would no longer find kernelevo: its folder goes first.
+    """
+    environment = without_secrets(environ)
+    home = str(Path(__file__).resolve().parents[2])
+    paths = [home] + [os.path.abspath(path) for path in
+                      environment.get("PYTHONPATH", "").split(os.pathsep) if path]
+    environment["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    return environment
+
+
 def problem_in(text: str) -> str:
-    """Why ncu's output holds no metrics, if it says so; '' when it does not."""
+    """Why ncu's output holds no metrics, if it says so; '' when it does not.
+
+    When the watched program failed, its own last error line comes with
+    ncu's ("The application returned an error code (1)" alone says nothing).
+    """
     if PERMISSION_ERROR in text:
         return (f"Nsight Compute: GPU performance counters not permitted ({PERMISSION_ERROR}); "
                 "run with admin rights or set NVreg_RestrictProfilingToAdminUsers=0 on the host")
-    errors = [line.strip() for line in text.splitlines() if line.startswith("==ERROR==")]
-    return f"Nsight Compute failed: {errors[0][:300]}" if errors else ""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("==ERROR==")]
+    if not errors:
+        return ""
+    own = [line for line in lines if not line.startswith("==")
+           and not line.startswith('"') and ("Error" in line or "error" in line)]
+    cause = f" (the program: {own[-1][:200]})" if own else ""
+    return f"Nsight Compute failed: {errors[0][:300]}{cause}"
 
 
 def parse_raw_csv(text: str) -> list[NcuKernel]:
@@ -130,7 +154,7 @@ def measure(kernel_names: list[str], task_path: str, candidate_path: str, precis
             # command, never in a search; secrets stay out of its environment.
             done = subprocess.run(command(ncu, kernel_names, target, log_file),
                                   capture_output=True, text=True, timeout=timeout_s,
-                                  cwd=folder, env=without_secrets(os.environ))
+                                  cwd=folder, env=target_environment(os.environ))
         except subprocess.TimeoutExpired:
             return NcuRun((), f"Nsight Compute: ran past {timeout_s:.0f} s")
         logged = log_file.read_text() if log_file.is_file() else ""

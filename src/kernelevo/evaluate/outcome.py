@@ -14,8 +14,9 @@ from kernelevo.evaluate.messages import CheckedCandidate, Timing
 from kernelevo.evaluate.oom import said_in, summary
 from kernelevo.evaluate.sandbox.jobs import JobResult
 from kernelevo.evaluate.transfer import TransferError, import_bundle
-from kernelevo.evaluate.verdict import (NO_CUSTOM_KERNEL_FLAG, SPECIALISED_FLAG, TimingStats,
-                                         Verdict, speedup, verdict_for)
+from kernelevo.evaluate.verdict import (AUTOTUNE_BUDGET_FLAG, NO_CUSTOM_KERNEL_FLAG,
+                                        SPECIALISED_FLAG, TimingStats, Verdict, speedup,
+                                        verdict_for)
 
 ISOLATION = ("own process group, wall-clock kill, output cap, scratch cwd, {context}"
              "network {network}, {confinement}")
@@ -121,6 +122,25 @@ def build_verdicts(state: Any, result: JobResult, judge: Any) -> list[Verdict]:
 
 
 def _one(state: Any, result: JobResult, judge: Any, index: int, candidate: Any) -> Verdict:
+    verdict = _decided(state, result, judge, index, candidate)
+    note = autotune_note(state.reports.get(index), judge.config.timing.autotune_budget_s)
+    if note is None:
+        return verdict
+    return replace(verdict, flags=verdict.flags + (AUTOTUNE_BUDGET_FLAG,),
+                   notes=verdict.notes + (note,))
+
+
+def autotune_note(report: CheckedCandidate | None, budget_s: float) -> str | None:
+    """What the autotuning budget cut, when it cut anything."""
+    if report is None or report.autotune_skipped <= 0:
+        return None
+    tried = report.autotune_measured + report.autotune_skipped
+    return (f"autotuning stopped at its budget of {budget_s:g} s ([eval.timing] "
+            f"autotune_budget_s): {report.autotune_measured} of {tried} configs measured in "
+            f"{report.autotune_s:.1f} s, the best of those used")
+
+
+def _decided(state: Any, result: JobResult, judge: Any, index: int, candidate: Any) -> Verdict:
     decision = state.decisions.get(index)
     if decision is None:
         return _crash_verdict(result, "loading or checking")
@@ -238,6 +258,8 @@ def _phases(report: CheckedCandidate | None, timing: Timing | None,
         phases["build"] = report.build_s
         phases["load"] = report.load_s - report.build_s
         phases["first_call"] = report.first_call_s
+        if report.autotune_s:
+            phases["autotune"] = report.autotune_s  # within first_call and correctness
         phases["correctness"] = report.check_s
     if timing:
         phases["timing"] = timing.timing_s

@@ -86,6 +86,8 @@ NO_CUSTOM_KERNEL_FLAG = "no_custom_kernel"
 # A kernel that refuses other sizes of the task with an error of its own:
 # correct where it runs, exported with a guard that raises at other shapes.
 SPECIALISED_FLAG = "specialised_to_task_sizes"
+# Triton's autotuner spent the candidate's budget: configs left were skipped.
+AUTOTUNE_BUDGET_FLAG = "autotune_budget_hit"
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ import torch
 
 from kernelevo.evaluate import guards
 from kernelevo.evaluate import inputs as task_inputs
+from kernelevo.evaluate.autotune_budget import AutotuneBudget
 from kernelevo.evaluate.cuda.build import CompileOnly, LoadInlineHook
 from kernelevo.evaluate.messages import (Checked, CheckedCandidate, Failed, Gpu, PrebuildDone,
                                          PrebuildJob, Progress, Ready, ReadyReply, Sender,
@@ -85,6 +86,8 @@ def _check_all(job: WorkerJob, given: ReadyReply, task: Any, channel: Sender,
     setup_started = time.perf_counter()
     switch = guards.KernelSwitch()
     hook = LoadInlineHook(device == "cuda", switch)
+    budget = AutotuneBudget(job.timing.autotune_budget_s)
+    budget.install()  # before the snapshot: the wrapped autotuner is the harness's own
     watch = guards.ProcessWatch(scratch / "work")  # after the baselines: their helpers are ours
     snapshot = guards.HarnessSnapshot(extra_modules=(guards, task_inputs))
     # Every candidate's knockout runs before any candidate computes set 0
@@ -94,6 +97,7 @@ def _check_all(job: WorkerJob, given: ReadyReply, task: Any, channel: Sender,
     setup_s = time.perf_counter() - setup_started
     for index, candidate in enumerate(given.candidates):
         try:
+            budget.charge_to(index)
             started[index] = _reported(lambda: _start_candidate(
                 index, candidate, task, job, given, channel, switch, hook, watch, snapshot),
                 "loading and the first input sets")
@@ -104,8 +108,9 @@ def _check_all(job: WorkerJob, given: ReadyReply, task: Any, channel: Sender,
     loaded = []
     for index in range(len(given.candidates)):
         try:
+            budget.charge_to(index)
             loaded.append(_reported(lambda: _finish_candidate(
-                started[index], job, given, channel, hook, watch, snapshot),
+                started[index], job, given, channel, hook, watch, snapshot, budget),
                 "the last input set and the transfer of its outputs")
                 if index in started else None)
         except Failure as failure:
@@ -186,12 +191,14 @@ def _start_candidate(index: int, candidate: dict[str, str], task: Any, job: Work
 
 
 def _finish_candidate(runs: "_SetRuns", job: WorkerJob, given: ReadyReply, channel: Sender,
-                      hook: LoadInlineHook, watch: Any, snapshot: Any) -> Any:
+                      hook: LoadInlineHook, watch: Any, snapshot: Any,
+                      budget: AutotuneBudget) -> Any:
     """The candidate's second step on the input sets, its report to the judge; its model."""
     seen, patched = watch.snapshot(), set(snapshot.tampered())
     report = runs.finish()
     runs.charge(watch.new_since(seen), snapshot.tampered(), patched)
     report.update(instrumented=hook.instrumented, uninstrumented=hook.uninstrumented,
+                  **budget.report(runs.index),
                   **{key: tuple(values) for key, values in runs.found.items()})
     bundle = report.pop("bundle")
     verified = [bundle[f"set_{i}"] for i in range(len(given.seeds))]

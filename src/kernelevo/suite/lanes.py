@@ -136,7 +136,8 @@ class TaskLane:
             baseline_source=source, flags=list(verdict.flags),
             timed_under=verdict.environment.get("timed_under"),
             build_wait_s=round(waited_s, 2),
-            wall_s=round(time.perf_counter() - started + waited_s, 2), **self.extra)
+            wall_s=round(time.perf_counter() - started + waited_s, 2),
+            phases_s={k: round(v, 2) for k, v in verdict.phases_s.items()}, **self.extra)
 
     def close(self) -> None:
         self.judge.close()
