@@ -22,5 +22,5 @@ if [ $probe -ne 0 ]; then
 fi
 timeout ${ST_S:-470} python bench/suite_throughput.py --kb .kb --out /tmp/st --phases ${PHASES:-builds kb suite} \
     --kb-budget-s ${KB_S:-110} --suite-timeout-s ${SUITE_S:-250} > "$OUT/st_log.txt" 2>&1
-cp /tmp/st/suite_throughput.json /tmp/st/suite_log.txt "$OUT/" 2>/dev/null
+cp /tmp/st/suite_throughput.json /tmp/st/suite_log.txt /tmp/st/suite/results.jsonl "$OUT/" 2>/dev/null
 tail -8 "$OUT/st_log.txt"

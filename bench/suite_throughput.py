@@ -56,7 +56,7 @@ def _stem(problem: str) -> str:
 
 
 def suite_phase(entries: list[dict], tasks: Path, solutions: Path, out: Path,
-                timeout_s: float) -> dict:
+                timeout_s: float, extra: list[str] = ()) -> dict:
     """One `kernelevo suite` process; cut at `timeout_s`, the rows it wrote still count."""
     result_dir = out / "suite"
     shutil.rmtree(result_dir, ignore_errors=True)
@@ -64,7 +64,7 @@ def suite_phase(entries: list[dict], tasks: Path, solutions: Path, out: Path,
     started = time.perf_counter()
     with (out / "suite_log.txt").open("w") as log:
         process = subprocess.Popen([sys.executable, "-m", "kernelevo.cli.app", "suite", str(tasks),
-                                    "--solutions", str(solutions), "--out", str(result_dir)],
+                                    "--solutions", str(solutions), "--out", str(result_dir), *extra],
                                    env=env, text=True, stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True)
         try:
@@ -189,6 +189,8 @@ def main() -> None:
     parser.add_argument("--phases", nargs="*", default=["builds", "suite", "kb"])
     parser.add_argument("--kb-budget-s", type=float, default=200.0)
     parser.add_argument("--suite-timeout-s", type=float, default=1800.0)
+    parser.add_argument("--suite-args", default="", help="more arguments for `kernelevo suite`, "
+                        "e.g. '--no-compile' (time eager only, as KernelBench's harness does)")
     parser.add_argument("--max-elements", type=int, default=1 << 24)
     parser.add_argument("--only", nargs="*")
     args = parser.parse_args()
@@ -205,7 +207,8 @@ def main() -> None:
             result["builds"] = builds_phase()
         elif phase == "suite":
             result["suite"] = suite_phase(entries, tasks, solutions, args.out,
-                                          args.suite_timeout_s)
+                                          args.suite_timeout_s, args.suite_args.split())
+            result["suite"]["args"] = args.suite_args
         elif phase == "kb":
             result["kb"] = kb_phase(entries, problems, args.kb, args.out, args.kb_budget_s)
         path.write_text(json.dumps(result, indent=1))
