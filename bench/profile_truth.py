@@ -278,7 +278,7 @@ def main() -> int:
         try:
             rows.append(measure_one(problem, args.kb))
         except Exception as exc:  # one broken problem is a row, never the end of the run
-            rows.append({"problem": problem["name"], "error": f"{type(exc).__name__}: {exc}"[:300]})
+            rows.append({"problem": problem["name"], "error": f"{type(exc).__name__}: {exc}"[-800:]})
         print(json.dumps(rows[-1], default=str), flush=True)
         _free_gpu_memory()  # this process's cached blocks must not crowd the next judge out
     ncu = ncu_rows(rows, selected, args.kb, args.ncu) if args.ncu else []

@@ -98,6 +98,8 @@ def test_general_kernel_passes_and_says_where_it_was_checked(device):
     assert verdict.reason == "passed", verdict.message
     assert SPECIALISED_FLAG not in verdict.flags
     assert any("also correct at rows=15, cols=29" in note for note in verdict.notes)
+    # the re-check's own session is a phase of its own, within the total
+    assert 0 < verdict.phases_s["shape_variation"] < verdict.phases_s["total"]
 
 
 @pytest.mark.parametrize("device", DEVICES)

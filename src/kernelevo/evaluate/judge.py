@@ -297,17 +297,22 @@ class Judge:
                     ">= 16) to change")
         else:
             self.progress("re-checking at other sizes")
+            started = time.perf_counter()
             try:
                 rechecked = self._run_guarded([candidates[i] for i in passing],
                                               self.task.with_constants(changes), False)
             except TaskError as exc:
                 note = f"shapes not varied: the reference fails at {described}: {exc}"
+            spent = round(time.perf_counter() - started, 3)
         from dataclasses import replace
 
         from kernelevo.evaluate.outcome import shape_variation_verdict
 
         verdicts = list(verdicts)
         for position, i in enumerate(passing):
+            if changes:  # the re-check's own session, in the verdict's phases
+                verdicts[i] = replace(verdicts[i], phases_s={**verdicts[i].phases_s,
+                                                             "shape_variation": spent})
             if note:
                 verdicts[i] = replace(verdicts[i], notes=verdicts[i].notes + (note,))
             else:

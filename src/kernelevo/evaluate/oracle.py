@@ -117,16 +117,26 @@ def _inputs_returned(module: Any, job: OracleJob, kept: list[int],
 
     ReLU of torch.rand inputs is the input itself; a copy kernel is then
     right on the task's contract, and a pass says little about the kernel.
+    One input set is made at a time and compared in chunks, and a pair
+    that differs is dropped at once: a full-size level-1 task holds 6.4 GB
+    per tensor, and all sets at once plus float64 copies ran out of memory.
     """
-    sets = [task_inputs.kept_inputs(module, job.seeds[index], device, dtype, variant)
-            for index, variant in zip(kept, variants)]
-    found = []
-    for position in range(len(outputs[0])):
-        for source in range(len(sets[0])):
-            if all(_same(values[source], result[position])
-                   for values, result in zip(sets, outputs)):
-                found.append(f"output {position}: input {source} returned unchanged")
-    return found
+    pairs: list[tuple[int, int]] | None = None
+    for index, variant, result in zip(kept, variants, outputs):
+        values = task_inputs.kept_inputs(module, job.seeds[index], device, dtype, variant)
+        if pairs is None:
+            pairs = [(position, source) for position in range(len(result))
+                     for source in range(len(values))]
+        pairs = [(position, source) for position, source in pairs
+                 if _same(values[source], result[position])]
+        del values
+        if not pairs:
+            return []
+    return [f"output {position}: input {source} returned unchanged"
+            for position, source in pairs or []]
+
+
+_SAME_CHUNK = 1 << 22  # elements compared at once (float64 copies of both: 64 MB)
 
 
 def _same(value: Any, output: torch.Tensor) -> bool:
@@ -134,7 +144,11 @@ def _same(value: Any, output: torch.Tensor) -> bool:
             or value.dtype != output.dtype or not output.is_floating_point():
         return False
     atol, rtol = DEFAULT_TOLERANCES.get(str(output.dtype).replace("torch.", ""), (1e-4, 1e-4))
-    return compare_tensor(value, output, atol, rtol).reason is None
+    value, output = value.reshape(-1).to(output.device), output.reshape(-1)
+    # The first chunk tells most pairs apart; only a true copy is read to its end.
+    return all(compare_tensor(value[start:start + _SAME_CHUNK],
+                              output[start:start + _SAME_CHUNK], atol, rtol).reason is None
+               for start in range(0, output.numel(), _SAME_CHUNK))
 
 
 def _load_task(source: str, folder: Path, task_folder: str) -> Any:
