@@ -109,3 +109,15 @@ def test_the_budget_is_a_timing_setting_with_a_default():
     assert TimingConfig().autotune_budget_s == 60.0
     with pytest.raises(Exception):
         TimingConfig(autotune_budget_s=0)
+
+
+def test_a_failed_candidate_says_where_its_time_went():
+    """A candidate that fails to run carries the seconds of the step that failed."""
+    config = EvalConfig(device="cpu", shrink_on_cpu=False, timeout_s=120.0, vary_shapes=False,
+                        timing=TimingConfig(baselines=("eager",)))
+    broken = AUTOTUNED.replace("tl.load(x_ptr + offsets, mask=mask) + 1.0",
+                               "tl.load(x_ptr + offsets, mask=mask) + undefined_name")
+    verdict = Judge(task_from_source(TASK, name="add_one"), config).evaluate(
+        Candidate(source=broken, backend="triton", name="broken"))
+    assert verdict.reason != "passed"
+    assert verdict.phases_s["failed_step"] > 0

@@ -44,7 +44,11 @@ def test_every_message_comes_back_equal_after_the_pipe(message):
 def test_the_wire_keeps_the_fields_the_children_sent_before():
     assert Progress("timing").to_json() == {"kind": "progress", "phase": "timing"}
     assert Failed(1, "no_gpu", "m").to_json() == {"kind": "failed", "candidate": 1,
-                                                    "reason": "no_gpu", "message": "m"}
+                                                    "reason": "no_gpu", "message": "m",
+                                                    "failed_after_s": 0.0, "build_s": 0.0}
+    # a child that sends only the older fields is still understood
+    assert Failed.from_json({"kind": "failed", "candidate": 1, "reason": "no_gpu",
+                             "message": "m"}) == Failed(1, "no_gpu", "m")
     assert TimeThese((0, 2)).to_json() == {"time": (0, 2)}
     assert Abort().to_json() == {"abort": True}
 

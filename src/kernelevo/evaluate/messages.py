@@ -229,6 +229,8 @@ class Failed(Message):
     candidate: int
     reason: str
     message: str
+    failed_after_s: float = 0.0  # from the start of the step that failed to its failure
+    build_s: float = 0.0  # of which nvcc and the linker (a CUDA candidate's build)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import torch
 from kernelevo.evaluate import decide
 from kernelevo.evaluate.floor import compute_floor
 from kernelevo.evaluate.profile import timed_profile, untimed_profile
-from kernelevo.evaluate.messages import CheckedCandidate, Timing
+from kernelevo.evaluate.messages import CheckedCandidate, Failed, Timing
 from kernelevo.evaluate.oom import said_in, summary
 from kernelevo.evaluate.sandbox.jobs import JobResult
 from kernelevo.evaluate.transfer import TransferError, import_bundle
@@ -116,7 +116,7 @@ def build_verdicts(state: Any, result: JobResult, judge: Any) -> list[Verdict]:
                                      confinement=result.confinement)
         verdicts.append(replace(verdict, isolation=isolation,
                                 phases_s=_phases(state.reports.get(index), state.timing,
-                                                 state.phases),
+                                                 state.phases, state.failures.get(index)),
                                 environment=_environment(judge, state.timing)))
     return verdicts
 
@@ -251,8 +251,13 @@ def measures_note(measures: dict[str, dict[str, TimingStats]], used: str) -> str
 
 
 def _phases(report: CheckedCandidate | None, timing: Timing | None,
-            judged: dict[str, float] | None = None) -> dict[str, float]:
+            judged: dict[str, float] | None = None,
+            failure: Failed | None = None) -> dict[str, float]:
     phases = dict(judged or {})
+    if failure:  # where a candidate that failed to build, load or run spent its time
+        phases["failed_step"] = failure.failed_after_s
+        if failure.build_s:
+            phases["build"] = failure.build_s
     if report:
         phases["setup"] = report.setup_s
         phases["build"] = report.build_s

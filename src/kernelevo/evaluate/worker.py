@@ -98,23 +98,28 @@ def _check_all(job: WorkerJob, given: ReadyReply, task: Any, channel: Sender,
     for index, candidate in enumerate(given.candidates):
         try:
             budget.charge_to(index)
+            step_started, built_before = time.perf_counter(), hook.build_s
             started[index] = _reported(lambda: _start_candidate(
                 index, candidate, task, job, given, channel, switch, hook, watch, snapshot),
                 "loading and the first input sets")
             started[index].report["setup_s"] = setup_s  # the guards' set-up, before any loads
         except Failure as failure:
-            channel.ask(Failed(index, failure.reason, failure.message))
+            channel.ask(Failed(index, failure.reason, failure.message,
+                               failed_after_s=time.perf_counter() - step_started,
+                               build_s=hook.build_s - built_before))
             _release(failure, device)
     loaded = []
     for index in range(len(given.candidates)):
         try:
             budget.charge_to(index)
+            step_started = time.perf_counter()
             loaded.append(_reported(lambda: _finish_candidate(
                 started[index], job, given, channel, hook, watch, snapshot, budget),
                 "the last input set and the transfer of its outputs")
                 if index in started else None)
         except Failure as failure:
-            channel.ask(Failed(index, failure.reason, failure.message))
+            channel.ask(Failed(index, failure.reason, failure.message,
+                               failed_after_s=time.perf_counter() - step_started))
             started.pop(index, None)  # its model and outputs: room for the next candidate
             _release(failure, device)
             loaded.append(None)

@@ -28,6 +28,7 @@ class WorkerState:
         self.time_them = time_them
         self.decisions: dict[int, Any] = {}
         self.reports: dict[int, CheckedCandidate] = {}
+        self.failures: dict[int, Failed] = {}
         self.timing: Timing | None = None
         self.started = time.perf_counter()
         # Judge-side phases: from the worker's start to its first question
@@ -46,6 +47,7 @@ class WorkerState:
                 preload_modules.remember(self.judge.cache_dir, list(message.imported))
             return self._ready()
         elif isinstance(message, Failed):
+            self.failures[message.candidate] = message
             self.decisions[message.candidate] = (
                 "failed", {"reason": message.reason, "message": message.message})
             return Granted()
