@@ -122,7 +122,7 @@ def spied(store: RunStore, read) -> list[tuple[str, tuple]]:
 INDEX_ONLY = {
     "judged in order": (lambda briefs: briefs.judged_in_order(), ""),
     "archive offers": (lambda briefs: briefs.archive_offers(), ""),
-    "ranking counts": (lambda briefs: briefs.ranking(0), "COUNT(v.candidate_id)"),
+    "ranking counts": (lambda briefs: briefs.ranking(0), "COUNT(*)"),
     "timeline": (lambda briefs: briefs.status_changes(0.0, 1.0, 10), ""),
     "moments": (lambda briefs: briefs.moments(), ""),
 }

@@ -13,7 +13,7 @@ spend at a moment counts the LLM calls finished by then.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,24 +143,50 @@ def load_run(run_path: Path, *, views: bool = True) -> RunData:
 
     views=False leaves out what only the run's own page shows (timeline,
     cells, lineage and table rows): a comparison of runs needs none of them.
+    The page's independent reads run side by side, each on a connection of
+    its own: SQLite lets go of the GIL while it reads, and with a cold page
+    cache (a 4 GB run.db) each waits mostly on the disk.
     """
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="archive") as helper:
-        # The archive's replay (a third of a 200,000-candidate page) on a connection of
-        # its own: SQLite lets go of the GIL while it reads, so it overlaps the rest.
-        cells = helper.submit(_archive_cells, run_database(Path(run_path))) if views else None
-        return _load(run_path, cells)
+    database = run_database(Path(run_path))
+    with ThreadPoolExecutor(max_workers=_READERS, thread_name_prefix="run-page") as pool:
+        return _load(database, _Reads(pool, database), views)
 
 
-def _archive_cells(database: Path) -> tuple[IslandCells, ...]:
+# Connections reading a run page at once: the archive's replay (a third of a
+# 200,000-candidate page), the timeline, the table, spend and models.
+_READERS = 4
+
+
+class _Reads:
+    """Reads of one run, each started at once on a connection of its own."""
+
+    def __init__(self, pool: ThreadPoolExecutor, database: Path) -> None:
+        self._pool, self._database = pool, database
+
+    def start(self, read: Callable[[RunStore], Any]) -> Future[Any]:
+        def on_its_own() -> Any:
+            with RunStore.read(self._database) as store:
+                return read(store)
+
+        return self._pool.submit(on_its_own)
+
+
+def _archive_cells(store: RunStore) -> tuple[IslandCells, ...]:
+    return archive_cells(store.briefs.archive_offers(),
+                         store.run_info().config.get("search") or {})
+
+
+def _load(database: Path, reads: _Reads, views: bool) -> RunData:
     with RunStore.read(database) as store:
-        return archive_cells(store.briefs.archive_offers(),
-                             store.run_info().config.get("search") or {})
-
-
-def _load(run_path: Path, cells: Future[tuple[IslandCells, ...]] | None) -> RunData:
-    with RunStore.read(run_database(Path(run_path))) as store:
-        info, totals, events = store.run_info(), store.totals(), store.briefs.event_summary()
-        start, count = info.created_at, sum(totals.candidates_by_status.values())
+        info = store.run_info()
+        start = info.created_at
+        cells = reads.start(_archive_cells) if views else None
+        moments = reads.start(lambda other: other.briefs.moments())
+        improvements = reads.start(lambda other: _improvements(other, start))
+        models = reads.start(lambda other: other.briefs.models())
+        totals, events = store.totals(), store.briefs.event_summary()
+        count = sum(totals.candidates_by_status.values())
+        table = reads.start(lambda other: _table(other, count, start)) if views else None
         baseline_entry = store.briefs.baseline()
         baseline = store.candidate(baseline_entry.id) if baseline_entry else None
         best = _best_kernel(store, store.briefs.best(),
@@ -168,24 +194,24 @@ def _load(run_path: Path, cells: Future[tuple[IslandCells, ...]] | None) -> RunD
         # Why there is no best takes every candidate's verdict; a best takes one.
         no_best_message = "" if best else store.briefs.ranking(0).no_best_message()
         environment = _environment(best) or store.briefs.environment()
-        improvements = _improvements(store, start)
-        models = _models(info.config, store.briefs.models())
-        moments = store.briefs.moments()
-        shown = _views(store, info, totals, best, moments, cells) if cells is not None else _Views()
+        shown = _views(store, reads, info, totals, best, moments, cells, table) \
+            if cells is not None and table is not None else _Views()
         memory = memory_use(store)
-    span = max([start, info.finished_at or 0.0, moments[1] if moments else 0.0,
+    moments_found = moments.result()
+    span = max([start, info.finished_at or 0.0, moments_found[1] if moments_found else 0.0,
                 events.last_at or 0.0]) - start
     return RunData(
         run_id=info.id, task_name=info.task_name,
-        status=status_now(info.status, run_database(Path(run_path)).parent),
+        status=status_now(info.status, database.parent),
         backend=str(info.config.get("search", {}).get("backend", "")),
         created_at=start, finished_at=info.finished_at,
         elapsed_s=span if events.elapsed_s is None else events.elapsed_s, span_s=span,
         tokens=totals.tokens_in + totals.tokens_out, cost_usd=totals.cost_usd,
-        budget=dict(info.config.get("budget") or {}), models=models,
+        budget=dict(info.config.get("budget") or {}),
+        models=_models(info.config, models.result()),
         environment=environment, stop_reason=events.stop_reason or "",
         migrations=events.migrations,
-        candidate_count=count, table=shown.table, improvements=improvements,
+        candidate_count=count, table=shown.table, improvements=improvements.result(),
         timeline=shown.timeline, islands=shown.islands, lineage=shown.lineage, best=best,
         baseline=baseline, baseline_text=baseline_text(baseline_entry),
         no_best_message=no_best_message, llm_calls=totals.llm_calls, memory=memory,
@@ -202,17 +228,18 @@ class _Views:
     table: CandidateTable = CandidateTable((), "")
 
 
-def _views(store: RunStore, info: RunInfo, totals: Totals, best: BestKernel | None,
-           moments: tuple[float, float] | None,
-           cells: Future[tuple[IslandCells, ...]]) -> _Views:
+def _views(store: RunStore, reads: _Reads, info: RunInfo, totals: Totals,
+           best: BestKernel | None, moments: Future[tuple[float, float] | None],
+           cells: Future[tuple[IslandCells, ...]], table: Future[CandidateTable]) -> _Views:
     count = sum(totals.candidates_by_status.values())
     judged = count - totals.candidates_by_status.get("unevaluated", 0)
+    timeline = reads.start(lambda other: _timeline(other, moments.result(), count + 2 * judged,
+                                                   info.created_at))
     chain = store.ancestry(best.stored.id, MAX_LINEAGE_STEPS) if best else {}
     modes = call_modes(store.llm_calls_of(chain))
-    return _Views(
-        timeline=_timeline(store, moments, count + 2 * judged, info.created_at),
-        lineage=lineage(chain, best.stored.id, modes) if best else (),
-        table=_table(store, count, info.created_at), islands=cells.result())
+    return _Views(timeline=timeline.result(),
+                  lineage=lineage(chain, best.stored.id, modes) if best else (),
+                  table=table.result(), islands=cells.result())
 
 
 def _table(store: RunStore, count: int, start: float) -> CandidateTable:

@@ -23,6 +23,8 @@ from kernelevo.candidate import Candidate
 from kernelevo.evaluate.verdict import NO_CUSTOM_KERNEL_FLAG, Verdict
 from kernelevo.store.records import (
     BASELINE_BACKEND,
+    FLAGGED_VERDICTS,
+    OTHER_BACKEND_SQL,
     RANK_ORDER_SQL,
     CandidateBrief,
     Judged,
@@ -230,14 +232,36 @@ class Briefs:
         """The ranking of store_records.rank, from indexes: the best `limit` kernels (all
         by default) in its order, and how every other candidate fared, counted by SQLite."""
         baseline = self.baseline()
-        rows = self._database.query(
-            "SELECT COUNT(v.candidate_id), COALESCE(SUM(v.status != 'ok'), 0),"
-            f" COALESCE(SUM(CASE WHEN {_KERNEL} THEN 1 ELSE 0 END), 0), COUNT(*)"
-            f" FROM {_ALL} WHERE c.id IS NOT ?", (baseline.id if baseline else None,))
-        judged, failed, kernels, everything = rows[0]
+        judged, failed, kernels, everything = self._counts(baseline)
         return Ranking(kernels=tuple(self._kernels(kernels if limit is None else limit)),
                        baseline=baseline, judged=judged, failed=failed,
                        not_kernels=judged - failed - kernels, pending=everything - judged)
+
+    def _counts(self, baseline: RankEntry | None) -> tuple[int, int, int, int]:
+        """(judged, failed, kernels, every candidate), the baseline left out.
+
+        Each from a small index: candidates and verdicts counted by the
+        narrowest index that covers them, and kernels as passing verdicts
+        less those of another backend (the partial index candidate_other)
+        or flagged (verdict_flagged). Joining every verdict to its candidate
+        read 40 MB at random at 200,000 candidates: a second with a cold
+        page cache.
+        """
+        ((everything,),) = self._database.query("SELECT COUNT(*) FROM candidate")
+        ((judged, failed, passed),) = self._database.query(
+            "SELECT COUNT(*), COALESCE(SUM(status != 'ok'), 0), COALESCE(SUM(status = 'ok'), 0)"
+            " FROM verdict")
+        ((not_kernels,),) = self._database.query(
+            "SELECT COUNT(*) FROM verdict v INDEXED BY verdict_figures"
+            f" WHERE v.candidate_id IN (SELECT id FROM candidate WHERE {OTHER_BACKEND_SQL}"
+            f" UNION {FLAGGED_VERDICTS}) AND v.status = 'ok'")
+        kernels = passed - not_kernels
+        if baseline is not None:  # the baseline is of another backend: never a kernel
+            everything -= 1
+            if baseline.status is not None:
+                judged -= 1
+                failed -= baseline.status != "ok"
+        return judged, failed, kernels, everything
 
     def best(self) -> RankEntry | None:
         """`rank(...).best`: the first of the ranking, found from an index in a millisecond."""

@@ -38,6 +38,12 @@ FLAGGED_VERDICTS = (
     f" WHERE value = '{NO_CUSTOM_KERNEL_FLAG}')")
 
 
+# Candidates of a backend that is not a kernel's (the PyTorch seed, a few
+# others): the WHERE of the partial index store_schema.INDEXES["candidate_other"],
+# written out the same so SQLite uses it.
+OTHER_BACKEND_SQL = "backend NOT IN ({})".format(", ".join(f"'{b}'" for b in KERNEL_BACKENDS))
+
+
 def kernel_sql(status: str, backend: str, candidate_id: str) -> str:
     """`is_kernel` as an SQL condition over these column expressions (literals inlined:
     triggers take no parameters)."""
