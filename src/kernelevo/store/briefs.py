@@ -303,8 +303,10 @@ class Briefs:
 
     def proposed_count(self) -> int:
         """Candidates of every origin but 'seed': what the candidate budget counts."""
-        rows = self._database.query("SELECT COUNT(*) FROM candidate WHERE origin != 'seed'")
-        return int(rows[0][0])
+        ((everything,),) = self._database.query("SELECT COUNT(*) FROM candidate")
+        ((seeds,),) = self._database.query(
+            "SELECT COUNT(*) FROM candidate WHERE origin = 'seed'")  # index candidate_seed
+        return int(everything - seeds)
 
     def spend_over_time(self) -> list[tuple[float, int, float]]:
         """(finished_at, tokens, dollars) of every finished call, in finishing order."""
