@@ -20,6 +20,7 @@ from kernelevo.evaluate import guards
 from kernelevo.evaluate import inputs as task_inputs
 from kernelevo.evaluate.autotune_budget import AutotuneBudget
 from kernelevo.evaluate.cuda.build import CompileOnly, LoadInlineHook
+from kernelevo.evaluate.cuda.diagnostics import with_first_error
 from kernelevo.evaluate.messages import (Checked, CheckedCandidate, Failed, Gpu, PrebuildDone,
                                          PrebuildJob, Progress, Ready, ReadyReply, Sender,
                                          TimeThese, WorkerDone, WorkerJob, reply_to_ready)
@@ -229,8 +230,9 @@ def load_candidate_module(source: str, name: str, folder: Path) -> Any:
         if is_out_of_memory(exc):
             raise Failure("out_of_memory", f"{summary(str(exc), 'import')}\n{_trimmed()}") \
                 from None
-        reason = "compile_failed" if _is_build_error(exc) else "import_failed"
-        raise Failure(reason, _trimmed()) from None
+        if _is_build_error(exc):
+            raise Failure("compile_failed", with_first_error(_trimmed(), str(exc))) from None
+        raise Failure("import_failed", _trimmed()) from None
     if not isinstance(getattr(module, "ModelNew", None), type):
         raise Failure("no_modelnew", "the candidate defines no class ModelNew")
     return module
@@ -244,7 +246,7 @@ def _compile_only(outcome: CompileOnly) -> Failure:
     if outcome.log.startswith("missing system header"):
         return Failure("compile_check_unavailable", f"no GPU, and nvcc here lacks torch's "
                        f"dependencies ({outcome.log}): the CUDA candidate was not checked")
-    return Failure("compile_failed", outcome.log)
+    return Failure("compile_failed", with_first_error(outcome.log, outcome.log))
 
 
 def _is_build_error(exc: Exception) -> bool:
