@@ -36,14 +36,14 @@ from kernelevo.errors import TaskError
 from kernelevo.evaluate import decide
 from kernelevo.evaluate.gate import Hold, gate_for
 from kernelevo.evaluate.messages import (ORACLE_KINDS, WORKER_KINDS, Abort, Checked, Gpu,
-                                         Granted, Message, OracleDone, OracleJob, Progress,
-                                         Ready, ReadyReply, Reference, TaskFailed, Timed,
-                                         TimeThese, WorkerJob, decode)
+                                         Granted, Message, MessageError, OracleDone, OracleJob,
+                                         Progress, Ready, ReadyReply, Reference, TaskFailed,
+                                         Timed, TimeThese, WorkerJob, decode)
 from kernelevo.evaluate.oracle import run_oracle
 from kernelevo.evaluate.outcome import build_verdicts
 from kernelevo.evaluate.sandbox.jobs import Deadline, JobResult, run_job, stopping
 from kernelevo.evaluate.transfer import import_bundle
-from kernelevo.evaluate.verdict import Verdict
+from kernelevo.evaluate.verdict import Verdict, verdict_for
 from kernelevo.evaluate.worker import run_worker
 from kernelevo.evaluate.worker_state import WorkerState
 from kernelevo.task import Task
@@ -93,6 +93,9 @@ class Session:
         self._closed = False
         self._yielded_s: float | None = None
         self._last_message = time.monotonic()
+        # A message from the worker that was JSON but not one of the harness's own
+        # (a candidate writing to the channel): the job ends with that verdict.
+        self.malformed: str | None = None
         self._threads = [threading.Thread(target=self.oracle.run, name="kernelevo-oracle",
                                           daemon=True),
                          threading.Thread(target=self._work, name="kernelevo-worker",
@@ -123,6 +126,11 @@ class Session:
             raise
         if self.error is not None:
             raise self.error
+        if self.malformed is not None:
+            return [verdict_for("harness_tampered", "the worker's channel to the judge carried "
+                                f"a message the harness never sends ({self.malformed}): "
+                                "something in the candidate's process wrote to it")
+                    for _ in candidates]
         if self.oracle.error is not None:
             raise self.oracle.error
         assert self.result is not None
@@ -172,7 +180,14 @@ class Session:
 
     def _on_message(self, raw: dict[str, Any]) -> dict[str, Any] | None:
         self._last_message = time.monotonic()
-        reply = self._answer(decode(raw, WORKER_KINDS))
+        try:
+            message = decode(raw, WORKER_KINDS)
+        except MessageError as exc:
+            if self.malformed is None:
+                self.malformed = str(exc)[:300]
+            self.kill()  # nothing the worker says from here on can be trusted
+            return None
+        reply = self._answer(message)
         return None if reply is None else reply.to_json()
 
     def _answer(self, message: Message) -> Message | None:
