@@ -319,8 +319,10 @@ def test_lanes_judge_several_tasks_at_once_on_one_gpu_with_standby_judges(bench,
     class LaneJudge:
         def __init__(self, task, config, gpu_index=None, standby=False):
             standby_flags.append(standby)
+            self.standby = standby
 
         def evaluate(self, candidate):
+            asked.append(self.standby)
             with lock:
                 busy[0] += 1
             # Held until another lane is judging too (or 10 s: then they never met).
@@ -337,7 +339,7 @@ def test_lanes_judge_several_tasks_at_once_on_one_gpu_with_standby_judges(bench,
         def close(self):
             closed.append(True)
 
-    standby_flags = standby
+    standby_flags, asked = standby, []
     monkeypatch.setattr(judge_module, "Judge", LaneJudge)
     monkeypatch.setattr(judge_module, "resolve_device", lambda config: "cuda")
     monkeypatch.setattr(judge_module, "child_environment", lambda device, index: {})
@@ -347,6 +349,9 @@ def test_lanes_judge_several_tasks_at_once_on_one_gpu_with_standby_judges(bench,
     assert together.is_set()  # two tasks on the one GPU at the same time
     assert standby and all(standby) and len(closed) == len(standby)
     assert len(result.rows) == 4 and result.summary.correct == 2
+    # A next session is kept warm only while another solution of the task follows:
+    # each task's last solution is judged with standby off.
+    assert asked.count(False) == 2 and asked.count(True) == len(asked) - 2
 
 
 def test_gpus_that_are_not_visible_are_refused(bench):

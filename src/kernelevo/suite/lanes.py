@@ -106,9 +106,16 @@ class TaskLane:
             config = replace(config, timing=replace(config.timing, baselines=()))
         return Judge(self.loaded, config, gpu_index=self.gpu_index, standby=True)
 
-    def judge_one(self, solution: Solution, waited_s: float) -> Row:
+    def judge_one(self, solution: Solution, waited_s: float, more: bool = True) -> Row:
+        """One solution's row; `more` when another solution of the task follows it.
+
+        Only then does the judge keep a next session warm (standby): for the
+        last one, that session's oracle, worker and baseline warm-up would be
+        started only to be killed, taking cores and the GPU from other lanes.
+        """
         from kernelevo.evaluate.verdict import speedup
 
+        self.judge.standby = more
         started = time.perf_counter()
         try:
             verdict = self.judge.evaluate(load_candidate(solution.path))
@@ -126,6 +133,7 @@ class TaskLane:
             if self.stored:  # later solutions need no baseline warm-up of their own
                 self.judge.close()
                 self.judge = self._judge()
+                self.judge.standby = more
         gains = {b: speedup(baselines.get(b), own) if own else None for b in self.wanted}
         return self.make_row(
             self.task, solution, verdict.reason, status=verdict.status,
@@ -214,8 +222,8 @@ def _judge_task(task: SuiteTask, pending: list[Solution],
             yield make_row(task, solution, "task_error", gpu=gpu, message=str(exc))
         return
     try:
-        for solution in pending:
+        for index, solution in enumerate(pending):
             waited = builds.wait(solution) if builds is not None else 0.0
-            yield lane.judge_one(solution, waited)
+            yield lane.judge_one(solution, waited, more=index + 1 < len(pending))
     finally:
         lane.close()
