@@ -125,6 +125,45 @@ def test_kernel_that_refuses_other_sizes_passes_flagged(device):
                for note in verdict.notes)
 
 
+def test_the_re_check_started_beside_the_evaluation_judges_the_same():
+    """The GPU's way (vary_beside): the other sizes' session starts with the
+    evaluation and is used for the re-check; dropped when nothing passed."""
+    import time
+
+    from kernelevo.evaluate import session as session_module
+
+    judge = _judge("cpu")
+    judge.vary_beside = True
+    started = []
+    real = session_module.Session.__init__
+
+    def recording(self, judge_, task, *args, **kwargs):
+        started.append(task.constants)
+        real(self, judge_, task, *args, **kwargs)
+
+    session_module.Session.__init__ = recording
+    try:
+        general = judge.evaluate(Candidate(source=GENERAL, backend="triton", name="g"))
+        wrong = judge.evaluate(Candidate(source=SILENTLY_WRONG, backend="triton", name="w"))
+        broken = judge.evaluate(Candidate(source=GENERAL.replace("x * 2.0", "x * 3.0"),
+                                          backend="triton", name="b"))
+    finally:
+        session_module.Session.__init__ = real
+    assert general.reason == "passed", general.message
+    assert any("also correct at rows=15, cols=29" in note for note in general.notes)
+    assert wrong.reason == "shape_specialised"
+    assert broken.reason == "output_mismatch"
+    # One session at the task's sizes and one at the other sizes per candidate,
+    # each started up front: none started late for the re-check.
+    assert started == [{"rows": 16, "cols": 32}, {"rows": 15, "cols": 29}] * 3
+    # The failing candidate's re-check session was not needed: it is gone.
+    deadline = time.monotonic() + 30
+    while any(s.judge is judge for s in list(session_module._live)) and \
+            time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(s.judge is judge for s in list(session_module._live))
+
+
 def test_export_guard_raises_at_other_shapes_and_runs_at_the_task_s():
     # The guard wraps whatever forward the exported module has; a plain torch
     # ModelNew keeps this test about the guard. The task's part (sizes and

@@ -207,9 +207,10 @@ def test_stored_baselines_are_reused_for_later_samples_and_suites(bench, monkeyp
     plan = SuitePlan(("kernelbench:level1/1",), bench / "solutions", bench / "first",
                      EvalConfig(), str(bench / "kb"))
     first = run_suite(plan)
-    # The first sample times the baselines; once stored, the second is timed alone.
-    assert timed_baselines == [("eager", "compile"), ()]
-    assert [r["baseline_source"] for r in first.rows] == ["measured", "stored"]
+    # The task's judge times the baselines beside each sample (its standby has
+    # compiled them); the first passing sample stores them for later suites.
+    assert timed_baselines == [("eager", "compile")]
+    assert [r["baseline_source"] for r in first.rows] == ["measured", "measured"]
     assert all(r["speedup"] == {"eager": 3.0, "compile": 2.0} for r in first.rows)
     again = run_suite(SuitePlan(plan.specs, plan.solutions, bench / "second", EvalConfig(),
                                 plan.kernelbench_dir))
@@ -319,9 +320,13 @@ def test_lanes_judge_several_tasks_at_once_on_one_gpu_with_standby_judges(bench,
     class LaneJudge:
         def __init__(self, task, config, gpu_index=None, standby=False):
             standby_flags.append(standby)
-            self.standby = standby
+            self.standby, self.task = standby, task
+
+        def warm_up(self):
+            events.append(("warm", self.task.name))
 
         def evaluate(self, candidate):
+            events.append(("judge", self.task.name))
             asked.append(self.standby)
             with lock:
                 busy[0] += 1
@@ -339,7 +344,7 @@ def test_lanes_judge_several_tasks_at_once_on_one_gpu_with_standby_judges(bench,
         def close(self):
             closed.append(True)
 
-    standby_flags, asked = standby, []
+    standby_flags, asked, events = standby, [], []
     monkeypatch.setattr(judge_module, "Judge", LaneJudge)
     monkeypatch.setattr(judge_module, "resolve_device", lambda config: "cuda")
     monkeypatch.setattr(judge_module, "child_environment", lambda device, index: {})
@@ -352,6 +357,51 @@ def test_lanes_judge_several_tasks_at_once_on_one_gpu_with_standby_judges(bench,
     # A next session is kept warm only while another solution of the task follows:
     # each task's last solution is judged with standby off.
     assert asked.count(False) == 2 and asked.count(True) == len(asked) - 2
+    # Two lanes, two tasks: each lane took one task at once, so neither took a
+    # task ahead (a warmed task is one judged later).
+    assert [e for e in events if e[0] == "warm"] == []
+
+
+def test_a_lane_warms_its_next_task_before_its_current_task_s_last_solution(bench,
+                                                                          monkeypatch):
+    """One lane, two tasks: the second task's first session starts (Judge.warm_up)
+    before the first task's last solution is judged, and is the one it uses."""
+    import kernelevo.evaluate.judge as judge_module
+    from kernelevo.config import EvalConfig
+    from kernelevo.suite import SuitePlan, run_suite
+
+    events = []
+
+    class WarmingJudge:
+        def __init__(self, task, config, gpu_index=None, standby=False):
+            self.task, self.standby, self.warm = task, standby, False
+
+        def warm_up(self):
+            self.warm = True
+            events.append(("warm", self.task.name))
+
+        def evaluate(self, candidate):
+            events.append(("judge", self.task.name, self.warm))
+            return Verdict("ok", "passed")
+
+        def close(self):
+            events.append(("close", self.task.name))
+
+    monkeypatch.setattr(judge_module, "Judge", WarmingJudge)
+    monkeypatch.setattr(judge_module, "resolve_device", lambda config: "cuda")
+    monkeypatch.setattr(judge_module, "child_environment", lambda device, index: {})
+    result = run_suite(SuitePlan(("kernelbench:level1",), bench / "solutions", bench / "out",
+                                 EvalConfig(device="cpu"), str(bench / "kb"), lanes=1,
+                                 reuse_baselines=False))
+    assert result.summary.correct == 2
+    first, second = events[0][1], events[-1][1]
+    assert first != second
+    # The second task is warmed after the first task's first solution and
+    # before its last one; its own first solution finds the judge warm.
+    assert events[:5] == [("judge", first, False), ("warm", second), ("judge", first, False),
+                          ("close", first), ("judge", second, True)]
+    assert events.count(("warm", first)) == 0  # the lane's first task had nothing to overlap
+    assert events.count(("close", first)) == 1 and events.count(("close", second)) == 1
 
 
 def test_gpus_that_are_not_visible_are_refused(bench):

@@ -131,6 +131,11 @@ class Judge:
         self.child_environment = child_environment(self.device, self.gpu_index)
         self.progress = progress or (lambda phase: None)
         self.cache_dir = cache_dir or default_cache_dir()
+        # Whether a re-check at other sizes starts beside its evaluation (on a
+        # GPU machine) or after it (on the CPU, two processes at once would
+        # halve each one's cores).
+        self.vary_beside = self.device == "cuda"
+        self._varied: tuple[Task, str] | tuple[()] | None = None
         self.notes: list[str] = []
         self._shrunk = ""  # the sizes a CPU check uses, in words
         if self.device == "cpu" and self.config.shrink_on_cpu:
@@ -166,15 +171,25 @@ class Judge:
                 self.progress("building CUDA extension")
                 self.prebuild(candidates[i])
         pending = [i for i in pending if verdicts[i] is None]
-        if pending:
-            judged = self._run_guarded([candidates[i] for i in pending], self.task,
-                                       timed and self.config.time_candidates)
-            for i, verdict in zip(pending, judged):
-                verdicts[i] = verdict
-        judged = [v for v in verdicts if v is not None]
-        assert len(judged) == len(candidates)  # a static verdict or a judged one, each
-        if self.config.vary_shapes:
-            judged = self._vary_shapes(candidates, judged)
+        # The re-check at other sizes starts with the evaluation, beside it (on
+        # a GPU machine, where cores are many): its processes import and make
+        # their contexts while this one checks, and run kernels once it has
+        # timed. Not needed (nothing passed), it is killed.
+        varied: list[Session] | None = (
+            [] if self.vary_beside and self.config.vary_shapes else None)
+        try:
+            if pending:
+                judged = self._run_guarded([candidates[i] for i in pending], self.task,
+                                           timed and self.config.time_candidates, varied=varied)
+                for i, verdict in zip(pending, judged):
+                    verdicts[i] = verdict
+            judged = [v for v in verdicts if v is not None]
+            assert len(judged) == len(candidates)  # a static verdict or a judged one, each
+            if self.config.vary_shapes:
+                judged = self._vary_shapes(candidates, judged, varied[0] if varied else None)
+        finally:  # an error or an interrupt: a re-check started beside goes too
+            for session in varied or ():
+                session.discard()
         total_s = time.perf_counter() - started
         return [_with_total(v, total_s, self._notes(c, i in pending))
                 for i, (c, v) in enumerate(zip(candidates, judged))]
@@ -209,11 +224,12 @@ class Judge:
         return verdict_for(first.reason, where + first.detail, notes=tuple(others),
                            isolation="static check, not run")
 
-    def _run_guarded(self, candidates: list[Candidate], task: Task,
-                     time_them: bool) -> list[Verdict]:
+    def _run_guarded(self, candidates: list[Candidate], task: Task, time_them: bool,
+                     session: Session | None = None,
+                     varied: list[Session] | None = None) -> list[Verdict]:
         """_run, with the judge's own GPU memory running out turned into verdicts."""
         try:
-            return self._run(candidates, task, time_them)
+            return self._run(candidates, task, time_them, session, varied)
         except torch.cuda.OutOfMemoryError as exc:
             message = (f"the judge's process ran out of GPU memory holding the reference and "
                        f"the candidate's outputs: {str(exc).splitlines()[0][:300]}")
@@ -226,12 +242,21 @@ class Judge:
         if self.device == "cuda":
             torch.cuda.empty_cache()
 
-    def _run(self, candidates: list[Candidate], task: Task, time_them: bool) -> list[Verdict]:
-        """Judge in a session: the standby one when it fits, else one started now."""
+    def _run(self, candidates: list[Candidate], task: Task, time_them: bool,
+             session: Session | None = None,
+             varied: list[Session] | None = None) -> list[Verdict]:
+        """Judge in a session: `session`, the standby one when it fits, else one started now.
+
+        `varied`, a list: the re-check at other sizes is started beside this
+        session, its kernels after this one's timing, and put in the list.
+        """
         if task is not self.task:
             # Another size of the task (shape variation): a session of its own,
             # leaving the standby warm for the next candidate of the task.
-            session = Session(self, task, time_them, None)
+            if session is None or not session.alive():
+                if session is not None:
+                    session.discard()
+                session = Session(self, task, time_them, None)
             try:
                 return session.run(candidates)
             finally:
@@ -253,6 +278,8 @@ class Judge:
             ahead = ((self.standby_after, lambda running: self._start_standby(beside=running))
                      if task is self.task else None)
             session = Session(self, task, time_them, ahead)
+        if varied is not None and (other := self._varied_task()) is not None:
+            varied.append(Session(self, other[0], False, None, yield_to=session))
         try:
             return session.run(candidates)
         finally:
@@ -265,6 +292,26 @@ class Judge:
             if self.standby and self._standby is None and not stopping():
                 self._standby = Session(self, self.task, self.config.time_candidates,
                                         yield_to=beside)
+
+    def warm_up(self) -> None:
+        """Start the next evaluation's session now, before any candidate is known.
+
+        A suite's lane calls it for its next task while it judges this one, so
+        that task's first candidate finds its processes warm and its baselines
+        compiled, as a standby leaves them for the candidates after it.
+        """
+        with self._standby_lock:
+            if self._standby is None and not stopping():
+                self._standby = Session(self, self.task, self.config.time_candidates)
+
+    def _varied_task(self) -> tuple[Task, str] | None:
+        """The task at other sizes and those sizes in words; None when it has no size to vary."""
+        if self._varied is None:
+            changes = perturb_sizes(self.task.constants)
+            self._varied = ((self.task.with_constants(changes),
+                             ", ".join(f"{k}={v}" for k, v in changes.items()))
+                            if changes else ())
+        return self._varied or None
 
     def _take_standby(self, task: Task, time_them: bool) -> "Session | None":
         with self._standby_lock:
@@ -283,24 +330,28 @@ class Judge:
         if session is not None:
             session.close()
 
-    def _vary_shapes(self, candidates: list[Candidate],
-                     verdicts: list[Verdict]) -> list[Verdict]:
-        """Re-check passing candidates at other sizes of the task, in a session of their own."""
+    def _vary_shapes(self, candidates: list[Candidate], verdicts: list[Verdict],
+                     session: Session | None = None) -> list[Verdict]:
+        """Re-check passing candidates at other sizes of the task, in a session of their own.
+
+        `session`: one started for this re-check beforehand, else one starts now.
+        """
         passing = [i for i, v in enumerate(verdicts) if v.ok]
-        if not passing:
+        if not passing:  # `session`, if any, is dropped by the caller
             return verdicts
-        changes = perturb_sizes(self.task.constants)
-        described = ", ".join(f"{k}={v}" for k, v in changes.items())
+        varied = self._varied_task()
+        changes = bool(varied)
+        described = varied[1] if varied else ""
         note = None
-        if not changes:
+        if not varied:
             note = ("shapes not varied: the task has no size constant (a module-level int "
                     ">= 16) to change")
         else:
             self.progress("re-checking at other sizes")
             started = time.perf_counter()
             try:
-                rechecked = self._run_guarded([candidates[i] for i in passing],
-                                              self.task.with_constants(changes), False)
+                rechecked = self._run_guarded([candidates[i] for i in passing], varied[0],
+                                              False, session)
             except TaskError as exc:
                 note = f"shapes not varied: the reference fails at {described}: {exc}"
             spent = round(time.perf_counter() - started, 3)

@@ -145,6 +145,13 @@ class Session:
         self.deadline.kill()
         self.oracle.deadline.kill()
 
+    def discard(self) -> None:
+        """End a session nobody needs: killed now, closed in a thread (its processes go)."""
+        if self._closed:
+            return
+        self.kill()
+        threading.Thread(target=self.close, name="kernelevo-discard-session", daemon=True).start()
+
     def close(self) -> None:
         """Tell an unused worker to stop, wait for both processes, remove the scratch."""
         if self._closed:

@@ -5,9 +5,13 @@ and worker started (standby), so every solution after a task's first finds
 them warm. Lanes of one GPU share it as evaluate/gate.py allows: checks side
 by side, timing phases one at a time. CUDA solutions are compiled ahead on
 the CPU, in parallel, in the order the lanes will reach them, so a lane waits
-for nvcc only when the builds fall behind. Baselines come from the store when
-it has them; a task's first passing solution stores them, and its later
-solutions are timed alone (no baseline compile per candidate).
+for nvcc only when the builds fall behind. A lane takes its next task ahead
+and starts that task's first session while it judges its current task's last
+solution, so no task's first candidate waits for processes to start or for
+baselines to compile. Baselines come from the store when it has them (the
+task's judge then times the candidate alone); else the judge times them
+beside each candidate, and the task's first passing solution stores them for
+the next suite.
 """
 
 from __future__ import annotations
@@ -123,17 +127,19 @@ class TaskLane:
             return self.make_row(self.task, solution, "bad_candidate", message=str(exc),
                                  **self.extra)
         own = verdict.measures.get(self.measure, {}).get("candidate")
-        baselines = self.stored or {n: s for n, s in verdict.measures.get(self.measure, {}).items()
-                                    if n != "candidate"}
-        # A CPU run, or a candidate that never reached timing, measured no baseline.
-        source = "stored" if self.stored else ("measured" if baselines else "none")
+        measured = {n: s for n, s in verdict.measures.get(self.measure, {}).items()
+                    if n != "candidate"}
+        # Baselines timed beside the candidate win; a judge made without them
+        # (the store had them) reads them from the store. A CPU run, or a
+        # candidate that never reached timing, has none.
+        baselines = measured or self.stored or {}
+        source = "measured" if measured else ("stored" if self.stored else "none")
         if self.store and not self.stored and verdict.passed_kernel:
+            # Kept for the next suite. This judge goes on timing them: its
+            # standby has compiled them already, and a new judge would throw
+            # that warm session away.
             self.store.put(self.key, self.measure, verdict)
             self.stored = self.store.get(self.key, self.wanted)
-            if self.stored:  # later solutions need no baseline warm-up of their own
-                self.judge.close()
-                self.judge = self._judge()
-                self.judge.standby = more
         gains = {b: speedup(baselines.get(b), own) if own else None for b in self.wanted}
         return self.make_row(
             self.task, solution, verdict.reason, status=verdict.status,
@@ -156,8 +162,16 @@ def judge_on_lanes(jobs: list[tuple[SuiteTask, list[Solution]]],
                    config: EvalConfig, store: BaselineStore | None, gpu: str | None,
                    gpus: list[int | None], lanes: int, make_row: MakeRow,
                    builds: BuildsAhead | None,
-                   environment: Callable[[int | None], dict[str, str]]) -> Iterator[Row]:
-    """Rows as solutions are judged; `lanes` tasks at a time on each of `gpus`."""
+                   environment: Callable[[int | None], dict[str, str]],
+                   warm_ahead: bool = False) -> Iterator[Row]:
+    """Rows as solutions are judged; `lanes` tasks at a time on each of `gpus`.
+
+    With `warm_ahead` (a GPU's cores to spare), a lane takes its next task
+    before it judges its current task's last solution, and starts that task's
+    first session then (Judge.warm_up): the process start, the task's import
+    and its baselines' compile run beside the last solution, not in the next
+    task's first verdict.
+    """
     tasks: queue.Queue[tuple[SuiteTask, list[Solution]] | None] = queue.Queue()
     for job in jobs:
         tasks.put(job)
@@ -169,20 +183,34 @@ def judge_on_lanes(jobs: list[tuple[SuiteTask, list[Solution]]],
     stop = threading.Event()
 
     def lane(gpu_index: int | None) -> None:
+        upcoming: list[_TaskRun] = []
+
+        def take() -> _TaskRun | None:
+            try:
+                job = tasks.get_nowait()
+            except queue.Empty:
+                return None
+            return _TaskRun(*job, load, config, store, gpu, gpu_index, make_row)
+
+        def take_ahead() -> None:
+            if warm_ahead and not upcoming and not stop.is_set() and (run := take()) is not None:
+                run.warm_up()
+                upcoming.append(run)
+
         try:
             while not stop.is_set():
-                try:
-                    job = tasks.get_nowait()
-                except queue.Empty:
+                current = upcoming.pop() if upcoming else take()
+                if current is None:
                     return
-                for row in _judge_task(*job, load, config, store, gpu, gpu_index, make_row,
-                                       builds):
+                for row in current.rows(builds, before_last=take_ahead):
                     rows.put(row)
                     if stop.is_set():
                         return
         except BaseException as exc:  # raised again in the caller's thread
             rows.put(exc)
         finally:
+            for run in upcoming:  # stopped with a task taken ahead: its session goes
+                run.close()
             rows.put(None)
 
     threads = [threading.Thread(target=lane, args=(gpu,), name=f"suite-lane-{i}", daemon=True)
@@ -203,27 +231,52 @@ def judge_on_lanes(jobs: list[tuple[SuiteTask, list[Solution]]],
         stop.set()
 
 
-def _judge_task(task: SuiteTask, pending: list[Solution],
-                load: Callable[[SuiteTask], tuple[Any, dict[str, int]]], config: EvalConfig,
-                store: BaselineStore | None, gpu: str | None, gpu_index: int | None,
-                make_row: MakeRow, builds: BuildsAhead | None) -> Iterator[Row]:
-    try:
-        loaded, sizes = load(task)
-    except Exception as exc:  # a task that cannot load is a row per solution, not the end
-        for solution in pending:
-            yield make_row(task, solution, "task_error", gpu=gpu,
-                           message=f"{type(exc).__name__}: {exc}")
-        return
-    extra = {"gpu": gpu, "gpu_index": gpu_index, "sizes": sizes}
-    try:
-        lane = TaskLane(task, loaded, config, store, gpu_index, make_row, extra)
-    except KernelEvoError as exc:
-        for solution in pending:
-            yield make_row(task, solution, "task_error", gpu=gpu, message=str(exc))
-        return
-    try:
-        for index, solution in enumerate(pending):
-            waited = builds.wait(solution) if builds is not None else 0.0
-            yield lane.judge_one(solution, waited, more=index + 1 < len(pending))
-    finally:
-        lane.close()
+class _TaskRun:
+    """One task's pending solutions on a lane: the task loaded and its lane made up front."""
+
+    def __init__(self, task: SuiteTask, pending: list[Solution],
+                 load: Callable[[SuiteTask], tuple[Any, dict[str, int]]], config: EvalConfig,
+                 store: BaselineStore | None, gpu: str | None, gpu_index: int | None,
+                 make_row: MakeRow) -> None:
+        self.task, self.pending = task, pending
+        self.lane: TaskLane | None = None
+        self.errors: list[Row] = []
+        try:
+            loaded, sizes = load(task)
+        except Exception as exc:  # a task that cannot load is a row per solution, not the end
+            self.errors = [make_row(task, solution, "task_error", gpu=gpu,
+                                    message=f"{type(exc).__name__}: {exc}")
+                           for solution in pending]
+            return
+        extra = {"gpu": gpu, "gpu_index": gpu_index, "sizes": sizes}
+        try:
+            self.lane = TaskLane(task, loaded, config, store, gpu_index, make_row, extra)
+        except KernelEvoError as exc:
+            self.errors = [make_row(task, solution, "task_error", gpu=gpu, message=str(exc))
+                           for solution in pending]
+
+    def warm_up(self) -> None:
+        """Start the first solution's session now (its processes, imports and baselines)."""
+        if self.lane is not None:
+            self.lane.judge.warm_up()
+
+    def rows(self, builds: BuildsAhead | None,
+             before_last: Callable[[], None]) -> Iterator[Row]:
+        """Each solution's row in turn; `before_last` is called before the last is judged."""
+        yield from self.errors
+        if self.lane is None:
+            before_last()
+            return
+        try:
+            for index, solution in enumerate(self.pending):
+                last = index + 1 == len(self.pending)
+                if last:
+                    before_last()
+                waited = builds.wait(solution) if builds is not None else 0.0
+                yield self.lane.judge_one(solution, waited, more=not last)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self.lane is not None:
+            self.lane.close()

@@ -119,7 +119,8 @@ def _judge_jobs(plan: SuitePlan, jobs: list[tuple[SuiteTask, list[Solution]]],
     try:
         yield from judge_on_lanes(jobs, lambda task: _load(plan, task), plan.config, store, gpu,
                                   gpus, lanes, _row, builds,
-                                  lambda index: child_environment(device, index))
+                                  lambda index: child_environment(device, index),
+                                  warm_ahead=device == "cuda")
     finally:
         if builds is not None:
             builds.close()

@@ -201,7 +201,7 @@ class Deadline:
         self.at = time.monotonic() + seconds
 
     def kill(self) -> None:
-        if self.pid:
+        if self.pid and not self.over:  # once over, the pid may be another process's
             _end_job(self.pid)
 
     def ended(self) -> bool:
