@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One device call (< 10 min), issue 20: `kernelevo suite` over the corpus of
-# bench/kernelbench/manifest.toml with LANES_A and LANES_B lanes (each cut at
-# SUITE_S), the machine's load and the GPU's use sampled every 5 s, then the
-# cold CUDA builds (the judge's prebuild against plain load_inline).
+# bench/kernelbench/manifest.toml once per entry of LANES ("auto": the default
+# lanes; each run cut at SUITE_S), the machine's load and the GPU's use sampled
+# every 5 s, then the cold CUDA builds (the judge's prebuild against plain
+# load_inline; BUILDS=ok,other,broken, empty for none).
 # Results in $OUT/suite_lanes.tgz.
 #   device run, carry [".kb", ".whl"]: bash bench/gpu_suite_lanes.sh
 set -u
@@ -19,16 +20,18 @@ sample() {  # load average, busy CPU %, GPU use % every 5 s into $1
         echo "$(date +%s) load=$(cut -d' ' -f1 /proc/loadavg) cpu=${busy}% gpu=$(nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader 2>/dev/null)" >> "$1"
     done
 }
-for lanes in ${LANES_A:-3} ${LANES_B:-8}; do
+for lanes in ${LANES:-auto}; do
+    flag=""; [ "$lanes" != auto ] && flag="--lanes $lanes"
     sample /tmp/sl/load_lanes$lanes.txt & sampler=$!
     timeout $(( ${SUITE_S:-150} + 25 )) python bench/suite_throughput.py --kb .kb \
         --out /tmp/sl/lanes$lanes --phases suite --suite-timeout-s ${SUITE_S:-150} \
-        --suite-args="--lanes $lanes ${SUITE_EXTRA:-}" > /tmp/sl/lanes${lanes}_log.txt 2>&1
+        --suite-args="$flag ${SUITE_EXTRA:-}" > /tmp/sl/lanes${lanes}_log.txt 2>&1
     echo "suite lanes=$lanes exit $?"; tail -2 /tmp/sl/lanes${lanes}_log.txt
     kill $sampler 2>/dev/null
 done
-if [ -n "${BUILDS:-1}" ]; then
-    timeout 150 python bench/suite_throughput.py --kb .kb --out /tmp/sl/builds --phases builds \
+if [ -n "${BUILDS-ok,other,broken}" ]; then
+    timeout ${BUILDS_S:-240} python bench/suite_throughput.py --kb .kb --out /tmp/sl/builds --phases builds \
+        --builds "${BUILDS-ok,other,broken}" \
         > /tmp/sl/builds_log.txt 2>&1
     echo "builds exit $?"; tail -3 /tmp/sl/builds_log.txt
 fi

@@ -148,43 +148,55 @@ module = load_inline(name="NAME", cpp_sources=cpp_source, cuda_sources=cuda_sour
 '''
 
 
-def builds_phase() -> dict:
-    """Cold builds of one small extension: the judge's prebuild against plain load_inline."""
+def builds_phase(labels: tuple[str, ...] = ("ok", "other", "broken"),
+                 out: Path | None = None) -> dict:
+    """Cold builds of one small extension: the judge's prebuild against plain load_inline.
+
+    ok: caches empty; other: another extension into ok's cache (its host file's
+    precompiled header warm: a machine that has built one before; no plain
+    load_inline for it, which has no such header); broken: a source nvcc
+    refuses, caches empty. `again`: the same prebuild once more in a process
+    that forgot it built it (the build cache on disk answers).
+    """
     from kernelevo.config import EvalConfig
+    from kernelevo.evaluate import judge as judge_module
     from kernelevo.evaluate.judge import child_environment, prebuild_source
 
-    results = {}
+    sources = {"ok": SMALL_EXTENSION, "other": SMALL_EXTENSION.replace("1.0f", "2.0f"),
+               "broken": SMALL_EXTENSION.replace("x[i] + 1.0f", "x[i] + missing")}
+    times = (out or Path(tempfile.mkdtemp())) / "build_times.jsonl"
+    os.environ["KERNELEVO_BUILD_TIMES"] = str(times)
+    results, caches = {}, {}
     tag = str(int(time.time()))
-    # "other": another extension built into ok's cache, so its host file's
-    # precompiled header is warm: an extension never built before, on a
-    # machine that has built one.
-    caches = {}
-    for label, source in (("ok", SMALL_EXTENSION),
-                          ("other", SMALL_EXTENSION.replace("1.0f", "2.0f")),
-                          ("broken", SMALL_EXTENSION.replace("x[i] + 1.0f", "x[i] + missing"))):
-        source = source.replace("NAME", f"bench_{label}_{tag}")
-        with tempfile.TemporaryDirectory() as folder:
-            env = {**os.environ, "TORCH_EXTENSIONS_DIR": folder, "MAX_JOBS": "8"}
-            script = Path(folder) / "plain.py"
-            script.write_text(source)
-            started = time.perf_counter()
-            plain = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
-                                   text=True)
-            plain_s = time.perf_counter() - started
-        cache = caches["ok"] if label == "other" else tempfile.mkdtemp(prefix="ke-build-")
+    for label in labels:
+        source = sources[label].replace("NAME", f"bench_{label}_{tag}")
+        entry = {}
+        if label != "other":
+            with tempfile.TemporaryDirectory() as folder:
+                env = {**os.environ, "TORCH_EXTENSIONS_DIR": folder, "MAX_JOBS": "8"}
+                script = Path(folder) / "plain.py"
+                script.write_text(source)
+                started = time.perf_counter()
+                plain = subprocess.run([sys.executable, str(script)], env=env,
+                                       capture_output=True, text=True)
+                entry.update(plain_load_inline_s=round(time.perf_counter() - started, 2),
+                             plain_rc=plain.returncode)
+        cache = caches.get("ok") if label == "other" else None
+        cache = cache or tempfile.mkdtemp(prefix="ke-build-")
         caches[label] = cache
         os.environ["TORCH_EXTENSIONS_DIR"] = str(Path(cache) / "torch_extensions")
+        with times.open("a") as handle:
+            handle.write(json.dumps({"label": label}) + "\n")
         started = time.perf_counter()
         build_s = prebuild_source(source, EvalConfig(), child_environment("cuda", None))
-        ours_s = time.perf_counter() - started
+        entry.update(prebuild_s=round(time.perf_counter() - started, 2),
+                     prebuild_build_s=round(build_s, 2))
+        judge_module._prebuilt.clear()
         started = time.perf_counter()
         prebuild_source(source, EvalConfig(), child_environment("cuda", None))
-        again_s = time.perf_counter() - started
-        results[label] = {"plain_load_inline_s": round(plain_s, 2), "plain_rc": plain.returncode,
-                          "prebuild_s": round(ours_s, 2), "prebuild_build_s": round(build_s, 2),
-                          "prebuild_again_s": round(again_s, 2)}
-        print(f"build {label}: plain {plain_s:.1f}s (rc {plain.returncode}), ours {ours_s:.1f}s,"
-              f" again {again_s:.2f}s", flush=True)
+        entry["prebuild_again_s"] = round(time.perf_counter() - started, 2)
+        results[label] = entry
+        print(f"build {label}: {entry}", flush=True)
     return results
 
 
@@ -199,6 +211,8 @@ def main() -> None:
                         "e.g. '--no-compile' (time eager only, as KernelBench's harness does)")
     parser.add_argument("--max-elements", type=int, default=1 << 24)
     parser.add_argument("--only", nargs="*")
+    parser.add_argument("--builds", default="ok,other,broken",
+                        help="which builds the builds phase makes (ok, other, broken)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     entries = load_entries(args.only)
@@ -210,7 +224,7 @@ def main() -> None:
     path = args.out / "suite_throughput.json"
     for phase in args.phases:
         if phase == "builds":
-            result["builds"] = builds_phase()
+            result["builds"] = builds_phase(tuple(args.builds.split(",")), args.out)
         elif phase == "suite":
             result["suite"] = suite_phase(entries, tasks, solutions, args.out,
                                           args.suite_timeout_s, args.suite_args.split())

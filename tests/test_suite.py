@@ -455,3 +455,46 @@ def test_a_suite_search_without_memory_asks_evolve_for_none(tmp_path, monkeypatc
     for memory in (False, True):
         evolve_task(tmp_path, "add", object(), [], EvalConfig(), SearchBudget(memory=memory))
     assert asked == [False, True]
+
+
+def test_lanes_and_builds_are_sized_by_the_cores(monkeypatch):
+    from kernelevo.suite import lanes
+
+    sizes = {}
+    for cores in (2, 4, 16, 64):
+        monkeypatch.setattr(lanes, "_cores", lambda cores=cores: cores)
+        sizes[cores] = (lanes.default_lanes(), lanes.default_lanes(gpus=2), lanes.build_workers())
+    # (lanes per GPU on one GPU, on two, builds at once)
+    assert sizes == {2: (2, 2, 1), 4: (2, 2, 1), 16: (6, 4, 4), 64: (6, 6, 4)}
+    assert lanes.build_workers(7) == 7
+
+
+def test_a_source_built_ahead_starts_no_second_build_process(monkeypatch, tmp_path):
+    """The suite's builds ahead and the judge's own prebuild share one process: the
+    judge finds the source built (or refused) and starts no job for it."""
+    from kernelevo.config import EvalConfig
+    from kernelevo.evaluate import judge as judge_module
+    from kernelevo.evaluate.messages import PrebuildDone
+    from kernelevo.evaluate.sandbox.jobs import JobResult
+
+    jobs = []
+
+    def fake_job(target, payload, scratch, *args, **kwargs):
+        jobs.append(payload)
+        # the compiler refused it: the child's last message says so
+        return JobResult(messages=[PrebuildDone(False, 3.0, 3.5).to_json()], exit_code=0)
+
+    monkeypatch.setattr(judge_module, "run_job", fake_job)
+    monkeypatch.setattr(judge_module, "_prebuilt", set())
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    environment = {"TORCH_CUDA_ARCH_LIST": "9.0"}
+    source = "# a CUDA candidate's source"
+    assert judge_module.prebuild_source(source, EvalConfig(), environment) == 3.0
+    assert judge_module.prebuild_source(source, EvalConfig(), environment) == 0.0
+    assert len(jobs) == 1
+    # Another source, another target or another build folder is built afresh.
+    judge_module.prebuild_source(source + " ", EvalConfig(), environment)
+    judge_module.prebuild_source(source, EvalConfig(), {"TORCH_CUDA_ARCH_LIST": "8.0"})
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "other"))
+    judge_module.prebuild_source(source, EvalConfig(), environment)
+    assert len(jobs) == 4

@@ -35,8 +35,8 @@ def suite_command(
     gpus: Optional[str] = typer.Option(None, help="GPUs to use, 'all' or indexes like 0,1: "
                                        "tasks are judged side by side, one per GPU (with "
                                        "--evolve: each search's judges); default: one GPU"),
-    lanes: int = typer.Option(3, min=1, help="tasks judged at once per GPU; their timing "
-                              "phases take turns"),
+    lanes: Optional[int] = typer.Option(None, min=1, help="tasks judged at once per GPU; "
+                                        "their timing phases take turns (default: by cores)"),
     build_workers: Optional[int] = typer.Option(
         None, min=1, help="CUDA builds at once, ahead of judging (default: by cores and "
         "memory)"),

@@ -89,12 +89,32 @@ def child_environment(device: str, gpu_index: int | None) -> dict[str, str]:
     return environment
 
 
+# Sources this process has prebuilt (built, or refused by the compiler), by
+# source and build environment: a suite builds its CUDA solutions ahead, and
+# the judge's own prebuild of one then starts no process to find it cached.
+_prebuilt: set[str] = set()
+_prebuilt_lock = threading.Lock()
+
+
+def _prebuild_key(source: str, environment: dict[str, str]) -> str:
+    import hashlib
+
+    settings = "\0".join(f"{k}={v}" for k, v in sorted(environment.items()))
+    extensions = os.environ.get("TORCH_EXTENSIONS_DIR", "")
+    return hashlib.sha256(f"{extensions}\0{settings}\0{source}".encode()).hexdigest()
+
+
 def prebuild_source(source: str, config: EvalConfig, environment: dict[str, str]) -> float:
     """Build a CUDA candidate's extensions into the shared cache, with no GPU; seconds spent.
 
     A build the compiler refuses is remembered there too (cuda_build), so the
-    worker that judges the candidate reports it without compiling again.
+    worker that judges the candidate reports it without compiling again. A
+    source this process prebuilt already costs nothing (0.0).
     """
+    key = _prebuild_key(source, environment)
+    with _prebuilt_lock:
+        if key in _prebuilt:
+            return 0.0
     scratch = Path(tempfile.mkdtemp(prefix="kernelevo-build-"))
     try:
         result = run_job(run_prebuild, PrebuildJob(source, str(scratch)).to_json(), scratch,
@@ -102,7 +122,11 @@ def prebuild_source(source: str, config: EvalConfig, environment: dict[str, str]
                          environment={**environment, "CUDA_VISIBLE_DEVICES": ""})
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return PrebuildDone.from_json(result.final).build_s if result.final else 0.0
+    if not result.final:  # cut short (its limit, a crash): the worker builds it again
+        return 0.0
+    with _prebuilt_lock:
+        _prebuilt.add(key)
+    return PrebuildDone.from_json(result.final).build_s
 
 
 class Judge:

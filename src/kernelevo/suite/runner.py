@@ -40,11 +40,11 @@ class SuitePlan:
     reuse_baselines: bool = True  # baseline times stored per GPU model
     search: SearchBudget | None = None  # evolve each task (solutions seed it) instead of judging
     gpus: tuple[int, ...] = ()  # judge tasks side by side, one per GPU (evolve: its judges)
-    lanes: int = 3  # tasks judged at once per GPU, their timing phases in turn
+    lanes: int | None = None  # tasks judged at once per GPU, timing in turn (None: by cores)
     build_workers: int | None = None  # CUDA builds at once, ahead (None: cores and memory)
 
     def __post_init__(self) -> None:
-        if self.lanes < 1:
+        if self.lanes is not None and self.lanes < 1:
             raise TaskError(f"lanes must be at least 1, got {self.lanes}")
         if self.build_workers is not None and self.build_workers < 1:
             raise TaskError(f"build workers must be at least 1, got {self.build_workers}")
@@ -110,11 +110,12 @@ def _judge_jobs(plan: SuitePlan, jobs: list[tuple[SuiteTask, list[Solution]]],
                 store: BaselineStore | None, gpu: str | None) -> Iterator[dict[str, Any]]:
     """Rows as solutions are judged, on `plan.lanes` lanes per GPU, CUDA builds ahead."""
     from kernelevo.evaluate.judge import child_environment, resolve_device
-    from kernelevo.suite.lanes import BuildsAhead, build_workers, judge_on_lanes
+    from kernelevo.suite.lanes import BuildsAhead, build_workers, default_lanes, judge_on_lanes
 
     device = resolve_device(plan.config)
     gpus: list[int | None] = list(plan.gpus) or [None]
-    lanes = plan.lanes if device == "cuda" else 1  # the CPU has no GPU to keep busy
+    # The CPU has no GPU to keep busy: one lane there.
+    lanes = (plan.lanes or default_lanes(len(gpus))) if device == "cuda" else 1
     builds = BuildsAhead(build_workers(plan.build_workers)) if device == "cuda" else None
     try:
         yield from judge_on_lanes(jobs, lambda task: _load(plan, task), plan.config, store, gpu,
