@@ -5,8 +5,10 @@
 Every --interval seconds it reads each process's user and system time from
 /proc and adds what each process used since the last look to its kind:
 compilers (nvcc's chain, GCC, the linker, ninja), ptxas, Python processes
-born from a forkserver (the judge's oracles, workers and build jobs),
-other Python processes (the judge, the harness) and the rest. A process that
+born from a forkserver, other Python processes (the judge, the harness) and
+the rest; a process of one of the judge's sandboxed jobs is counted under
+that job's kind too (run_worker/, run_oracle/, run_prebuild/: the kind that
+leads its KERNELEVO_SANDBOX_ID). A process that
 ends between two looks loses at most one interval. Writes the totals (and the
 totals per interval) to --out when stopped (SIGTERM, SIGINT) or after
 --seconds.
@@ -21,8 +23,23 @@ import signal
 import time
 
 _TICKS = os.sysconf("SC_CLK_TCK")
+_MARKER = b"KERNELEVO_SANDBOX_ID="
 _COMPILERS = {"nvcc", "cicc", "cudafe++", "fatbinary", "nvlink", "cc1plus", "cc1", "g++", "gcc",
               "c++", "ld", "collect2", "as", "ninja"}
+
+
+def _job(pid: str) -> str:
+    """The sandboxed job a process belongs to, by the kind leading its marker ('' if none)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as handle:
+            environ = handle.read()
+    except OSError:
+        return ""
+    at = environ.find(_MARKER)
+    if at < 0:
+        return ""
+    value = environ[at + len(_MARKER):].split(b"\0", 1)[0].decode(errors="replace")
+    return value.rsplit("-", 1)[0] if "-" in value else "job"
 
 
 def _kind(pid: str) -> tuple[str, float] | None:
@@ -33,6 +50,16 @@ def _kind(pid: str) -> tuple[str, float] | None:
             args = handle.read().split(b"\0")
     except OSError:
         return None
+    name = stat[stat.index("(") + 1:stat.rindex(")")]
+    job = name[3:] if name.startswith("ke-") else _job(pid)  # a job's own process names itself
+    found = _what(stat, args)
+    if found is None:
+        return None
+    what, seconds = found
+    return (f"{job}/{what}" if job else what), seconds
+
+
+def _what(stat: str, args: list[bytes]) -> tuple[str, float] | None:
     name = stat[stat.index("(") + 1:stat.rindex(")")]
     fields = stat[stat.rindex(")") + 2:].split()
     seconds = (int(fields[11]) + int(fields[12])) / _TICKS

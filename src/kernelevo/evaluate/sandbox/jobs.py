@@ -230,6 +230,15 @@ class Channel:
         return json.loads(self._connection.recv_bytes())
 
 
+def _name_process(marker: str) -> None:
+    """`ps` and `top` show the job's kind ("ke-run_worker"), not the forkserver's command."""
+    try:
+        with open("/proc/self/comm", "w") as handle:
+            handle.write(f"ke-{marker.rsplit('-', 1)[0]}"[:15])
+    except OSError:
+        pass  # no /proc in this root: the name stays
+
+
 def _child_main(target: Callable[..., None], payload: dict[str, Any], connection: Any,
                 lifeline: Any, scratch: str, log_path: str, marker: str,
                 environment: dict[str, str], isolate_network: bool,
@@ -254,6 +263,7 @@ def _child_main(target: Callable[..., None], payload: dict[str, Any], connection
     os.environ.clear()
     os.environ.update(environment)
     os.environ[MARKER_ENV] = marker
+    _name_process(marker)
     # The candidate's working folder is apart from the harness's files, so
     # anything that appears in it was written by the candidate.
     workdir = os.path.join(scratch, "work")
@@ -297,7 +307,9 @@ def run_job(target: Callable[..., None], payload: dict[str, Any], scratch: Path,
     _ensure_forkserver()
     scratch.mkdir(parents=True, exist_ok=True)
     log_path = scratch / "output.log"
-    marker = uuid.uuid4().hex
+    # The job's kind leads its marker, so a machine's processes can be told
+    # apart by what they do (bench/cpu_by_role.py).
+    marker = f"{getattr(target, '__name__', 'job')}-{uuid.uuid4().hex}"
     parent_end, child_end = context.Pipe()
     lifeline_read, lifeline_hold = context.Pipe(duplex=False)
     child_environment = redact.without_secrets({**os.environ, **(environment or {})})
