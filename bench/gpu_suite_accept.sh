@@ -12,6 +12,12 @@ export PYTHONUNBUFFERED=1 KERNELEVO_CACHE_DIR=${KERNELEVO_CACHE_DIR:-/tmp/ke-cac
 OUT=${OUT:-/tmp/out}
 bash bench/kernelbench/setup_device.sh > /dev/null 2>&1
 rm -rf /tmp/sa && mkdir -p /tmp/sa
+pack() {  # what there is so far, in one archive (a call cut short still returns it)
+    tar czf /tmp/sa_pack.tgz --exclude='*.db' --exclude='*.db-wal' --exclude='tasks' \
+        --exclude='solutions' --exclude='problems' -C /tmp sa 2>/dev/null \
+        && mv /tmp/sa_pack.tgz "$OUT/suite_accept.tgz"
+}
+(while sleep 30; do pack; done) & packer=$!
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > /tmp/sa/gpu.txt 2>&1
 python -c "import torch, triton; print(torch.__version__, torch.version.cuda, triton.__version__)" >> /tmp/sa/gpu.txt 2>&1
 timeout $(( ${KB_S:-100} + 40 )) python bench/suite_throughput.py --kb .kb --out /tmp/sa/kb \
@@ -28,6 +34,5 @@ timeout $(( ${SUITE_S:-400} + 40 )) python bench/suite_throughput.py --kb .kb --
 echo "suite exit $?"; tail -3 /tmp/sa/suite_log.txt
 kill $sampler; kill -TERM $roles; sleep 3
 cat /tmp/sa/cpu_by_role.json | python -c "import json,sys; print(json.load(sys.stdin)['cpu_s'])"
-tar czf "$OUT/suite_accept.tgz" --exclude='*.db' --exclude='*.db-wal' --exclude='tasks' \
-    --exclude='solutions' --exclude='problems' -C /tmp sa 2>/dev/null
+kill $packer; pack
 ls -la "$OUT"
