@@ -100,17 +100,29 @@ def _prebuild_key(source: str, environment: dict[str, str]) -> str:
     import hashlib
 
     settings = "\0".join(f"{k}={v}" for k, v in sorted(environment.items()))
-    extensions = os.environ.get("TORCH_EXTENSIONS_DIR", "")
-    return hashlib.sha256(f"{extensions}\0{settings}\0{source}".encode()).hexdigest()
+    return hashlib.sha256(f"{settings}\0{source}".encode()).hexdigest()
 
 
-def prebuild_source(source: str, config: EvalConfig, environment: dict[str, str]) -> float:
+def build_environment(cache_dir: Path | None = None) -> dict[str, str]:
+    """The build caches a child uses: the user's own where set, else under `cache_dir`.
+
+    A prebuild names them itself: a suite's builds ahead start before any
+    judge has put them in this process's environment, and a build into a
+    child's own (empty, thrown away) home would be made again by the worker.
+    """
+    defaults = cache_environment(cache_dir or default_cache_dir())
+    return {key: os.environ.get(key, value) for key, value in defaults.items()}
+
+
+def prebuild_source(source: str, config: EvalConfig, environment: dict[str, str],
+                    cache_dir: Path | None = None) -> float:
     """Build a CUDA candidate's extensions into the shared cache, with no GPU; seconds spent.
 
     A build the compiler refuses is remembered there too (cuda_build), so the
     worker that judges the candidate reports it without compiling again. A
     source this process prebuilt already costs nothing (0.0).
     """
+    environment = {**build_environment(cache_dir), **environment, "CUDA_VISIBLE_DEVICES": ""}
     key = _prebuild_key(source, environment)
     with _prebuilt_lock:
         if key in _prebuilt:
@@ -119,7 +131,7 @@ def prebuild_source(source: str, config: EvalConfig, environment: dict[str, str]
     try:
         result = run_job(run_prebuild, PrebuildJob(source, str(scratch)).to_json(), scratch,
                          config.build_timeout_s, config.output_limit_bytes,
-                         environment={**environment, "CUDA_VISIBLE_DEVICES": ""})
+                         environment=environment)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if not result.final:  # cut short (its limit, a crash): the worker builds it again
@@ -234,7 +246,8 @@ class Judge:
         """Compile a CUDA candidate ahead, on the CPU; seconds spent, or None if not applicable."""
         if self.device != "cuda" or candidate.backend != "cuda":
             return None
-        return prebuild_source(candidate.source, self.config, self.child_environment)
+        return prebuild_source(candidate.source, self.config, self.child_environment,
+                               self.cache_dir)
 
     def _static_verdict(self, candidate: Candidate) -> Verdict | None:
         if not self.config.static_checks:
