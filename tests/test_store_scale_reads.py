@@ -121,7 +121,6 @@ def spied(store: RunStore, read) -> list[tuple[str, tuple]]:
 # ranking also reads the baseline's row and its first kernels, a few rows).
 INDEX_ONLY = {
     "judged in order": (lambda briefs: briefs.judged_in_order(), ""),
-    "archive offers": (lambda briefs: briefs.archive_offers(), ""),
     "ranking counts": (lambda briefs: briefs.ranking(0), "COUNT(*)"),
     "timeline": (lambda briefs: briefs.status_changes(0.0, 1.0, 10), ""),
     "moments": (lambda briefs: briefs.moments(), ""),
@@ -209,3 +208,31 @@ def test_grid_cells_fit_their_text_at_scale() -> None:
     row_label_x = float(grid.split('text-anchor="end"')[0].rsplit('x="', 1)[1].split('"')[0])
     assert row_label_x >= len("triton · 3+ kernel(s) · tensor cores") * CHAR_PX
 
+
+
+def test_the_archive_s_offers_read_no_verdict_and_their_scan_reads_indexes_only(
+        tmp_path: Path) -> None:
+    """Kept offers are read from their own small tables; the scan that stands in for
+    them (an older or reordered run) reads the covering indexes, no row."""
+    import sqlite3
+
+    from kernelevo.store import offers
+
+    with RunStore.create(tmp_path, "add", "# task", {}) as store:
+        judge(store, "triton", verdict_for("passed", speedup_vs_eager=2.0), "a")
+        judge(store, "triton", verdict_for("output_mismatch"), "b")
+        path = store.path
+    sent: list[str] = []
+    with sqlite3.connect(path) as connection:
+        connection.set_trace_callback(sent.append)
+        kept = offers.kept_offers(connection)
+        connection.set_trace_callback(None)
+        assert sent and not any(" verdict" in sql or "candidate c" in sql for sql in sent)
+        assert kept == offers.scan_offers(connection)
+        connection.set_trace_callback(sent.append)
+        sent.clear()
+        offers.scan_offers(connection)
+        connection.set_trace_callback(None)
+        plans = [[row[3] for row in connection.execute("EXPLAIN QUERY PLAN " + sql)]
+                 for sql in sent]
+    assert plans and all(steps and reads_rows(steps) == [] for steps in plans), plans

@@ -129,3 +129,96 @@ def test_a_run_made_before_the_steps_gains_them_on_first_open(tmp_path: Path,
         connection.execute("DROP TABLE best_step")
     with RunStore.open(path) as store:
         assert store.briefs.best_steps() == expected
+
+
+def in_order_run(store: RunStore, rng: random.Random, count: int, monkeypatch) -> None:
+    """Verdicts written as a search writes them: each at a later moment, some at equal
+    moments in creation order, none judged again."""
+    moments = sorted(rng.choice((rng.uniform(0, 100), 50.0)) + 1e9 for _ in range(count))
+    clock = iter(moments)
+    ids = [add(store, f"c{index}", rng.choice(("triton", "cuda", "pytorch")),
+               island=rng.randrange(3), cell=rng.choice(CELLS)) for index in range(count)]
+    monkeypatch.setattr("kernelevo.store.run_store.time.time", lambda: next(clock))
+    for candidate_id in ids:
+        store.record_verdict(candidate_id, random_verdict(rng))
+    monkeypatch.undo()
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_offers_kept_by_the_triggers_equal_a_scan_and_a_full_replay(tmp_path: Path, seed: int,
+                                                                    monkeypatch) -> None:
+    from kernelevo.store.offers import kept_offers, offers_in_order, scan_offers
+
+    rng = random.Random(seed)
+    with RunStore.create(tmp_path, "add", "# task", {}) as store:
+        in_order_run(store, rng, rng.randrange(1, 80), monkeypatch)
+        judged = store.briefs.judged_in_order()
+        path = Path(store.path)
+    with sqlite3.connect(path) as connection:
+        assert offers_in_order(connection)
+        kept, scanned = kept_offers(connection), scan_offers(connection)
+    assert kept == scanned
+    assert kept.additions == len(judged)
+    for islands, interval in ((3, 0), (3, 1), (4, 7)):
+        settings = archive_settings(kept.highest_island, {"islands": islands,
+                                                          "migration_interval": interval})
+        assert state(Archive.replay_offers(kept.offers, kept.additions, kept.failures,
+                                           **settings)) == state(Archive.replay(judged,
+                                                                                **settings))
+
+
+def test_offers_that_lost_their_order_are_scanned_then_filled_again_by_a_writer(
+        tmp_path: Path, monkeypatch) -> None:
+    """A verdict deleted (judged again) or written before the last one: readers scan,
+    the next writer to open the run fills the offers afresh."""
+    from kernelevo.store.offers import kept_offers, offers_in_order, scan_offers
+
+    rng = random.Random(5)
+    with RunStore.create(tmp_path, "add", "# task", {}) as store:
+        in_order_run(store, rng, 30, monkeypatch)
+        first = store.briefs.judged_in_order()[0].id
+        store.record_verdict(first, random_verdict(rng))  # judged again: a delete
+        path = Path(store.path)
+    with sqlite3.connect(path) as connection:
+        assert not offers_in_order(connection)
+        stale = kept_offers(connection)
+        truth = scan_offers(connection)
+    with RunStore.read(path) as store:  # a reader scans, writing nothing
+        assert store.briefs.archive_offers() == truth
+    assert stale != truth  # the kept places no longer hold: the scan was needed
+    with RunStore.open(path) as store:
+        assert store.upgraded == ("the archive's offers",)
+        assert store.briefs.archive_offers() == truth
+    with sqlite3.connect(path) as connection:
+        assert offers_in_order(connection) and kept_offers(connection) == truth
+    # One written before the last one: out of order too.
+    with RunStore.open(path) as store:
+        late = add(store, "late")
+        monkeypatch.setattr("kernelevo.store.run_store.time.time", lambda: 1.0)
+        store.record_verdict(late, random_verdict(rng))
+        monkeypatch.undo()
+    with sqlite3.connect(path) as connection:
+        assert not offers_in_order(connection)
+
+
+def test_a_run_made_before_the_offers_gains_them_on_first_open(tmp_path: Path,
+                                                               monkeypatch) -> None:
+    from kernelevo.store.offers import has_offers, scan_offers
+
+    with RunStore.create(tmp_path, "add", "# task", {}) as store:
+        in_order_run(store, random.Random(8), 40, monkeypatch)
+        expected, path = store.briefs.archive_offers(), Path(store.path)
+    with sqlite3.connect(path) as connection:
+        for name in ("archive_offer_insert", "archive_offer_delete"):
+            connection.execute(f"DROP TRIGGER {name}")
+        for table in ("archive_order", "archive_offer", "archive_failure"):
+            connection.execute(f"DROP TABLE {table}")
+    before = path.read_bytes()
+    with RunStore.read(path) as store:  # read without writing: scanned
+        assert store.briefs.archive_offers() == expected
+    assert path.read_bytes() == before
+    with RunStore.open(path) as store:
+        assert "the archive's offers" in store.upgraded
+        assert store.briefs.archive_offers() == expected
+    with sqlite3.connect(path) as connection:
+        assert has_offers(connection) and scan_offers(connection) == expected

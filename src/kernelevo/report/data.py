@@ -235,11 +235,16 @@ def _views(store: RunStore, reads: _Reads, info: RunInfo, totals: Totals,
     judged = count - totals.candidates_by_status.get("unevaluated", 0)
     timeline = reads.start(lambda other: _timeline(other, moments.result(), count + 2 * judged,
                                                    info.created_at))
-    chain = store.ancestry(best.stored.id, MAX_LINEAGE_STEPS) if best else {}
-    modes = call_modes(store.llm_calls_of(chain))
-    return _Views(timeline=timeline.result(),
-                  lineage=lineage(chain, best.stored.id, modes) if best else (),
+    # The best's ancestry (each ancestor's row, scattered over a big file) is
+    # read on a connection of its own too, its disk waits beside the others'.
+    steps = reads.start(lambda other: _lineage(other, best.stored.id)) if best else None
+    return _Views(timeline=timeline.result(), lineage=steps.result() if steps else (),
                   table=table.result(), islands=cells.result())
+
+
+def _lineage(store: RunStore, best_id: str) -> tuple[LineageStep, ...]:
+    chain = store.ancestry(best_id, MAX_LINEAGE_STEPS)
+    return lineage(chain, best_id, store.llm_modes_of(chain))
 
 
 def _table(store: RunStore, count: int, start: float) -> CandidateTable:

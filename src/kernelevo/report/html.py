@@ -46,6 +46,13 @@ def environment() -> jinja2.Environment:
     return env
 
 
+def warm_templates() -> None:
+    """Compile every page's template now (about 0.1 s), not on the first request for it."""
+    env = environment()
+    for template in sorted(TEMPLATES.glob("*.j2")):
+        env.get_template(template.name)
+
+
 def _limit(value: float | None, kind: str) -> str:
     shows = {"tokens": units.tokens, "usd": units.usd, "duration": units.duration}
     return units.limit(value, shows[kind])

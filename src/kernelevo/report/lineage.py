@@ -17,7 +17,7 @@ from typing import Any
 from kernelevo.report.diff import diff_counts
 from kernelevo.search.archive import Archive
 from kernelevo.store.run_store import StoredCandidate
-from kernelevo.store.briefs import ArchiveOffers
+from kernelevo.store.offers import ArchiveOffers
 
 # Past this many steps the chain is cut: a cycle would be a corrupt store,
 # and no real search breeds this deep.

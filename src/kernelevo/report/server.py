@@ -310,6 +310,9 @@ def serve(runs_dir: Path, host: str = "127.0.0.1", port: int = 8765,
         print(f"listening on {host}, beyond this machine: plain HTTP, so anyone who sees "
               "the token can read every run; prefer 127.0.0.1 and an SSH tunnel",
               file=sys.stderr)
+    # The pages' templates compile beside the first requests, not in the first
+    # run page's answer.
+    threading.Thread(target=html.warm_templates, name="ui-templates", daemon=True).start()
     if open_browser:
         webbrowser.open(url)
     try:

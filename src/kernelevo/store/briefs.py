@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from kernelevo.candidate import Candidate
@@ -33,6 +32,7 @@ from kernelevo.store.records import (
     kernel_sql,
     rank_entry_from_row,
 )
+from kernelevo.store.offers import ArchiveOffers
 from kernelevo.store.schema import Database
 from kernelevo.store.steps import METRICS, Step
 
@@ -52,26 +52,7 @@ _JUDGED = ("candidate c CROSS JOIN verdict v INDEXED BY verdict_figures"
            " ON v.candidate_id = c.id")
 # Every candidate, judged or not, read the same way.
 _ALL = "candidate c LEFT JOIN verdict v INDEXED BY verdict_figures ON v.candidate_id = c.id"
-# The best kernel in the order of store_records.rank: timed ones fastest
-# first, then (a run without a GPU) the first judged.
-# A verdict's place in the search's order and its archive fitness
-# (archive.fitness_of); cells and islands as `Archive.replay` reads them.
-_FITNESS = "CASE WHEN v.status = 'ok' THEN COALESCE(v.speedup_vs_eager, 1.0) END"
-_ARCHIVE_CELL = "COALESCE(c.island, 0), COALESCE(c.cell_json, '[]')"
 _NO_ENVIRONMENT = '{"environment": {}'
-
-@dataclass(frozen=True)
-class ArchiveOffers:
-    """A run's verdicts as its archive replays them (Briefs.archive_offers).
-
-    offers: (place in the order judged from 1, candidate id, cell, island,
-    fitness); failures: (island, cell, count).
-    """
-
-    additions: int
-    highest_island: int
-    offers: list[tuple[int, str, tuple[Any, ...], int, float]]
-    failures: list[tuple[int, tuple[Any, ...], int]]
 
 
 class EventSummary(NamedTuple):
@@ -154,33 +135,13 @@ class Briefs:
 
         A passing verdict no faster than an earlier one in its own cell of its
         own island is always refused (an elite only ever gets fitter), so only
-        the others are read, each with its place in the order; failures are
-        counted per cell, since their order changes nothing.
+        the others matter, each with its place in the order; failures are
+        counted per cell, since their order changes nothing. The triggers of
+        store_offers keep them as verdicts are written; a run without them (an
+        older one, read without writing) or whose verdicts lost their order is
+        scanned instead.
         """
-        # One ordered pass over the verdicts (a covering index and one sort in
-        # SQLite); the running best per cell is kept here, which is cheaper than
-        # SQL window functions over every row.
-        rows = self._database.query(
-            f"SELECT c.id, COALESCE(c.cell_json, '[]'), COALESCE(c.island, 0), {_FITNESS}"
-            f" FROM {_JUDGED} ORDER BY v.evaluated_at, c.sequence")
-        best: dict[tuple[int, str], float] = {}
-        failed: dict[tuple[int, str], int] = {}
-        offers = []
-        highest_island = 0
-        for position, (candidate_id, cell, island, fitness) in enumerate(rows, start=1):
-            highest_island = max(highest_island, island)
-            key = (island, cell)
-            if fitness is None:
-                failed[key] = failed.get(key, 0) + 1
-                continue
-            earlier = best.get(key)
-            if earlier is None or fitness > earlier:
-                best[key] = fitness
-                offers.append((position, candidate_id, _cell(cell), island, fitness))
-        failures = [(island, _cell(cell), count) for (island, cell), count
-                    in sorted(failed.items(), key=lambda item: (item[1], item[0]))]
-        additions = len(rows)
-        return ArchiveOffers(additions, highest_island or 0, offers, failures)
+        return self._database.read_offers()
 
     def event_summary(self) -> EventSummary:
         """The few things a page shows of the events log, summed by SQLite."""
@@ -196,12 +157,14 @@ class Briefs:
 
     def moments(self) -> tuple[float, float] | None:
         """The first and the last moment a candidate was made or judged; None before any."""
+        # One MIN or MAX per subquery: each is then one entry of an index.
         rows = self._database.query(
             "SELECT MIN(made_first, COALESCE(judged_first, made_first)),"
             " MAX(made_last, COALESCE(judged_last, made_last))"
-            " FROM (SELECT MIN(created_at) AS made_first, MAX(created_at) AS made_last"
-            " FROM candidate), (SELECT MIN(evaluated_at) AS judged_first,"
-            " MAX(evaluated_at) AS judged_last FROM verdict)")
+            " FROM (SELECT (SELECT MIN(created_at) FROM candidate) AS made_first,"
+            " (SELECT MAX(created_at) FROM candidate) AS made_last,"
+            " (SELECT MIN(evaluated_at) FROM verdict) AS judged_first,"
+            " (SELECT MAX(evaluated_at) FROM verdict) AS judged_last)")
         first, last = rows[0]
         return None if first is None else (first, last)
 
@@ -343,10 +306,6 @@ class Briefs:
         if not rows:
             return {}
         return dict(Verdict.from_dict(json.loads(rows[0][0])).environment)
-
-
-def _cell(cell_json: str) -> tuple[Any, ...]:
-    return tuple(json.loads(cell_json))
 
 
 def _flags(flagged_json: str | None) -> tuple[str, ...]:

@@ -373,6 +373,18 @@ class RunStore:
             " ORDER BY id", (json.dumps(list(candidate_ids)),))
         return [llm_call_from_row(row) for row in rows]
 
+    def llm_modes_of(self, candidate_ids: Iterable[str]) -> dict[str, str]:
+        """Each candidate's proposal mode, from the last call linked to it (report.call_mode).
+
+        Only the prompt's `mode` is read: no reply (stored after the prompt in
+        each row, so its pages stay unread) and no call object is made.
+        """
+        rows = self._database.query(
+            "SELECT candidate_id, json_extract(prompt_json, '$.mode') FROM llm_call"
+            " WHERE candidate_id IN (SELECT value FROM json_each(?)) ORDER BY id",
+            (json.dumps(list(candidate_ids)),))
+        return {row[0]: "" if row[1] is None else str(row[1]) for row in rows}
+
     def interrupted_llm_calls(self) -> list[LlmCall]:
         """Calls still 'started': in flight now, or cut off by a crash if read on resume."""
         return self.llm_calls("started")
