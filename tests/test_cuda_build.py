@@ -652,3 +652,44 @@ def test_a_long_compiler_log_keeps_its_error_lines_ahead_of_the_tail():
     assert len(kept) <= 6000 and kept.startswith("k.cu(3): error: no instance")
     assert kept.endswith("expanded macro\n")
     assert _errors_first("short log") == "short log"
+
+
+def _slow_header_compiler(tmp_path: Path) -> str:
+    """g++, except that precompiling a header takes 60 s (a real torch/extension.h
+    takes about 35 s on the GPU machine)."""
+    script = tmp_path / "slow-g++"
+    script.write_text("#!/bin/sh\n"
+                      'case " $* " in *" c++-header "*) sleep 60 ;; esac\n'
+                      f'exec {shutil.which("g++")} "$@"\n')
+    script.chmod(0o755)
+    return str(script)
+
+
+@needs_gcc
+def test_a_failed_build_gives_the_header_up_instead_of_waiting_for_it(tmp_path):
+    """The first build of a flag set builds the header beside its compile and waits for
+    it; but once the CUDA file beside it has failed (its marker in the build folder),
+    or its own compile has, the build ends after its compile and the header is left
+    for a later build."""
+    import time
+
+    include, store = _fake_torch(tmp_path), tmp_path / "pch"
+    slow = _slow_header_compiler(tmp_path)
+    shim = [sys.executable, "-S", "-E", str(SHIMS), "cxx", slow, str(store)]
+    env = {**os.environ, "KERNELEVO_BUILD_TIMES": str(tmp_path / "t.jsonl")}
+    (tmp_path / cuda_shims.SIBLING_FAILED).touch()  # nvcc's stand-in failed on the CUDA file
+    started = time.monotonic()
+    done = subprocess.run([*shim, *_ninja_args(include, _main_cpp(tmp_path))], cwd=tmp_path,
+                          capture_output=True, text=True, env=env)
+    assert done.returncode == 0 and (tmp_path / "main.o").is_file()
+    assert time.monotonic() - started < 20
+    (tmp_path / cuda_shims.SIBLING_FAILED).unlink()
+    broken = _main_cpp(tmp_path, "int f() { return undefined_thing; }\n")
+    started = time.monotonic()
+    done = subprocess.run([*shim, *_ninja_args(include, broken)], cwd=tmp_path,
+                          capture_output=True, text=True, env=env)
+    assert done.returncode != 0 and "undefined_thing" in done.stderr
+    assert time.monotonic() - started < 20
+    assert _events(tmp_path) == ["abandoned", "abandoned"]
+    assert not list(store.glob("host-*/torch/*.gch*"))  # nothing half-written is left
+    assert not list(store.glob("host-*/failed.log"))  # the flags are fine: tried again later

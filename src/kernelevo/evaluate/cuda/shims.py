@@ -148,8 +148,10 @@ def start_pch(compiler: str, flags: list[str], header: Path, folder: Path) -> su
     """Start building the header into `folder` (under a temporary name)."""
     partial = folder / f"{HEADER}.gch.{os.getpid()}.partial"
     log = open(folder / f"build.{os.getpid()}.log", "w+")
+    # A group of its own, so that giving it up ends GCC's cc1plus too (abandon_pch).
     return subprocess.Popen([compiler, *flags, "-x", "c++-header", str(header), "-o",
-                             str(partial)], stdout=log, stderr=subprocess.STDOUT)
+                             str(partial)], stdout=log, stderr=subprocess.STDOUT,
+                            process_group=0)
 
 
 def finish_pch(builder: subprocess.Popen, folder: Path, store: Path, started: float) -> bool:
@@ -182,9 +184,11 @@ def run_host(compiler: str, store: Path, args: list[str]) -> None:
     """Stand-in for the host compiler: compile with the precompiled header where one fits.
 
     The first compile of a flag set compiles as usual while it builds the
-    header for the next ones (which takes about twice a plain compile), so no
-    build waits longer than its own compile or nvcc's. GCC checks that a header
-    fits and otherwise reads the source's own; the object is the same either way.
+    header for the next ones (which takes about twice a plain compile). A build
+    that works waits for the header; one that fails, in this file or in the
+    CUDA file beside it (SIBLING_FAILED), gives the header up and fails after
+    its own compile. GCC checks that a header fits and otherwise reads the
+    source's own; the object is the same either way.
     """
     plan = host_plan(args)
     if plan is None:
@@ -199,9 +203,51 @@ def run_host(compiler: str, store: Path, args: list[str]) -> None:
     started = time.perf_counter()
     builder = start_pch(compiler, *plan, folder)
     code = subprocess.call([compiler, *args])
-    finish_pch(builder, folder, store, started)
+    # A build that has failed (this file, or the CUDA file beside it) gives up
+    # the header rather than wait for it: the failure is reported after one
+    # compile, not after the header's (about twice as long).
+    if code == 0 and _wait_unless_sibling_failed(builder) or _ended(builder, _FLAGS_FAIL_S):
+        finish_pch(builder, folder, store, started)  # built, or refused (its flags): noted
+    else:
+        abandon_pch(builder, folder)
     lock.close()
     sys.exit(code)
+
+
+SIBLING_FAILED = ".kernelevo-compile-failed"  # in the build folder, where ninja runs both
+# A header build that fails over its flags does so at once: a failed compile
+# waits this long for it, so such a header is noted and never tried again.
+_FLAGS_FAIL_S = 1.0
+
+
+def _ended(process: subprocess.Popen, within_s: float) -> bool:
+    try:
+        process.wait(timeout=within_s)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
+def _wait_unless_sibling_failed(builder: subprocess.Popen) -> bool:
+    """Wait for the header's build; False as soon as another compile of this build failed."""
+    while builder.poll() is None:
+        if Path(SIBLING_FAILED).exists():
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def abandon_pch(builder: subprocess.Popen, folder: Path) -> None:
+    """Stop building the header (a later build makes it); remove what it wrote."""
+    if builder.poll() is None:
+        try:
+            os.killpg(builder.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        builder.wait()
+    (folder / f"{HEADER}.gch.{os.getpid()}.partial").unlink(missing_ok=True)
+    (folder / f"build.{os.getpid()}.log").unlink(missing_ok=True)
+    record({"role": "cxx", "pch": "abandoned"})
 
 
 # --- nvcc: host and device front ends at once ------------------------------------------------
@@ -457,6 +503,8 @@ def run_nvcc(nvcc: str, light: Path, args: list[str]) -> None:
     done = compile_cuda(nvcc, args, light)
     if done is None:
         os.execv(nvcc, [nvcc, *args])
+    if done.returncode != 0:  # the host file's compile stops waiting for its header
+        Path(SIBLING_FAILED).touch()
     sys.stderr.write(done.stderr)
     sys.exit(done.returncode)
 
