@@ -151,7 +151,7 @@ def start_pch(compiler: str, flags: list[str], header: Path, folder: Path) -> su
     # A group of its own, so that giving it up ends GCC's cc1plus too (abandon_pch).
     return subprocess.Popen([compiler, *flags, "-x", "c++-header", str(header), "-o",
                              str(partial)], stdout=log, stderr=subprocess.STDOUT,
-                            process_group=0)
+                            preexec_fn=os.setpgrp)  # this script runs no threads
 
 
 def finish_pch(builder: subprocess.Popen, folder: Path, store: Path, started: float) -> bool:
