@@ -78,6 +78,11 @@ def test_archive_from_offers_equals_a_replay_of_every_verdict(tmp_path: Path, se
         random_run(store, rng, rng.randrange(1, 80), monkeypatch)
         judged = store.briefs.judged_in_order()
         offers = store.briefs.archive_offers()
+    assert_replays_alike(offers, judged)
+
+
+def assert_replays_alike(offers, judged: list[Judged]) -> None:
+    """The archive from the offers is the archive from every verdict, for several settings."""
     assert offers.additions == len(judged)
     for islands, interval in ((1, 0), (3, 0), (3, 1), (3, 4), (4, 7)):
         settings = archive_settings(offers.highest_island, {"islands": islands,
@@ -158,13 +163,7 @@ def test_offers_kept_by_the_triggers_equal_a_scan_and_a_full_replay(tmp_path: Pa
         assert offers_in_order(connection)
         kept, scanned = kept_offers(connection), scan_offers(connection)
     assert kept == scanned
-    assert kept.additions == len(judged)
-    for islands, interval in ((3, 0), (3, 1), (4, 7)):
-        settings = archive_settings(kept.highest_island, {"islands": islands,
-                                                          "migration_interval": interval})
-        assert state(Archive.replay_offers(kept.offers, kept.additions, kept.failures,
-                                           **settings)) == state(Archive.replay(judged,
-                                                                                **settings))
+    assert_replays_alike(kept, judged)
 
 
 def test_offers_that_lost_their_order_are_scanned_then_filled_again_by_a_writer(
