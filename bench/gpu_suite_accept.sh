@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One device call (< 10 min), issue 20's acceptance run: KernelBench's harness
-# (one process per candidate, shuffled, a time budget KB_S), then
+# (one process per candidate, dealt so any prefix holds Triton and CUDA in the
+# corpus's proportion, a time budget KB_S; its rate on the corpus's mix from
+# each backend's mean time), then
 # `kernelevo suite` with its defaults over the same corpus
 # (bench/kernelbench/manifest.toml), cut at SUITE_S, with the machine's load,
 # the GPU's use (every 5 s) and CPU seconds by kind of process
@@ -21,7 +23,7 @@ pack() {  # what there is so far, in one archive (a call cut short still returns
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > /tmp/sa/gpu.txt 2>&1
 python -c "import torch, triton; print(torch.__version__, torch.version.cuda, triton.__version__)" >> /tmp/sa/gpu.txt 2>&1
 timeout $(( ${KB_S:-100} + 40 )) python bench/suite_throughput.py --kb .kb --out /tmp/sa/kb \
-    --phases kb --kb-budget-s ${KB_S:-100} > /tmp/sa/kb_log.txt 2>&1
+    --phases kb --kb-budget-s ${KB_S:-100} --kb-stratified > /tmp/sa/kb_log.txt 2>&1
 echo "kb exit $?"; tail -2 /tmp/sa/kb_log.txt
 (while true; do
     read -r cpu a b c d rest < /proc/stat; sleep 5

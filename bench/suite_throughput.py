@@ -95,10 +95,36 @@ def _backend(entry: dict) -> str:
     return entry.get("backend", "triton")
 
 
-def kb_phase(entries: list[dict], problems: dict, kb: Path, out: Path, budget_s: float) -> dict:
-    """KernelBench's harness, a fresh process per candidate, until the budget is spent."""
-    order = list(entries)
-    random.Random(7).shuffle(order)
+def stratified(entries: list[dict], seed: int = 7) -> list[dict]:
+    """The corpus shuffled within each backend, then dealt so that every prefix holds
+    Triton and CUDA candidates in the corpus's own proportion (a budget that ends
+    early still samples both)."""
+    rng = random.Random(seed)
+    groups = {backend: [e for e in entries if _backend(e) == backend]
+              for backend in sorted({_backend(e) for e in entries})}
+    for group in groups.values():
+        rng.shuffle(group)
+    order, taken = [], {backend: 0 for backend in groups}
+    for _ in range(len(entries)):
+        # the backend furthest behind its share of the candidates dealt so far
+        backend = min((b for b in groups if taken[b] < len(groups[b])),
+                      key=lambda b: (taken[b] + 1) / len(groups[b]))
+        order.append(groups[backend][taken[backend]])
+        taken[backend] += 1
+    return order
+
+
+def kb_phase(entries: list[dict], problems: dict, kb: Path, out: Path, budget_s: float,
+             stratify: bool = False) -> dict:
+    """KernelBench's harness, a fresh process per candidate, until the budget is spent.
+
+    Besides its rate on what it judged, the rate it would have on the corpus's
+    own mix: each backend's mean time, weighted by the corpus's counts (only
+    when the sample holds both backends).
+    """
+    order = stratified(entries) if stratify else list(entries)
+    if not stratify:
+        random.Random(7).shuffle(order)
     env = {**os.environ, "TORCH_EXTENSIONS_DIR": tempfile.mkdtemp(prefix="kb-ext-")}
     walls, rows, started = [], [], time.perf_counter()
     for entry in order:
@@ -120,9 +146,17 @@ def kb_phase(entries: list[dict], problems: dict, kb: Path, out: Path, budget_s:
                      "wall_s": round(wall, 2), "rc": rc, "result": last[:300]})
         print(f"kb {entry['file']:60} rc={rc} {wall:6.1f}s", flush=True)
     total = time.perf_counter() - started
+    means = {b: sum(r["wall_s"] for r in rows if r["backend"] == b)
+             / max(1, sum(r["backend"] == b for r in rows)) for b in ("triton", "cuda")}
+    counts = {b: sum(_backend(e) == b for e in entries) for b in ("triton", "cuda")}
+    both = all(any(r["backend"] == b for r in rows) for b in counts if counts[b])
+    mix_s = sum(counts[b] * means[b] for b in counts)
     return {"candidates": len(walls), "wall_s": round(total, 1),
             "per_hour": round(3600 * len(walls) / total) if walls else None,
-            "cuda": sum(r["backend"] == "cuda" for r in rows), "rows": rows}
+            "per_hour_corpus_mix": round(3600 * len(entries) / mix_s) if both and mix_s else None,
+            "mean_s": {b: round(m, 2) for b, m in means.items()},
+            "cuda": sum(r["backend"] == "cuda" for r in rows), "stratified": stratify,
+            "rows": rows}
 
 
 SMALL_EXTENSION = r'''
@@ -206,6 +240,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--phases", nargs="*", default=["builds", "suite", "kb"])
     parser.add_argument("--kb-budget-s", type=float, default=200.0)
+    parser.add_argument("--kb-stratified", action="store_true",
+                        help="deal the harness's candidates so every prefix holds Triton and "
+                        "CUDA in the corpus's proportion")
     parser.add_argument("--suite-timeout-s", type=float, default=1800.0)
     parser.add_argument("--suite-args", default="", help="more arguments for `kernelevo suite`, "
                         "e.g. '--no-compile' (time eager only, as KernelBench's harness does)")
@@ -230,7 +267,8 @@ def main() -> None:
                                           args.suite_timeout_s, args.suite_args.split())
             result["suite"]["args"] = args.suite_args
         elif phase == "kb":
-            result["kb"] = kb_phase(entries, problems, args.kb, args.out, args.kb_budget_s)
+            result["kb"] = kb_phase(entries, problems, args.kb, args.out, args.kb_budget_s,
+                                    args.kb_stratified)
         path.write_text(json.dumps(result, indent=1))
     suite, kb = result.get("suite", {}), result.get("kb", {})
     print(json.dumps(result["corpus"]))
@@ -239,7 +277,8 @@ def main() -> None:
               f"verdicts not as expected: {[(w['file'], w['reason']) for w in suite['wrong']]}")
     if kb:
         print(f"KernelBench harness: {kb['candidates']} ({kb['cuda']} CUDA) in {kb['wall_s']} s "
-              f"= {kb['per_hour']}/h")
+              f"= {kb['per_hour']}/h; on the corpus's mix {kb['per_hour_corpus_mix']}/h "
+              f"(mean s {kb['mean_s']})")
     if suite.get("per_hour") and kb.get("per_hour"):
         print(f"ratio: {suite['per_hour'] / kb['per_hour']:.2f}x")
     if "builds" in result:
