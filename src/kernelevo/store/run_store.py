@@ -21,20 +21,19 @@ use a RunStore inherited through fork: open a new one.
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
 import shutil
 import sqlite3
 import time
-from collections.abc import Iterable, Mapping
-from dataclasses import asdict, is_dataclass
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from kernelevo.candidate import Candidate
 from kernelevo.evaluate.verdict import Verdict
 from kernelevo.store.briefs import Briefs
+from kernelevo.store.calls import INTERRUPTED_CALL_ERROR, LlmCallLog
 from kernelevo.store.records import (
     CandidateBrief,
     Event,
@@ -47,19 +46,20 @@ from kernelevo.store.records import (
     StoredCandidate,
     Totals,
     event_from_row,
-    llm_call_from_row,
     rank_candidates,
     run_info_from_row,
     stored_candidate_from_row,
 )
 from kernelevo.store.schema import (RUN_STATUSES, DamagedStore, Database, StoreError,
                                     make_run_dir)
+from kernelevo.store.rows import dumps, plain, require_row
 from kernelevo.store.tally import read_totals
 
 __all__ = [
     "DB_NAME",
     "CandidateBrief",
     "DamagedStore",
+    "INTERRUPTED_CALL_ERROR",
     "Event",
     "Judged",
     "LlmCall",
@@ -78,7 +78,6 @@ __all__ = [
 DB_NAME = "run.db"
 # The key of Verdict.timings that holds the candidate's own samples.
 CANDIDATE_TIMING_KEY = "candidate"
-INTERRUPTED_CALL_ERROR = "interrupted: the run stopped before the reply was recorded"
 
 _CANDIDATE_COLUMNS = """
     c.id, c.sequence, c.name, c.source, c.backend, c.origin, c.parent_ids_json,
@@ -87,7 +86,7 @@ _CANDIDATE_COLUMNS = """
 """
 
 
-class RunStore:
+class RunStore(LlmCallLog):
     """Read and write one run's database; build with `create` or `open`."""
 
     def __init__(self, database: Database) -> None:
@@ -123,7 +122,7 @@ class RunStore:
                 db.execute(
                     "INSERT INTO run (id, created_at, task_name, task_source, config_json,"
                     " status) VALUES (?, ?, ?, ?, ?, 'running')",
-                    (run_id, time.time(), task_name, task_source, _dumps(_plain(config))),
+                    (run_id, time.time(), task_name, task_source, dumps(plain(config))),
                 )
             return cls(database)
         except (OSError, sqlite3.Error, StoreError) as exc:
@@ -173,7 +172,7 @@ class RunStore:
     def set_config(self, config: Mapping[str, Any] | Any) -> None:
         """Replace the stored settings (a resume that changes budgets or models)."""
         with self._database.transaction() as db:
-            db.execute("UPDATE run SET config_json = ?", (_dumps(_plain(config)),))
+            db.execute("UPDATE run SET config_json = ?", (dumps(plain(config)),))
 
     def set_status(self, status: str) -> None:
         """Mark the run 'running' (again, on resume), 'finished' or 'interrupted'."""
@@ -196,7 +195,7 @@ class RunStore:
     ) -> str:
         """Store a new candidate in state 'proposed' and return its id ('c0001', ...)."""
         parents = list(candidate.parent_ids if parent_ids is None else parent_ids)
-        cell_json = None if cell is None else _dumps(list(cell))
+        cell_json = None if cell is None else dumps(list(cell))
         with self._database.transaction() as db:
             next_sequence = "SELECT COALESCE(MAX(sequence), 0) + 1 FROM candidate"
             sequence = db.execute(next_sequence).fetchone()[0]
@@ -206,8 +205,8 @@ class RunStore:
                 " origin, parent_ids_json, inspiration_ids_json, island, cell_json, created_at,"
                 " state) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 'proposed')",
                 (candidate_id, self.run_id, sequence, candidate.name, candidate.source,
-                 candidate.source_hash, candidate.backend, candidate.origin, _dumps(parents),
-                 _dumps(list(inspiration_ids)), island, cell_json, time.time()),
+                 candidate.source_hash, candidate.backend, candidate.origin, dumps(parents),
+                 dumps(list(inspiration_ids)), island, cell_json, time.time()),
             )
         return candidate_id
 
@@ -219,7 +218,7 @@ class RunStore:
                 " evaluation_attempts = evaluation_attempts + 1 WHERE id = ?",
                 (candidate_id,),
             )
-            _require_row(cursor, "candidate", candidate_id)
+            require_row(cursor, "candidate", candidate_id)
 
     def record_verdict(self, candidate_id: str, verdict: Verdict) -> None:
         """Store the verdict (replacing any earlier one) and mark the candidate evaluated."""
@@ -228,14 +227,14 @@ class RunStore:
             cursor = db.execute(
                 "UPDATE candidate SET state = 'evaluated' WHERE id = ?", (candidate_id,)
             )
-            _require_row(cursor, "candidate", candidate_id)
+            require_row(cursor, "candidate", candidate_id)
             # DELETE then INSERT, not REPLACE, so the tally triggers see both (store_tally).
             db.execute("DELETE FROM verdict WHERE candidate_id = ?", (candidate_id,))
             db.execute(
                 "INSERT INTO verdict (candidate_id, verdict_json, status, reason,"
                 " speedup_vs_eager, speedup_vs_compile, runtime_ms, evaluated_at)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (candidate_id, _dumps(verdict.to_dict()), verdict.status, verdict.reason,
+                (candidate_id, dumps(verdict.to_dict()), verdict.status, verdict.reason,
                  verdict.speedup_vs_eager, verdict.speedup_vs_compile,
                  timing.median_ms if timing else None, time.time()),
             )
@@ -289,127 +288,6 @@ class RunStore:
         )
         return [stored_candidate_from_row(row) for row in rows]
 
-    # -- LLM calls ---------------------------------------------------------
-
-    def start_llm_call(
-        self,
-        model: str,
-        prompt: Any,
-        *,
-        max_output_tokens: int | None = None,
-        cost_bound_usd: float | None = None,
-    ) -> int:
-        """Record a request before it is sent; `cost_bound_usd` is its worst-case price."""
-        with self._database.transaction() as db:
-            cursor = db.execute(
-                "INSERT INTO llm_call (model, prompt_json, max_output_tokens, cost_bound_usd,"
-                " started_at, state) VALUES (?, ?, ?, ?, ?, 'started')",
-                (model, _dumps(prompt), max_output_tokens, cost_bound_usd, time.time()),
-            )
-            return int(cursor.lastrowid)
-
-    def finish_llm_call(
-        self,
-        call_id: int,
-        response_text: str,
-        input_tokens: int,
-        output_tokens: int,
-        cost_usd: float,
-        latency_s: float,
-        candidate_id: str | None = None,
-        note: str = "",
-    ) -> None:
-        """Record the reply, the tokens and dollars it is charged, and a `note` if an estimate."""
-        with self._database.transaction() as db:
-            # A finished call's `error` holds the note: why its tokens are an estimate.
-            cursor = db.execute(
-                "UPDATE llm_call SET state = 'finished', response_text = ?, input_tokens = ?,"
-                " output_tokens = ?, cost_usd = ?, latency_s = ?, candidate_id = ?,"
-                " finished_at = ?, error = ? WHERE id = ? AND state = 'started'",
-                (response_text, input_tokens, output_tokens, cost_usd, latency_s,
-                 candidate_id, time.time(), note or None, call_id),
-            )
-            _require_row(cursor, "started LLM call", call_id)
-
-    def link_llm_call(self, call_id: int, candidate_id: str) -> None:
-        """Attach a finished call to the candidate parsed from its reply."""
-        with self._database.transaction() as db:
-            cursor = db.execute(
-                "UPDATE llm_call SET candidate_id = ? WHERE id = ?", (candidate_id, call_id)
-            )
-            _require_row(cursor, "LLM call", call_id)
-
-    def fail_llm_call(
-        self,
-        call_id: int,
-        error: str,
-        input_tokens: int = 0,
-        output_tokens: int = 0,
-        cost_usd: float = 0.0,
-    ) -> None:
-        """Record a failed request; pass the tokens if the provider billed them."""
-        with self._database.transaction() as db:
-            cursor = db.execute(
-                "UPDATE llm_call SET state = 'failed', error = ?, input_tokens = ?,"
-                " output_tokens = ?, cost_usd = ?, finished_at = ?"
-                " WHERE id = ? AND state = 'started'",
-                (error, input_tokens, output_tokens, cost_usd, time.time(), call_id),
-            )
-            _require_row(cursor, "started LLM call", call_id)
-
-    def llm_calls(self, state: str | None = None) -> list[LlmCall]:
-        if state is None:
-            rows = self._database.query("SELECT * FROM llm_call ORDER BY id")
-        else:
-            rows = self._database.query(
-                "SELECT * FROM llm_call WHERE state = ? ORDER BY id", (state,)
-            )
-        return [llm_call_from_row(row) for row in rows]
-
-    def llm_calls_of(self, candidate_ids: Iterable[str]) -> list[LlmCall]:
-        """The calls linked to these candidates, in order, with prompts and replies."""
-        rows = self._database.query(
-            "SELECT * FROM llm_call WHERE candidate_id IN (SELECT value FROM json_each(?))"
-            " ORDER BY id", (json.dumps(list(candidate_ids)),))
-        return [llm_call_from_row(row) for row in rows]
-
-    def llm_modes_of(self, candidate_ids: Iterable[str]) -> dict[str, str]:
-        """Each candidate's proposal mode, from the last call linked to it (report.call_mode).
-
-        Only the prompt's `mode` is read: no reply (stored after the prompt in
-        each row, so its pages stay unread) and no call object is made.
-        """
-        rows = self._database.query(
-            "SELECT candidate_id, json_extract(prompt_json, '$.mode') FROM llm_call"
-            " WHERE candidate_id IN (SELECT value FROM json_each(?)) ORDER BY id",
-            (json.dumps(list(candidate_ids)),))
-        return {row[0]: "" if row[1] is None else str(row[1]) for row in rows}
-
-    def interrupted_llm_calls(self) -> list[LlmCall]:
-        """Calls still 'started': in flight now, or cut off by a crash if read on resume."""
-        return self.llm_calls("started")
-
-    def settle_interrupted_llm_calls(self) -> float:
-        """On resume only: fail every started call, charged at its bound; returns dollars.
-
-        Input tokens are the prompt's own `max_input_tokens` where the caller
-        recorded one, else the prompt's JSON length in bytes, which bounds them too.
-        """
-        with self._database.transaction() as db:
-            row = db.execute(
-                "SELECT COALESCE(SUM(cost_bound_usd), 0) FROM llm_call WHERE state = 'started'"
-            ).fetchone()
-            # The provider may have billed the full reply, so count the worst case as paid.
-            db.execute(
-                "UPDATE llm_call SET state = 'failed', error = ?, finished_at = ?,"
-                " input_tokens = COALESCE(json_extract(prompt_json, '$.max_input_tokens'),"
-                " length(CAST(prompt_json AS BLOB))),"
-                " output_tokens = COALESCE(max_output_tokens, 0),"
-                " cost_usd = COALESCE(cost_bound_usd, 0) WHERE state = 'started'",
-                (INTERRUPTED_CALL_ERROR, time.time()),
-            )
-        return float(row[0])
-
     # -- totals and events -------------------------------------------------
 
     def totals(self) -> Totals:
@@ -421,7 +299,7 @@ class RunStore:
         with self._database.transaction() as db:
             cursor = db.execute(
                 "INSERT INTO events (at, kind, payload_json) VALUES (?, ?, ?)",
-                (time.time(), kind, _dumps(_plain(payload or {}))),
+                (time.time(), kind, dumps(plain(payload or {}))),
             )
             return int(cursor.lastrowid)
 
@@ -455,20 +333,3 @@ def new_run_id(task_name: str) -> str:
     slug = re.sub(r"[^a-z0-9]+", "-", task_name.lower()).strip("-")[:32] or "run"
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     return f"{stamp}-{slug}-{secrets.token_hex(2)}"
-
-
-def _require_row(cursor: sqlite3.Cursor, what: str, key: object) -> None:
-    if cursor.rowcount == 0:
-        raise StoreError(f"no {what} with id {key!r} in this run")
-
-
-def _plain(value: Any) -> Any:
-    """Dataclass config trees become dicts so they can be stored as JSON."""
-    if is_dataclass(value) and not isinstance(value, type):
-        return asdict(value)
-    return value
-
-
-def _dumps(value: Any) -> str:
-    # default=str keeps Paths and enums in a config readable instead of failing the run.
-    return json.dumps(value, default=str, sort_keys=True)
