@@ -143,7 +143,11 @@ def test_the_worker_goes_on_while_the_oracle_exits_and_the_judge_checks_trivial_
 
 
 def test_a_standby_runs_no_kernels_until_the_evaluation_beside_it_has_timed():
-    """Else its warm-up holds the GPU when that evaluation is ready to time (gate_wait)."""
+    """Else its warm-up holds the GPU when that evaluation is ready to time (gate_wait).
+
+    Its worker's brief kernels (the baselines' model and inputs, nothing at
+    all on the CPU) go at once; the oracle's reference waits.
+    """
     from types import SimpleNamespace
 
     from kernelevo.evaluate.session import Session
@@ -155,18 +159,18 @@ def test_a_standby_runs_no_kernels_until_the_evaluation_beside_it_has_timed():
     beside = SimpleNamespace(past_timing=threading.Event())
     standby = Session(judge, task, True, yield_to=beside)
     try:
-        # Its children start and import the task, then wait before their first kernels.
+        # Its children start and import the task, then the oracle waits before its kernels.
         assert standby._yield.waiting.wait(120)
+        assert standby.warm.wait(120)  # the worker is warm: it asked for brief kernels only
         time.sleep(0.5)
-        assert not standby.warm.is_set() and not standby.oracle.ready.is_set()
+        assert not standby.oracle.ready.is_set()
         assert gate.holders() == (0, False)
         beside.past_timing.set()  # the evaluation beside it has timed its candidates
-        assert standby.warm.wait(120) and standby.oracle.ready.wait(120)
+        assert standby.oracle.ready.wait(120)
         (verdict,) = standby.run([candidate])
     finally:
         standby.close()
     assert verdict.reason == "passed", verdict.message
-    assert verdict.phases_s["warmup_yield"] > 0.1  # its worker waited, too
     # A job that takes a standby still waiting ends the wait: its worker warms up now.
     waiting = Session(judge, task, True, yield_to=SimpleNamespace(past_timing=threading.Event()))
     try:
@@ -175,6 +179,48 @@ def test_a_standby_runs_no_kernels_until_the_evaluation_beside_it_has_timed():
     finally:
         waiting.close()
     assert verdict.reason == "passed", verdict.message
+
+
+def test_a_warm_up_compiles_without_the_gpu_and_a_candidate_cannot_drop_the_hold():
+    """The session's answers to a worker: a standby's warm-up kernels wait for the
+    evaluation beside it, brief ones do not; `CpuWork` gives the hold up before
+    the worker's `Ready` (the harness's torch.compile), never after it (a
+    candidate's code runs then)."""
+    from types import SimpleNamespace
+
+    from kernelevo.evaluate.messages import CpuWork, Gpu, Ready
+    from kernelevo.evaluate.session import Session
+
+    task, _ = _softmax()
+    judge = Judge(task, EvalConfig())
+    gate = gate_for(judge.device, judge.gpu_index)
+    beside = SimpleNamespace(past_timing=threading.Event())
+    session = Session(judge, judge.task, True, yield_to=beside)
+    try:
+        session.kill()  # its own processes play no part: the answers are called here
+        for thread in session._threads:  # gone, with their own releases of the hold
+            thread.join(60)
+        session._ready_heard = False  # its worker may have reached Ready before it died
+        assert session._answer(Gpu(brief=True)) is not None
+        assert session.hold.state == "shared" and gate.holders() == (1, False)
+        session._answer(CpuWork())  # the compile: no hold
+        assert session.hold.state == "none" and gate.holders() == (0, False)
+        session.killed.clear()  # waits give up on a killed session: this one must wait
+        asked = _in_thread(lambda: session._answer(Gpu()))
+        assert not asked.wait(0.5)  # the compiled graphs' first run waits for the timing beside
+        beside.past_timing.set()
+        assert asked.wait(10) and session.hold.state == "shared"
+        assert session._yielded_s is not None and session._yielded_s >= 0.4
+        session.kill()  # so Ready is answered with Abort at once, not after a wait for work
+        session._answer(Ready())
+        session.hold.shared()  # as a worker given candidates holds it
+        session._answer(CpuWork())  # from a candidate's code: ignored
+        assert session.hold.state == "shared" and gate.holders() == (1, False)
+    finally:
+        session.hold.release()
+        session.kill()
+        session.close()
+    assert gate.holders() == (0, False)
 
 
 def test_children_take_the_gate_only_once_their_task_is_imported(tmp_path, monkeypatch):

@@ -207,11 +207,11 @@ class Judge:
                 self.progress("building CUDA extension")
                 self.prebuild(candidates[i])
         pending = [i for i in pending if verdicts[i] is None]
-        # The re-check at other sizes starts with the evaluation, beside it (on
-        # a GPU machine, where cores are many): its processes import and make
-        # their contexts while this one checks, and run kernels once it has
-        # timed. Not needed (nothing passed), it is killed.
-        varied: list[Session] | None = (
+        # The re-check at other sizes runs beside the evaluation (on a GPU
+        # machine, where cores are many): its oracle and worker check the
+        # candidates while this one checks them, and its verdicts are there
+        # when this one has timed. Not needed (nothing passed), it is killed.
+        varied: list[_Recheck] | None = (
             [] if self.vary_beside and self.config.vary_shapes else None)
         try:
             if pending:
@@ -222,10 +222,13 @@ class Judge:
             judged = [v for v in verdicts if v is not None]
             assert len(judged) == len(candidates)  # a static verdict or a judged one, each
             if self.config.vary_shapes:
-                judged = self._vary_shapes(candidates, judged, varied[0] if varied else None)
+                beside = None
+                if varied:  # its verdicts, by the index of the candidate they judge
+                    beside = (varied[0], {i: n for n, i in enumerate(pending)})
+                judged = self._vary_shapes(candidates, judged, beside)
         finally:  # an error or an interrupt: a re-check started beside goes too
-            for session in varied or ():
-                session.discard()
+            for recheck in varied or ():
+                recheck.discard()
         total_s = time.perf_counter() - started
         return [_with_total(v, total_s, self._notes(c, i in pending))
                 for i, (c, v) in enumerate(zip(candidates, judged))]
@@ -263,7 +266,7 @@ class Judge:
 
     def _run_guarded(self, candidates: list[Candidate], task: Task, time_them: bool,
                      session: Session | None = None,
-                     varied: list[Session] | None = None) -> list[Verdict]:
+                     varied: list["_Recheck"] | None = None) -> list[Verdict]:
         """_run, with the judge's own GPU memory running out turned into verdicts."""
         try:
             return self._run(candidates, task, time_them, session, varied)
@@ -281,11 +284,11 @@ class Judge:
 
     def _run(self, candidates: list[Candidate], task: Task, time_them: bool,
              session: Session | None = None,
-             varied: list[Session] | None = None) -> list[Verdict]:
+             varied: list["_Recheck"] | None = None) -> list[Verdict]:
         """Judge in a session: `session`, the standby one when it fits, else one started now.
 
-        `varied`, a list: the re-check at other sizes is started beside this
-        session, its kernels after this one's timing, and put in the list.
+        `varied`, a list: the re-check of these candidates at other sizes
+        starts beside this session, and is put in the list.
         """
         if task is not self.task:
             # Another size of the task (shape variation): a session of its own,
@@ -316,7 +319,7 @@ class Judge:
                      if task is self.task else None)
             session = Session(self, task, time_them, ahead)
         if varied is not None and (other := self._varied_task()) is not None:
-            varied.append(Session(self, other[0], False, None, yield_to=session))
+            varied.append(_Recheck(self, other[0], candidates))
         try:
             return session.run(candidates)
         finally:
@@ -368,10 +371,11 @@ class Judge:
             session.close()
 
     def _vary_shapes(self, candidates: list[Candidate], verdicts: list[Verdict],
-                     session: Session | None = None) -> list[Verdict]:
+                     beside: "tuple[_Recheck, dict[int, int]] | None" = None) -> list[Verdict]:
         """Re-check passing candidates at other sizes of the task, in a session of their own.
 
-        `session`: one started for this re-check beforehand, else one starts now.
+        `beside`: a re-check run beside the evaluation, with the position of
+        each candidate's verdict in it; else the passing ones are re-checked now.
         """
         passing = [i for i, v in enumerate(verdicts) if v.ok]
         if not passing:  # `session`, if any, is dropped by the caller
@@ -387,8 +391,12 @@ class Judge:
             self.progress("re-checking at other sizes")
             started = time.perf_counter()
             try:
-                rechecked = self._run_guarded([candidates[i] for i in passing], varied[0],
-                                              False, session)
+                if beside is not None:
+                    found = beside[0].verdicts()
+                    rechecked = [found[beside[1][i]] for i in passing]
+                else:
+                    rechecked = self._run_guarded([candidates[i] for i in passing], varied[0],
+                                                  False)
             except TaskError as exc:
                 note = f"shapes not varied: the reference fails at {described}: {exc}"
             spent = round(time.perf_counter() - started, 3)
@@ -406,6 +414,42 @@ class Judge:
             else:
                 verdicts[i] = shape_variation_verdict(verdicts[i], rechecked[position], described)
         return verdicts
+
+
+class _Recheck:
+    """The re-check at other sizes, run in a thread beside the evaluation it re-checks.
+
+    Its oracle and worker check the same candidates as that evaluation, at
+    once, as any checks share a GPU (gate.py): by the time the evaluation
+    has timed its candidates, their verdicts at other sizes are mostly in.
+    """
+
+    def __init__(self, judge: Judge, task: Task, candidates: list[Candidate]) -> None:
+        self.session = Session(judge, task, False, None)
+        self._verdicts: list[Verdict] | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(judge, candidates),
+                                        name="kernelevo-recheck", daemon=True)
+        self._thread.start()
+
+    def _run(self, judge: Judge, candidates: list[Candidate]) -> None:
+        try:
+            self._verdicts = judge._run_guarded(candidates, self.session.task, False,
+                                                self.session)
+        except BaseException as exc:  # raised in the judge's thread by verdicts()
+            self._error = exc
+
+    def verdicts(self) -> list[Verdict]:
+        """Its verdicts, in the order of its candidates, once in (TaskError: the reference failed)."""
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._verdicts is not None
+        return self._verdicts
+
+    def discard(self) -> None:
+        """Kill it if it still runs (nothing passed, or the evaluation broke off)."""
+        self.session.discard()
 
 
 def _with_total(verdict: Verdict, total_s: float, notes: list[str]) -> Verdict:

@@ -151,9 +151,25 @@ class Isolation(Message):
 
 @dataclass(frozen=True)
 class Gpu(Message):
-    """(ask) About to run kernels: answered with `Granted` once a shared hold is taken."""
+    """(ask) About to run kernels: answered with `Granted` once a shared hold is taken.
+
+    `brief`: a few short kernels only (a model's parameters and inputs made),
+    so a standby asking need not wait for the evaluation beside it to time.
+    """
 
     kind: ClassVar[str] = "gpu"
+    brief: bool = False
+
+
+@dataclass(frozen=True)
+class CpuWork(Message):
+    """(ask) A warm-up's CPU-only stretch (torch.compile's compile) ahead: the hold may go.
+
+    Heard only before the worker's `Ready`, while it runs the harness's code
+    alone: a candidate's process cannot drop its GPU hold.
+    """
+
+    kind: ClassVar[str] = "cpu_work"
 
 
 @dataclass(frozen=True)
@@ -357,8 +373,8 @@ class TimeThese(Message):
 ORACLE_KINDS: dict[str, type[Message]] = {
     m.kind: m for m in (Isolation, Gpu, Progress, Garbage, Reference, OracleDone, TaskFailed)}
 WORKER_KINDS: dict[str, type[Message]] = {
-    m.kind: m for m in (Isolation, Gpu, Progress, Garbage, Ready, Failed, CheckedCandidate,
-                        Checked, Timed, Timing, WorkerDone)}
+    m.kind: m for m in (Isolation, Gpu, CpuWork, Progress, Garbage, Ready, Failed,
+                        CheckedCandidate, Checked, Timed, Timing, WorkerDone)}
 PREBUILD_KINDS: dict[str, type[Message]] = {
     m.kind: m for m in (Isolation, Garbage, PrebuildDone)}
 COMPILE_CHECK_KINDS: dict[str, type[Message]] = {

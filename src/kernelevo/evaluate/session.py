@@ -35,8 +35,8 @@ from kernelevo.config import tolerances
 from kernelevo.errors import TaskError
 from kernelevo.evaluate import decide
 from kernelevo.evaluate.gate import Hold, gate_for
-from kernelevo.evaluate.messages import (ORACLE_KINDS, WORKER_KINDS, Abort, Checked, Gpu,
-                                         Granted, Message, MessageError, OracleDone, OracleJob,
+from kernelevo.evaluate.messages import (ORACLE_KINDS, WORKER_KINDS, Abort, Checked, CpuWork,
+                                         Gpu, Granted, Message, MessageError, OracleDone, OracleJob,
                                          Progress, Ready, ReadyReply, Reference, TaskFailed,
                                          Timed, TimeThese, WorkerJob, decode)
 from kernelevo.evaluate.oracle import run_oracle
@@ -91,6 +91,7 @@ class Session:
                                  Hold(gate, self.abandoned), self._yield)
         self.hold = Hold(gate, self.abandoned)
         self._closed = False
+        self._ready_heard = False  # from the worker's Ready on, its candidates may run
         self._yielded_s: float | None = None
         self._last_message = time.monotonic()
         # A message from the worker that was JSON but not one of the harness's own
@@ -199,12 +200,19 @@ class Session:
 
     def _answer(self, message: Message) -> Message | None:
         if isinstance(message, Gpu):  # about to run kernels (the warm-up): shared with others
-            waited = self._yield.wait(self.deadline)
+            # A standby's brief kernels (its model and inputs made) go at once;
+            # a longer warm-up waits for the evaluation beside it to time.
+            waited = None if message.brief else self._yield.wait(self.deadline)
             if waited is not None:
-                self._yielded_s = waited
+                self._yielded_s = (self._yielded_s or 0.0) + waited
             self._wait_for(self.hold.shared)
             return Granted()
+        if isinstance(message, CpuWork):  # the warm-up's compile: no kernels, no hold
+            if not self._ready_heard:  # a candidate's process keeps its hold
+                self.hold.release()
+            return Granted()
         if isinstance(message, Ready):
+            self._ready_heard = True
             return self._ready(message)
         if self.state is None:
             return None  # progress of a warm-up nobody waits for yet

@@ -21,7 +21,8 @@ from kernelevo.evaluate import inputs as task_inputs
 from kernelevo.evaluate.autotune_budget import AutotuneBudget
 from kernelevo.evaluate.cuda.build import CompileOnly, LoadInlineHook
 from kernelevo.evaluate.cuda.diagnostics import with_first_error
-from kernelevo.evaluate.messages import (Checked, CheckedCandidate, Failed, Gpu, PrebuildDone,
+from kernelevo.evaluate.messages import (Checked, CheckedCandidate, CpuWork, Failed, Gpu,
+                                         PrebuildDone,
                                          PrebuildJob, Progress, Ready, ReadyReply, Sender,
                                          TimeThese, WorkerDone, WorkerJob, reply_to_ready)
 from kernelevo.evaluate.oom import is_out_of_memory, summary
@@ -60,7 +61,9 @@ def run_worker(payload: dict[str, Any], raw_channel: Channel) -> None:
         torch.cuda.init()
         torch.empty(1, device=device)
         warmup["cuda_init"] = time.perf_counter() - started
-    channel.ask(Gpu())  # from here on this worker runs kernels: a shared hold
+    # From here on this worker runs kernels: a shared hold. Brief ones first
+    # (the baselines' model and inputs); their compile then gives the hold up.
+    channel.ask(Gpu(brief=True))
     # Baselines compile while the oracle computes the reference in its own
     # process; the candidate is loaded only once the reference is done.
     baselines = None
@@ -68,7 +71,7 @@ def run_worker(payload: dict[str, Any], raw_channel: Channel) -> None:
     if device == "cuda" and job.time:
         channel.send(Progress("warming baselines"))
         before = set(sys.modules)
-        baselines = warm_baselines(task, job)
+        baselines = warm_baselines(task, job, _GpuPhases(channel))
         imported = sorted(set(sys.modules) - before)  # for the next forkserver to preload
         warmup.update(baselines.steps)
         channel.send(Progress("baselines warm"))
@@ -78,6 +81,24 @@ def run_worker(payload: dict[str, Any], raw_channel: Channel) -> None:
         return
     _check_all(job, reply, task, channel, baselines, scratch)
     channel.send(WorkerDone())
+
+
+class _GpuPhases:
+    """The warm-up's GPU hold, given up for its CPU-only compile and asked for again."""
+
+    def __init__(self, channel: Sender) -> None:
+        self.channel = channel
+        self.held = True
+
+    def cpu_only(self) -> None:
+        if self.held:
+            self.channel.ask(CpuWork())
+            self.held = False
+
+    def kernels(self) -> None:
+        if not self.held:
+            self.channel.ask(Gpu())
+            self.held = True
 
 
 def _check_all(job: WorkerJob, given: ReadyReply, task: Any, channel: Sender,

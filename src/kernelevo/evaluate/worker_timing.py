@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
@@ -35,8 +35,25 @@ class Baselines:
         self.steps = steps  # seconds of each warm-up step, for the verdict's phases
 
 
-def warm_baselines(task: Any, job: WorkerJob) -> Baselines:
-    """Build and warm eager and torch.compile on throwaway inputs (never the judged ones)."""
+class GpuPhases(Protocol):
+    """The worker's hold on its GPU's gate during the warm-up (session.py)."""
+
+    def cpu_only(self) -> None:
+        """No kernels for a while: the hold may go."""
+
+    def kernels(self) -> None:
+        """Kernels next: the hold is taken again (a no-op while held)."""
+
+
+def warm_baselines(task: Any, job: WorkerJob, gpu: GpuPhases | None = None) -> Baselines:
+    """Build and warm eager and torch.compile on throwaway inputs (never the judged ones).
+
+    torch.compile's compile (tracing, Inductor's code generation, Triton's
+    compiles) runs no kernels: with `gpu`, the hold on the GPU goes for it,
+    so a timing phase elsewhere on the GPU need not wait seconds for it. It
+    is taken again as the first compiled graph is about to run (its
+    autotuning and first call are kernels).
+    """
     device, dtype, config = job.device, getattr(torch, job.dtype), job.timing
     steps = {}
     started = time.perf_counter()
@@ -55,16 +72,47 @@ def warm_baselines(task: Any, job: WorkerJob) -> Baselines:
             import torch._inductor.config as inductor_config
 
             inductor_config.compile_threads = 1  # no pool of compile processes in a worker
-            compiled = torch.compile(reference)
+            compiled = torch.compile(reference, backend=_kernels_after_compile(gpu))
+            if gpu is not None:
+                torch.cuda.synchronize()  # the model's and inputs' kernels are done
+                gpu.cpu_only()
             with torch.no_grad():
                 compiled(*warm_inputs)
             torch.cuda.synchronize()
             contestants["compile"] = compiled
         except Exception as exc:  # a baseline that cannot compile is reported, not fatal
             notes.append(f"torch.compile baseline failed: {type(exc).__name__}: {exc}"[:300])
+        finally:
+            if gpu is not None:
+                gpu.kernels()
         compile_s = time.perf_counter() - started
     torch.cuda.synchronize()
     return Baselines(contestants, notes, compile_s, steps)
+
+
+def _kernels_after_compile(gpu: GpuPhases | None) -> Any:
+    """torch.compile's own Inductor backend, taking the GPU's hold before a graph it compiled runs.
+
+    The same backend as `torch.compile(model)` uses (its options, its
+    caches); the hold is asked for between the compile and the first run of
+    each graph (after the first, a no-op). An older PyTorch without that
+    class: plain Inductor, with the hold taken up front.
+    """
+    wrapper = getattr(torch, "_TorchCompileInductorWrapper", None)
+    if gpu is None or wrapper is None:
+        if gpu is not None:
+            gpu.kernels()
+        return "inductor"
+
+    class KernelsAfterCompile(wrapper):  # type: ignore[misc, valid-type]
+        def __call__(self, model: Any, inputs: Any, **kwargs: Any) -> Any:
+            compiled = super().__call__(model, inputs, **kwargs)
+            gpu.kernels()
+            return compiled
+
+    backend = KernelsAfterCompile(None, None, None)  # torch.compile's mode, options, dynamic
+    backend.__name__ = "inductor"  # the name torch.compile gives it in its logs
+    return backend
 
 
 def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any, job: WorkerJob,
