@@ -24,7 +24,8 @@ pack() {  # what there is so far, in one archive (a call cut short still returns
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > /tmp/sa/gpu.txt 2>&1
 python -c "import torch, triton; print(torch.__version__, torch.version.cuda, triton.__version__)" >> /tmp/sa/gpu.txt 2>&1
 if [ -z "${SKIP_KB:-}" ]; then
-    timeout $(( ${KB_S:-100} + 40 )) python bench/suite_throughput.py --kb .kb --out /tmp/sa/kb \
+    # room past the budget for the candidate in hand (a CUDA build: up to ~70 s)
+    timeout $(( ${KB_S:-100} + 100 )) python bench/suite_throughput.py --kb .kb --out /tmp/sa/kb \
         --phases kb --kb-budget-s ${KB_S:-100} --kb-stratified > /tmp/sa/kb_log.txt 2>&1
     echo "kb exit $?"; tail -2 /tmp/sa/kb_log.txt
 fi

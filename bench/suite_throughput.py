@@ -55,8 +55,14 @@ def _stem(problem: str) -> str:
     return problem.replace("/", "_")
 
 
+def expected_reasons(entry: dict, shrunk: bool) -> list[str]:
+    """The verdicts that count as right; a problem shrunk for the batch may add some
+    (a kernel that hard-codes the task's sizes is wrong at the shrunk sizes already)."""
+    return entry["expect_reasons"] + (entry.get("shrunk_expect_reasons", []) if shrunk else [])
+
+
 def suite_phase(entries: list[dict], tasks: Path, solutions: Path, out: Path,
-                timeout_s: float, extra: list[str] = ()) -> dict:
+                timeout_s: float, extra: list[str] = (), problems: dict | None = None) -> dict:
     """One `kernelevo suite` process; cut at `timeout_s`, the rows it wrote still count."""
     result_dir = out / "suite"
     shutil.rmtree(result_dir, ignore_errors=True)
@@ -83,7 +89,9 @@ def suite_phase(entries: list[dict], tasks: Path, solutions: Path, out: Path,
         if entry is None:
             continue
         verdicts.append({"file": file, "kind": entry["kind"], "backend": _backend(entry),
-                         "reason": row["reason"], "right": row["reason"] in entry["expect_reasons"],
+                         "reason": row["reason"], "right": row["reason"] in expected_reasons(
+                             entry, shrunk=bool((problems or {}).get(entry["problem"], {})
+                                                .get("changes"))),
                          "wall_s": row.get("wall_s"), "speedup": row.get("speedup"),
                          "flags": row.get("flags"), "message": (row.get("message") or "")[:200]})
     return {"rc": rc, "wall_s": round(wall, 1), "judged": len(verdicts),
@@ -115,7 +123,7 @@ def stratified(entries: list[dict], seed: int = 7) -> list[dict]:
 
 
 def kb_phase(entries: list[dict], problems: dict, kb: Path, out: Path, budget_s: float,
-             stratify: bool = False) -> dict:
+             stratify: bool = False, progress: Path | None = None) -> dict:
     """KernelBench's harness, a fresh process per candidate, until the budget is spent.
 
     Besides its rate on what it judged, the rate it would have on the corpus's
@@ -145,6 +153,14 @@ def kb_phase(entries: list[dict], problems: dict, kb: Path, out: Path, budget_s:
         rows.append({"file": entry["file"], "backend": _backend(entry), "kind": entry["kind"],
                      "wall_s": round(wall, 2), "rc": rc, "result": last[:300]})
         print(f"kb {entry['file']:60} rc={rc} {wall:6.1f}s", flush=True)
+        if progress is not None:  # a call cut short keeps the rows so far
+            progress.write_text(json.dumps(_kb_summary(entries, rows, walls, started, stratify),
+                                           indent=1))
+    return _kb_summary(entries, rows, walls, started, stratify)
+
+
+def _kb_summary(entries: list[dict], rows: list[dict], walls: list[float], started: float,
+                stratify: bool) -> dict:
     total = time.perf_counter() - started
     means = {b: sum(r["wall_s"] for r in rows if r["backend"] == b)
              / max(1, sum(r["backend"] == b for r in rows)) for b in ("triton", "cuda")}
@@ -264,11 +280,12 @@ def main() -> None:
             result["builds"] = builds_phase(tuple(args.builds.split(",")), args.out)
         elif phase == "suite":
             result["suite"] = suite_phase(entries, tasks, solutions, args.out,
-                                          args.suite_timeout_s, args.suite_args.split())
+                                          args.suite_timeout_s, args.suite_args.split(),
+                                          problems)
             result["suite"]["args"] = args.suite_args
         elif phase == "kb":
             result["kb"] = kb_phase(entries, problems, args.kb, args.out, args.kb_budget_s,
-                                    args.kb_stratified)
+                                    args.kb_stratified, progress=args.out / "kb_partial.json")
         path.write_text(json.dumps(result, indent=1))
     suite, kb = result.get("suite", {}), result.get("kb", {})
     print(json.dumps(result["corpus"]))

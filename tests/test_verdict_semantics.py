@@ -278,3 +278,48 @@ def test_a_task_whose_output_is_its_input_is_flagged_degenerate(tmp_path):
     assert verdict.reason == "passed"
     assert "trivial answer passes: output 0: input 0 returned unchanged" in verdict.flags
     assert any(note.startswith("degenerate task") for note in verdict.notes)
+
+
+ATTENTION_TASK = """
+import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def forward(self, q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+def get_inputs():
+    return [torch.randn(2, 4, 128, 64) for _ in range(3)]
+def get_init_inputs():
+    return []
+"""
+
+SOFTMAX_TASK = """
+import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, dim=1)
+def get_inputs():
+    return [torch.randn(16, 4096)]
+def get_init_inputs():
+    return []
+"""
+
+
+@pytest.mark.parametrize("source, kept", [(SOFTMAX_TASK, 117.0), (ATTENTION_TASK, 2.0)])
+def test_a_stress_set_backs_off_where_the_reference_itself_is_not_sure(tmp_path, source, kept):
+    """Softmax at scale 117 is exact enough: its stress set stays (a kernel without
+    the max subtraction overflows there). Attention's logits at that scale
+    reach ~1e5: their float32 rounding moves the reference's own answer beyond
+    the tolerance (its float64 answer says so), and an honest kernel rounding
+    otherwise was failed; the set backs off to a scale where the reference is sure."""
+    from kernelevo.evaluate import inputs as task_inputs
+    from kernelevo.evaluate.oracle import _run_in_domain
+
+    module = task_inputs.import_source(source, f"stress_{kept:g}".replace(".", "_"), tmp_path)
+    model = task_inputs.build_model(module.Model, [], "cpu", torch.float32)
+    result, _, scale = _run_in_domain(model, module, 1234, "cpu", torch.float32, 117.0,
+                                      [[torch.ones(1)]])
+    assert scale == kept and result is not None
+    wide = model.double()(*[t.double() for t in
+                            task_inputs.kept_inputs(module, 1234, "cpu", torch.float32, scale)])
+    assert torch.allclose(result[0].double(), wide, atol=2.5e-5, rtol=2.5e-5)
