@@ -84,7 +84,9 @@ with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
 assert "compile" in baselines.contestants, baselines.notes
 assert (window.opened, window.closed) == (1, 1)
 events = prof.events()
-(mark,) = [e for e in events if e.name == "kernelevo_no_gpu_hold"]
+from torch.autograd import DeviceType
+(mark,) = [e for e in events if e.name == "kernelevo_no_gpu_hold"
+           and e.device_type == DeviceType.CPU]  # its GPU-side annotation is another event
 start, end = mark.time_range.start, mark.time_range.end
 gpu_calls = [e for e in events if any(word in e.name for word in
              ("LaunchKernel", "Memcpy", "Memset"))]
