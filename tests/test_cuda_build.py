@@ -175,7 +175,9 @@ def test_host_plan_leaves_other_compiles_alone(tmp_path):
 
 
 def _host_compile(tmp_path: Path, store: Path, args: list[str], *extra: str):
-    """The host stand-in, as the script in the extensions folder runs it."""
+    """The host stand-in, as the script in the extensions folder runs it: each call a
+    build of its own (a failed one marks the folder; a new build clears the mark)."""
+    (tmp_path / cuda_shims.SIBLING_FAILED).unlink(missing_ok=True)
     shim = [sys.executable, "-S", "-E", str(SHIMS), "cxx", shutil.which("g++"), str(store)]
     return subprocess.run([*shim, *extra, *args], cwd=tmp_path, capture_output=True, text=True,
                           env={**os.environ, "KERNELEVO_BUILD_TIMES": str(tmp_path / "t.jsonl")})
@@ -184,7 +186,7 @@ def _host_compile(tmp_path: Path, store: Path, args: list[str], *extra: str):
 def _events(tmp_path: Path) -> list[str]:
     times = tmp_path / "t.jsonl"
     lines = times.read_text().splitlines() if times.exists() else []
-    return [json.loads(line)["pch"] for line in lines]
+    return [entry["pch"] for entry in map(json.loads, lines) if "pch" in entry]
 
 
 @needs_gcc
@@ -668,8 +670,9 @@ def _slow_header_compiler(tmp_path: Path) -> str:
 @needs_gcc
 def test_a_failed_build_gives_the_header_up_instead_of_waiting_for_it(tmp_path):
     """The first build of a flag set builds the header beside its compile and waits for
-    it; but once the CUDA file beside it has failed (its marker in the build folder),
-    or its own compile has, the build ends after its compile and the header is left
+    it; but once the CUDA file beside it has failed (its mark in the build folder),
+    the host file's compile stops too, and once its own compile has failed, it marks
+    the folder: either way the build ends after one compile and the header is left
     for a later build."""
     import time
 
@@ -677,19 +680,78 @@ def test_a_failed_build_gives_the_header_up_instead_of_waiting_for_it(tmp_path):
     slow = _slow_header_compiler(tmp_path)
     shim = [sys.executable, "-S", "-E", str(SHIMS), "cxx", slow, str(store)]
     env = {**os.environ, "KERNELEVO_BUILD_TIMES": str(tmp_path / "t.jsonl")}
-    (tmp_path / cuda_shims.SIBLING_FAILED).touch()  # nvcc's stand-in failed on the CUDA file
+    marker = tmp_path / cuda_shims.SIBLING_FAILED
+    marker.touch()  # nvcc's stand-in failed on the CUDA file
     started = time.monotonic()
     done = subprocess.run([*shim, *_ninja_args(include, _main_cpp(tmp_path))], cwd=tmp_path,
                           capture_output=True, text=True, env=env)
-    assert done.returncode == 0 and (tmp_path / "main.o").is_file()
+    assert done.returncode != 0 and cuda_shims.STOPPED in done.stderr
+    assert not (tmp_path / "main.o").is_file()
     assert time.monotonic() - started < 20
-    (tmp_path / cuda_shims.SIBLING_FAILED).unlink()
+    marker.unlink()
     broken = _main_cpp(tmp_path, "int f() { return undefined_thing; }\n")
     started = time.monotonic()
     done = subprocess.run([*shim, *_ninja_args(include, broken)], cwd=tmp_path,
                           capture_output=True, text=True, env=env)
     assert done.returncode != 0 and "undefined_thing" in done.stderr
     assert time.monotonic() - started < 20
+    assert marker.exists()  # the CUDA file's compile, running beside it, stops at this
     assert _events(tmp_path) == ["abandoned", "abandoned"]
     assert not list(store.glob("host-*/torch/*.gch*"))  # nothing half-written is left
     assert not list(store.glob("host-*/failed.log"))  # the flags are fine: tried again later
+
+
+def _slow_compiler(tmp_path: Path) -> str:
+    """A compiler that takes 60 s for anything (torch's headers, parsed cold)."""
+    script = tmp_path / "slow-cc"
+    script.write_text("#!/bin/sh\nsleep 60\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_a_compile_still_running_stops_once_the_other_file_of_its_build_failed(tmp_path,
+                                                                              monkeypatch):
+    """ninja waits for every running compile after one fails: the host file's
+    compile and nvcc's two chains each stop as the build folder is marked, so a
+    broken CUDA file is reported after its own compile, not after the host file's."""
+    import threading
+    import time
+
+    monkeypatch.chdir(tmp_path)
+    marker = tmp_path / cuda_shims.SIBLING_FAILED
+    threading.Timer(1.0, marker.touch).start()
+    started = time.monotonic()
+    assert cuda_shims.compile_in_build([_slow_compiler(tmp_path)]) == 1
+    assert time.monotonic() - started < 10
+    marker.unlink()
+    threading.Timer(1.0, marker.touch).start()
+    started = time.monotonic()
+    done = cuda_shims._run_chains(["sleep 60"], ["sleep 60"], "true", dict(os.environ),
+                                  tmp_path, "light")
+    assert done.returncode == 1 and cuda_shims.STOPPED in done.stderr
+    assert time.monotonic() - started < 10
+    assert not cuda_shims.lighter_header_to_blame(done.stderr)  # no second compile for it
+    marker.unlink()
+    # a compile of its own that fails marks the folder; one that works does not
+    assert cuda_shims.compile_in_build(["false"]) == 1 and marker.exists()
+    marker.unlink()
+    assert cuda_shims.compile_in_build(["true"]) == 0 and not marker.exists()
+
+
+def test_a_build_clears_a_mark_left_by_an_earlier_build_cut_short(tmp_path, monkeypatch):
+    from torch.utils import cpp_extension
+
+    from kernelevo.evaluate.cuda.build import LoadInlineHook, build_key
+    from kernelevo.evaluate.guards import KernelSwitch
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setattr(cpp_extension, "load_inline", cpp_extension.load_inline)  # restored
+    hook = LoadInlineHook(True, KernelSwitch())
+    seen = []
+    hook._original = lambda name, *args, **kwargs: seen.append(
+        (tmp_path / name / cuda_shims.SIBLING_FAILED).exists())
+    unique = f"ext_{build_key(['void f();'], [], ['f'], {})}"
+    (tmp_path / unique).mkdir()
+    (tmp_path / unique / cuda_shims.SIBLING_FAILED).touch()
+    hook.load_inline("ext", "void f();", None, ["f"])
+    assert seen == [False]

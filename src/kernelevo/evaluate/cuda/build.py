@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelevo.evaluate.cuda.compilers import compiler_shims, extensions_root
-from kernelevo.evaluate.cuda.shims import compile_cuda
+from kernelevo.evaluate.cuda.shims import SIBLING_FAILED, compile_cuda
 
 # load_inline arguments that change what it prints, not what it builds.
 _NOT_IN_THE_BUILD = frozenset({"verbose", "keep_intermediates"})
@@ -125,6 +125,9 @@ class LoadInlineHook:
         if failed.is_file():  # built before (ahead, or by another run) and failed
             raise RuntimeError(f"Error building extension '{unique}' (the same source and "
                                f"flags failed before):\n{failed.read_text(errors='replace')}")
+        # A mark left by an earlier build of this folder that was cut short
+        # (not remembered above) would stop this one's compiles at once.
+        (extensions_root() / unique / SIBLING_FAILED).unlink(missing_ok=True)
         try:
             with compiler_shims():
                 return self._original(unique, cpp, cuda_sources=cuda or None,

@@ -199,10 +199,10 @@ def run_host(compiler: str, store: Path, args: list[str]) -> None:
         if built:
             os.utime(folder / f"{HEADER}.gch")  # recently used: kept by the eviction
             record({"role": "cxx", "pch": "used"})
-        os.execvp(compiler, [compiler, *([f"-I{folder}"] if built else []), *args])
+        sys.exit(compile_in_build([compiler, *([f"-I{folder}"] if built else []), *args]))
     started = time.perf_counter()
     builder = start_pch(compiler, *plan, folder)
-    code = subprocess.call([compiler, *args])
+    code = compile_in_build([compiler, *args])
     # A build that has failed (this file, or the CUDA file beside it) gives up
     # the header rather than wait for it: the failure is reported after one
     # compile, not after the header's (about twice as long).
@@ -215,6 +215,39 @@ def run_host(compiler: str, store: Path, args: list[str]) -> None:
 
 
 SIBLING_FAILED = ".kernelevo-compile-failed"  # in the build folder, where ninja runs both
+# What a compile stopped for its sibling's failure says (with "error", so
+# that nvcc's stand-in never takes it for the lighter header's fault).
+STOPPED = "error: stopped: another compile of this extension failed (its error is above or below)"
+
+
+def compile_in_build(command: list[str]) -> int:
+    """Run one compile of a load_inline build; its exit code.
+
+    ninja waits for every running compile once one has failed, so a broken
+    CUDA file would cost the host file's whole compile too (about 15 s of
+    torch's headers). A failure marks the build folder (SIBLING_FAILED); a
+    compile still running when the mark appears is stopped, and the build
+    reports the first failure after that one compile.
+    """
+    process = None
+    while not Path(SIBLING_FAILED).exists():
+        if process is None:
+            process = subprocess.Popen(command, preexec_fn=os.setpgrp)  # cc1plus goes with it
+        try:
+            code = process.wait(timeout=0.1)
+            break
+        except subprocess.TimeoutExpired:
+            pass
+    else:  # failed before this compile started, or while it ran
+        if process is not None:
+            _kill_group(process)
+            process.wait()
+        sys.stderr.write(STOPPED + "\n")
+        record({"role": "cxx", "stopped": True})
+        return 1
+    if code != 0:
+        Path(SIBLING_FAILED).touch()
+    return code
 # A header build that fails over its flags does so at once: a failed compile
 # waits this long for it, so such a header is noted and never tried again.
 _FLAGS_FAIL_S = 1.0
@@ -453,6 +486,14 @@ def _run_chains(host: list[str], device: list[str], final: str, environment: dic
     times: dict[str, float] = {}
     running = dict(chains)
     while running:  # by pid, never wait(-1): in the worker other children are not ours
+        if Path(SIBLING_FAILED).exists():  # the host file failed: this build is over
+            for chain in running.values():
+                _kill_group(chain["process"])
+                os.waitpid(chain["process"].pid, 0)
+            for chain in chains.values():
+                chain["log"].close()
+            record({"role": "nvcc", "attempt": attempt, "stopped": True, **times})
+            return subprocess.CompletedProcess([], 1, "", STOPPED + "\n")
         for pid, chain in list(running.items()):
             reaped, status, usage = os.wait4(pid, os.WNOHANG)
             if not reaped:
