@@ -394,7 +394,9 @@ class Judge:
                 if beside is not None:
                     found = beside[0].verdicts()
                     rechecked = [found[beside[1][i]] for i in passing]
-                else:
+                if beside is None or any(v.reason == "out_of_memory" for v in rechecked):
+                    # Alone, as on the CPU: GPU memory that ran out beside the
+                    # evaluation says nothing about the kernel at other sizes.
                     rechecked = self._run_guarded([candidates[i] for i in passing], varied[0],
                                                   False)
             except TaskError as exc:
