@@ -209,8 +209,8 @@ def builds_phase(labels: tuple[str, ...] = ("ok", "other", "broken"),
     that forgot it built it (the build cache on disk answers).
     """
     from kernelevo.config import EvalConfig
-    from kernelevo.evaluate import judge as judge_module
-    from kernelevo.evaluate.judge import child_environment, prebuild_source
+    from kernelevo.evaluate.cuda.prebuild import forget_prebuilt, prebuild_source
+    from kernelevo.evaluate.judge import child_environment
 
     sources = {"ok": SMALL_EXTENSION, "other": SMALL_EXTENSION.replace("1.0f", "2.0f"),
                "broken": SMALL_EXTENSION.replace("x[i] + 1.0f", "x[i] + missing")}
@@ -248,7 +248,7 @@ def builds_phase(labels: tuple[str, ...] = ("ok", "other", "broken"),
         with times.open("a") as handle:
             handle.write(json.dumps({"label": label, "steps": entry["steps"]}) + "\n")
         inside.unlink(missing_ok=True)
-        judge_module._prebuilt.clear()
+        forget_prebuilt()
         started = time.perf_counter()
         prebuild_source(source, EvalConfig(), child_environment("cuda", None))
         entry["prebuild_again_s"] = round(time.perf_counter() - started, 2)

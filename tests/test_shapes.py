@@ -187,12 +187,12 @@ def test_memory_that_ran_out_beside_the_evaluation_gets_the_re_check_run_alone(m
     """Two sessions at once hold twice the GPU memory: a re-check beside the
     evaluation that ran out of it is no finding about other sizes, and is run
     again alone (a kernel right there then passes, not `shape_specialised`)."""
-    from kernelevo.evaluate import judge as judge_module
+    from kernelevo.evaluate.other_sizes import Recheck
     from kernelevo.evaluate.verdict import verdict_for
 
     judge = _judge("cpu")
     judge.vary_beside = True
-    monkeypatch.setattr(judge_module._Recheck, "verdicts", lambda self: [
+    monkeypatch.setattr(Recheck, "verdicts", lambda self: [
         verdict_for("out_of_memory", "CUDA out of memory (beside the evaluation)")])
     verdict = judge.evaluate(Candidate(source=GENERAL, backend="triton", name="g"))
     assert verdict.reason == "passed", verdict.message

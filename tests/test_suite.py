@@ -473,7 +473,7 @@ def test_a_source_built_ahead_starts_no_second_build_process(monkeypatch, tmp_pa
     """The suite's builds ahead and the judge's own prebuild share one process: the
     judge finds the source built (or refused) and starts no job for it."""
     from kernelevo.config import EvalConfig
-    from kernelevo.evaluate import judge as judge_module
+    from kernelevo.evaluate.cuda import prebuild as prebuild_module
     from kernelevo.evaluate.messages import PrebuildDone
     from kernelevo.evaluate.sandbox.jobs import JobResult
 
@@ -484,19 +484,19 @@ def test_a_source_built_ahead_starts_no_second_build_process(monkeypatch, tmp_pa
         # the compiler refused it: the child's last message says so
         return JobResult(messages=[PrebuildDone(False, 3.0, 3.5).to_json()], exit_code=0)
 
-    monkeypatch.setattr(judge_module, "run_job", fake_job)
-    monkeypatch.setattr(judge_module, "_prebuilt", set())
+    monkeypatch.setattr(prebuild_module, "run_job", fake_job)
+    monkeypatch.setattr(prebuild_module, "_prebuilt", set())
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
     environment = {"TORCH_CUDA_ARCH_LIST": "9.0"}
     source = "# a CUDA candidate's source"
-    assert judge_module.prebuild_source(source, EvalConfig(), environment) == 3.0
-    assert judge_module.prebuild_source(source, EvalConfig(), environment) == 0.0
+    assert prebuild_module.prebuild_source(source, EvalConfig(), environment) == 3.0
+    assert prebuild_module.prebuild_source(source, EvalConfig(), environment) == 0.0
     assert len(jobs) == 1
     # Another source, another target or another build folder is built afresh.
-    judge_module.prebuild_source(source + " ", EvalConfig(), environment)
-    judge_module.prebuild_source(source, EvalConfig(), {"TORCH_CUDA_ARCH_LIST": "8.0"})
+    prebuild_module.prebuild_source(source + " ", EvalConfig(), environment)
+    prebuild_module.prebuild_source(source, EvalConfig(), {"TORCH_CUDA_ARCH_LIST": "8.0"})
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "other"))
-    judge_module.prebuild_source(source, EvalConfig(), environment)
+    prebuild_module.prebuild_source(source, EvalConfig(), environment)
     assert len(jobs) == 4
     assert jobs[-1]["TORCH_EXTENSIONS_DIR"] == str(tmp_path / "other")
     assert all(job["CUDA_VISIBLE_DEVICES"] == "" for job in jobs)  # built with no GPU
@@ -507,7 +507,7 @@ def test_builds_ahead_go_to_the_judge_s_cache_before_any_judge_exists(monkeypatc
     go to the shared cache (a child's own home is empty and thrown away), and the
     judge made later must find them there by the same key."""
     from kernelevo.config import EvalConfig
-    from kernelevo.evaluate import judge as judge_module
+    from kernelevo.evaluate.cuda import prebuild as prebuild_module
     from kernelevo.evaluate.messages import PrebuildDone
     from kernelevo.evaluate.sandbox.jobs import JobResult
 
@@ -520,13 +520,13 @@ def test_builds_ahead_go_to_the_judge_s_cache_before_any_judge_exists(monkeypatc
     for key in ("TORCH_EXTENSIONS_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
         monkeypatch.delenv(key, raising=False)
     monkeypatch.setenv("KERNELEVO_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(judge_module, "run_job", fake_job)
-    monkeypatch.setattr(judge_module, "_prebuilt", set())
+    monkeypatch.setattr(prebuild_module, "run_job", fake_job)
+    monkeypatch.setattr(prebuild_module, "_prebuilt", set())
     environment = {"TORCH_CUDA_ARCH_LIST": "9.0"}
-    assert judge_module.prebuild_source("ahead", EvalConfig(), environment) == 2.0
+    assert prebuild_module.prebuild_source("ahead", EvalConfig(), environment) == 2.0
     assert jobs[0]["TORCH_EXTENSIONS_DIR"] == str(tmp_path / "cache" / "torch_extensions")
     # A judge now sets the same caches in this process's environment (setdefault).
-    for key, value in judge_module.cache_environment(tmp_path / "cache").items():
+    for key, value in prebuild_module.cache_environment(tmp_path / "cache").items():
         monkeypatch.setenv(key, value)
-    assert judge_module.prebuild_source("ahead", EvalConfig(), environment) == 0.0
+    assert prebuild_module.prebuild_source("ahead", EvalConfig(), environment) == 0.0
     assert len(jobs) == 1

@@ -11,8 +11,6 @@ child can end (a crash, a hang, a flood of output) into a verdict.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -26,15 +24,16 @@ from kernelevo.config import EvalConfig
 from kernelevo.errors import TaskError
 from kernelevo.evaluate import decide
 from kernelevo.evaluate.cuda.check import compile_check
-from kernelevo.evaluate.static import checks as static
+from kernelevo.evaluate.cuda.prebuild import prebuild_source
 from kernelevo.evaluate.gate import gate_for
-from kernelevo.evaluate.messages import PrebuildDone, PrebuildJob
-from kernelevo.evaluate.sandbox.jobs import run_job, set_triton_mode, stopping
+from kernelevo.evaluate.other_sizes import OtherSizes, Recheck
+from kernelevo.evaluate.sandbox.jobs import set_triton_mode, stopping
 from kernelevo.evaluate.session import Session
+from kernelevo.evaluate.static import checks as static
 from kernelevo.evaluate.verdict import Verdict, verdict_for
-from kernelevo.evaluate.worker import cache_environment, run_prebuild
+from kernelevo.evaluate.worker import cache_environment
 from kernelevo.logs import get_logger
-from kernelevo.task import Task, perturb_sizes, shrink_sizes
+from kernelevo.task import Task, shrink_sizes
 
 Progress = Callable[[str], None]
 log = get_logger(__name__)
@@ -89,58 +88,6 @@ def child_environment(device: str, gpu_index: int | None) -> dict[str, str]:
     return environment
 
 
-# Sources this process has prebuilt (built, or refused by the compiler), by
-# source and build environment: a suite builds its CUDA solutions ahead, and
-# the judge's own prebuild of one then starts no process to find it cached.
-_prebuilt: set[str] = set()
-_prebuilt_lock = threading.Lock()
-
-
-def _prebuild_key(source: str, environment: dict[str, str]) -> str:
-    import hashlib
-
-    settings = "\0".join(f"{k}={v}" for k, v in sorted(environment.items()))
-    return hashlib.sha256(f"{settings}\0{source}".encode()).hexdigest()
-
-
-def build_environment(cache_dir: Path | None = None) -> dict[str, str]:
-    """The build caches a child uses: the user's own where set, else under `cache_dir`.
-
-    A prebuild names them itself: a suite's builds ahead start before any
-    judge has put them in this process's environment, and a build into a
-    child's own (empty, thrown away) home would be made again by the worker.
-    """
-    defaults = cache_environment(cache_dir or default_cache_dir())
-    return {key: os.environ.get(key, value) for key, value in defaults.items()}
-
-
-def prebuild_source(source: str, config: EvalConfig, environment: dict[str, str],
-                    cache_dir: Path | None = None) -> float:
-    """Build a CUDA candidate's extensions into the shared cache, with no GPU; seconds spent.
-
-    A build the compiler refuses is remembered there too (cuda_build), so the
-    worker that judges the candidate reports it without compiling again. A
-    source this process prebuilt already costs nothing (0.0).
-    """
-    environment = {**build_environment(cache_dir), **environment, "CUDA_VISIBLE_DEVICES": ""}
-    key = _prebuild_key(source, environment)
-    with _prebuilt_lock:
-        if key in _prebuilt:
-            return 0.0
-    scratch = Path(tempfile.mkdtemp(prefix="kernelevo-build-"))
-    try:
-        result = run_job(run_prebuild, PrebuildJob(source, str(scratch)).to_json(), scratch,
-                         config.build_timeout_s, config.output_limit_bytes,
-                         environment=environment)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    if not result.final:  # cut short (its limit, a crash): the worker builds it again
-        return 0.0
-    with _prebuilt_lock:
-        _prebuilt.add(key)
-    return PrebuildDone.from_json(result.final).build_s
-
-
 class Judge:
     """Evaluates candidates of one task under one configuration."""
 
@@ -171,7 +118,6 @@ class Judge:
         # GPU machine) or after it (on the CPU, two processes at once would
         # halve each one's cores).
         self.vary_beside = self.device == "cuda"
-        self._varied: tuple[Task, str] | tuple[()] | None = None
         self.notes: list[str] = []
         self._shrunk = ""  # the sizes a CPU check uses, in words
         if self.device == "cpu" and self.config.shrink_on_cpu:
@@ -182,6 +128,7 @@ class Judge:
                                   f"{self._shrunk}")
             task = task.with_constants(shrunk)
         self.task = task
+        self.other_sizes = OtherSizes(self)
         set_triton_mode(self.device == "cpu")
         for key, value in cache_environment(self.cache_dir).items():
             os.environ.setdefault(key, value)
@@ -211,12 +158,13 @@ class Judge:
         # machine, where cores are many): its oracle and worker check the
         # candidates while this one checks them, and its verdicts are there
         # when this one has timed. Not needed (nothing passed), it is killed.
-        varied: list[_Recheck] | None = (
+        varied: list[Recheck] | None = (
             [] if self.vary_beside and self.config.vary_shapes else None)
         try:
             if pending:
-                judged = self._run_guarded([candidates[i] for i in pending], self.task,
-                                           timed and self.config.time_candidates, varied=varied)
+                judged = self.judge_in_session([candidates[i] for i in pending], self.task,
+                                               timed and self.config.time_candidates,
+                                               varied=varied)
                 for i, verdict in zip(pending, judged):
                     verdicts[i] = verdict
             judged = [v for v in verdicts if v is not None]
@@ -225,7 +173,7 @@ class Judge:
                 beside = None
                 if varied:  # its verdicts, by the index of the candidate they judge
                     beside = (varied[0], {i: n for n, i in enumerate(pending)})
-                judged = self._vary_shapes(candidates, judged, beside)
+                judged = self.other_sizes.apply(candidates, judged, beside)
         finally:  # an error or an interrupt: a re-check started beside goes too
             for recheck in varied or ():
                 recheck.discard()
@@ -264,10 +212,11 @@ class Judge:
         return verdict_for(first.reason, where + first.detail, notes=tuple(others),
                            isolation="static check, not run")
 
-    def _run_guarded(self, candidates: list[Candidate], task: Task, time_them: bool,
-                     session: Session | None = None,
-                     varied: list["_Recheck"] | None = None) -> list[Verdict]:
-        """_run, with the judge's own GPU memory running out turned into verdicts."""
+    def judge_in_session(self, candidates: list[Candidate], task: Task, time_them: bool,
+                         session: Session | None = None,
+                         varied: list[Recheck] | None = None) -> list[Verdict]:
+        """Verdicts of `candidates` on `task` (the judge's own, or at other sizes) in a
+        session (`_run`), with the judge's own GPU memory running out turned into verdicts."""
         try:
             return self._run(candidates, task, time_them, session, varied)
         except torch.cuda.OutOfMemoryError as exc:
@@ -284,7 +233,7 @@ class Judge:
 
     def _run(self, candidates: list[Candidate], task: Task, time_them: bool,
              session: Session | None = None,
-             varied: list["_Recheck"] | None = None) -> list[Verdict]:
+             varied: list[Recheck] | None = None) -> list[Verdict]:
         """Judge in a session: `session`, the standby one when it fits, else one started now.
 
         `varied`, a list: the re-check of these candidates at other sizes
@@ -318,8 +267,8 @@ class Judge:
             ahead = ((self.standby_after, lambda running: self._start_standby(beside=running))
                      if task is self.task else None)
             session = Session(self, task, time_them, ahead)
-        if varied is not None and (other := self._varied_task()) is not None:
-            varied.append(_Recheck(self, other[0], candidates))
+        if varied is not None and (recheck := self.other_sizes.start_beside(candidates)):
+            varied.append(recheck)
         try:
             return session.run(candidates)
         finally:
@@ -344,15 +293,6 @@ class Judge:
             if self._standby is None and not stopping():
                 self._standby = Session(self, self.task, self.config.time_candidates)
 
-    def _varied_task(self) -> tuple[Task, str] | None:
-        """The task at other sizes and those sizes in words; None when it has no size to vary."""
-        if self._varied is None:
-            changes = perturb_sizes(self.task.constants)
-            self._varied = ((self.task.with_constants(changes),
-                             ", ".join(f"{k}={v}" for k, v in changes.items()))
-                            if changes else ())
-        return self._varied or None
-
     def _take_standby(self, task: Task, time_them: bool) -> "Session | None":
         with self._standby_lock:
             session, self._standby = self._standby, None
@@ -369,90 +309,6 @@ class Judge:
             session, self._standby = self._standby, None
         if session is not None:
             session.close()
-
-    def _vary_shapes(self, candidates: list[Candidate], verdicts: list[Verdict],
-                     beside: "tuple[_Recheck, dict[int, int]] | None" = None) -> list[Verdict]:
-        """Re-check passing candidates at other sizes of the task, in a session of their own.
-
-        `beside`: a re-check run beside the evaluation, with the position of
-        each candidate's verdict in it; else the passing ones are re-checked now.
-        """
-        passing = [i for i, v in enumerate(verdicts) if v.ok]
-        if not passing:  # `session`, if any, is dropped by the caller
-            return verdicts
-        varied = self._varied_task()
-        changes = bool(varied)
-        described = varied[1] if varied else ""
-        note = None
-        if not varied:
-            note = ("shapes not varied: the task has no size constant (a module-level int "
-                    ">= 16) to change")
-        else:
-            self.progress("re-checking at other sizes")
-            started = time.perf_counter()
-            try:
-                if beside is not None:
-                    found = beside[0].verdicts()
-                    rechecked = [found[beside[1][i]] for i in passing]
-                if beside is None or any(v.reason == "out_of_memory" for v in rechecked):
-                    # Alone, as on the CPU: GPU memory that ran out beside the
-                    # evaluation says nothing about the kernel at other sizes.
-                    rechecked = self._run_guarded([candidates[i] for i in passing], varied[0],
-                                                  False)
-            except TaskError as exc:
-                note = f"shapes not varied: the reference fails at {described}: {exc}"
-            spent = round(time.perf_counter() - started, 3)
-        from dataclasses import replace
-
-        from kernelevo.evaluate.outcome import shape_variation_verdict
-
-        verdicts = list(verdicts)
-        for position, i in enumerate(passing):
-            if changes:  # the re-check's own session, in the verdict's phases
-                verdicts[i] = replace(verdicts[i], phases_s={**verdicts[i].phases_s,
-                                                             "shape_variation": spent})
-            if note:
-                verdicts[i] = replace(verdicts[i], notes=verdicts[i].notes + (note,))
-            else:
-                verdicts[i] = shape_variation_verdict(verdicts[i], rechecked[position], described)
-        return verdicts
-
-
-class _Recheck:
-    """The re-check at other sizes, run in a thread beside the evaluation it re-checks.
-
-    Its oracle and worker check the same candidates as that evaluation, at
-    once, as any checks share a GPU (gate.py): by the time the evaluation
-    has timed its candidates, their verdicts at other sizes are mostly in.
-    """
-
-    def __init__(self, judge: Judge, task: Task, candidates: list[Candidate]) -> None:
-        self.session = Session(judge, task, False, None)
-        self._verdicts: list[Verdict] | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(judge, candidates),
-                                        name="kernelevo-recheck", daemon=True)
-        self._thread.start()
-
-    def _run(self, judge: Judge, candidates: list[Candidate]) -> None:
-        try:
-            self._verdicts = judge._run_guarded(candidates, self.session.task, False,
-                                                self.session)
-        except BaseException as exc:  # raised in the judge's thread by verdicts()
-            self._error = exc
-
-    def verdicts(self) -> list[Verdict]:
-        """Its verdicts, in the order of its candidates, once in (TaskError: the reference failed)."""
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        assert self._verdicts is not None
-        return self._verdicts
-
-    def discard(self) -> None:
-        """Kill it if it still runs (nothing passed, or the evaluation broke off)."""
-        self.session.discard()
-
 
 def _with_total(verdict: Verdict, total_s: float, notes: list[str]) -> Verdict:
     from dataclasses import replace

@@ -75,7 +75,7 @@ class BuildsAhead:
 
     def submit(self, solutions: list[Solution], config: EvalConfig,
                environment: dict[str, str]) -> None:
-        from kernelevo.evaluate.judge import prebuild_source
+        from kernelevo.evaluate.cuda.prebuild import prebuild_source
 
         for solution in solutions:
             try:

@@ -1,0 +1,78 @@
+"""CUDA candidates built ahead, in the judge's process, with no GPU: `prebuild_source`.
+
+A candidate's `load_inline` build runs in a child with no GPU visible, into
+the shared build cache, before the candidate is judged; the worker that
+judges it then finds the build by its key (cuda/build.py) and only loads it,
+so the GPU waits for timing rather than for nvcc. A build the compiler
+refuses is remembered in that cache too, and reported at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+
+from kernelevo.cache_dir import default_cache_dir
+from kernelevo.config import EvalConfig
+from kernelevo.evaluate.messages import PrebuildDone, PrebuildJob
+from kernelevo.evaluate.sandbox.jobs import run_job
+from kernelevo.evaluate.worker import cache_environment, run_prebuild
+
+# Sources this process has prebuilt (built, or refused by the compiler), by
+# source and build environment: a suite builds its CUDA solutions ahead, and
+# the judge's own prebuild of one then starts no process to find it cached.
+_prebuilt: set[str] = set()
+_prebuilt_lock = threading.Lock()
+
+
+def _prebuild_key(source: str, environment: dict[str, str]) -> str:
+    settings = "\0".join(f"{k}={v}" for k, v in sorted(environment.items()))
+    return hashlib.sha256(f"{settings}\0{source}".encode()).hexdigest()
+
+
+def build_environment(cache_dir: Path | None = None) -> dict[str, str]:
+    """The build caches a child uses: the user's own where set, else under `cache_dir`.
+
+    A prebuild names them itself: a suite's builds ahead start before any
+    judge has put them in this process's environment, and a build into a
+    child's own (empty, thrown away) home would be made again by the worker.
+    """
+    defaults = cache_environment(cache_dir or default_cache_dir())
+    return {key: os.environ.get(key, value) for key, value in defaults.items()}
+
+
+def prebuild_source(source: str, config: EvalConfig, environment: dict[str, str],
+                    cache_dir: Path | None = None) -> float:
+    """Build a CUDA candidate's extensions into the shared cache, with no GPU; seconds spent.
+
+    A build the compiler refuses is remembered there too (cuda/build.py), so
+    the worker that judges the candidate reports it without compiling again.
+    A source this process prebuilt already costs nothing (0.0).
+    """
+    environment = {**build_environment(cache_dir), **environment, "CUDA_VISIBLE_DEVICES": ""}
+    key = _prebuild_key(source, environment)
+    with _prebuilt_lock:
+        if key in _prebuilt:
+            return 0.0
+    scratch = Path(tempfile.mkdtemp(prefix="kernelevo-build-"))
+    try:
+        result = run_job(run_prebuild, PrebuildJob(source, str(scratch)).to_json(), scratch,
+                         config.build_timeout_s, config.output_limit_bytes,
+                         environment=environment)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if not result.final:  # cut short (its limit, a crash): the worker builds it again
+        return 0.0
+    with _prebuilt_lock:
+        _prebuilt.add(key)
+    return PrebuildDone.from_json(result.final).build_s
+
+
+def forget_prebuilt() -> None:
+    """Forget what this process built ahead (the cache on disk still answers)."""
+    with _prebuilt_lock:
+        _prebuilt.clear()
