@@ -1,0 +1,79 @@
+"""Where a `kernelevo suite` run's rows spent their time, and how two runs' timings agree.
+
+    python bench/suite_rows.py RESULTS.jsonl [--late 40]
+    python bench/suite_rows.py RESULTS.jsonl --against OTHER.jsonl
+
+One file: rows by baseline source, the mean and max of every phase over the
+last `--late` rows (the suite's steady state, past its first tasks), and how
+many re-checks at other sizes were already in when their evaluation ended.
+With `--against`: for the solutions both runs timed with measured baselines,
+p10 / median / p90 of the ratio of their eager speedups and of their
+candidate times (the run-to-run spread of the suite's timings).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from collections import Counter
+from pathlib import Path
+
+
+def rows_of(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def phases(rows: list[dict], late: int) -> dict:
+    tail = rows[-late:]
+    names = sorted({name for row in tail for name in row.get("phases_s", {})})
+    waits = [row["phases_s"]["shape_variation"] for row in rows
+             if "shape_variation" in row.get("phases_s", {})]
+    return {
+        "rows": len(rows),
+        "baseline_source": dict(Counter(row.get("baseline_source") for row in rows)),
+        "late_rows": len(tail),
+        "late_wall_mean_s": round(statistics.mean(row["wall_s"] for row in tail), 2),
+        "late_phase_mean_max_s": {
+            name: (round(statistics.mean(row["phases_s"].get(name, 0.0) for row in tail), 2),
+                   round(max(row["phases_s"].get(name, 0.0) for row in tail), 2))
+            for name in names},
+        "rechecks": len(waits),
+        "rechecks_already_in": sum(1 for wait in waits if wait < 0.005),
+    }
+
+
+def _quantiles(values: list[float]) -> list[float]:
+    values = sorted(values)
+    return [round(values[int(share * (len(values) - 1))], 3) for share in (0.1, 0.5, 0.9)]
+
+
+def agreement(first: list[dict], second: list[dict]) -> dict:
+    other = {row["file"]: row for row in second}
+    speedups, times = [], []
+    for row in first:
+        match = other.get(row["file"])
+        if match is None or not row.get("candidate_ms") or not match.get("candidate_ms"):
+            continue
+        times.append(match["candidate_ms"] / row["candidate_ms"])
+        a, b = (row.get("speedup") or {}).get("eager"), (match.get("speedup") or {}).get("eager")
+        if a and b and row.get("baseline_source") == match.get("baseline_source") == "measured":
+            speedups.append(b / a)
+    return {"speedup_rows": len(speedups), "speedup_ratio_p10_p50_p90": _quantiles(speedups),
+            "candidate_rows": len(times), "candidate_ms_ratio_p10_p50_p90": _quantiles(times)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("results", type=Path)
+    parser.add_argument("--late", type=int, default=40)
+    parser.add_argument("--against", type=Path)
+    args = parser.parse_args()
+    rows = rows_of(args.results)
+    print(json.dumps(phases(rows, args.late), indent=1))
+    if args.against:
+        print(json.dumps(agreement(rows, rows_of(args.against)), indent=1))
+
+
+if __name__ == "__main__":
+    main()
