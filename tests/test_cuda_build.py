@@ -646,6 +646,24 @@ def test_a_build_cut_short_is_not_remembered(tmp_path, monkeypatch):
     assert len(calls) == 2
 
 
+def test_a_build_whose_only_error_is_a_stopped_compile_is_not_remembered(tmp_path, monkeypatch):
+    """A compile stopped by the build folder's failure mark, with no compiler error
+    anywhere in the log (a mark nothing of this build made), says nothing about
+    the source: it is built again. With a compiler's error beside it, it is remembered."""
+    stopped = f"Error building extension 'ext':\nFAILED: main.o\n{cuda_shims.STOPPED}\n"
+    hook, calls = _failing_hook(tmp_path, monkeypatch, stopped)
+    for _ in range(2):
+        with pytest.raises(RuntimeError):
+            hook.load_inline("ext", "void f();", "__global__ void k() { }", ["f"])
+    assert len(calls) == 2
+    real = stopped + "k.cu(3): error: identifier \"missing\" is undefined\n"
+    hook, calls = _failing_hook(tmp_path / "again", monkeypatch, real)
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="missing"):
+            hook.load_inline("ext", "void f();", "__global__ void k() { missing; }", ["f"])
+    assert len(calls) == 1
+
+
 def test_a_long_compiler_log_keeps_its_error_lines_ahead_of_the_tail():
     from kernelevo.evaluate.cuda.build import _errors_first
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelevo.evaluate.cuda.compilers import compiler_shims, extensions_root
-from kernelevo.evaluate.cuda.shims import SIBLING_FAILED, compile_cuda
+from kernelevo.evaluate.cuda.shims import SIBLING_FAILED, STOPPED, compile_cuda
 
 # load_inline arguments that change what it prints, not what it builds.
 _NOT_IN_THE_BUILD = frozenset({"verbose", "keep_intermediates"})
@@ -150,9 +150,13 @@ def _remember_failure(path: Path, log: str) -> None:
     """Keep a compiler's verdict on a source, so it is never compiled again to fail again.
 
     Only a build the compiler or linker refused counts: a build cut short (a
-    kill, a full disk) says nothing about the source.
+    kill, a full disk), or one whose only error is a compile stopped for a
+    failure beside it that left no message (a mark in the build folder the
+    compilers did not make), says nothing about the source.
     """
     if "error" not in log.lower() or "No space left" in log or "Killed" in log:
+        return
+    if _only_stopped(log):
         return
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -161,6 +165,15 @@ def _remember_failure(path: Path, log: str) -> None:
         os.replace(partial, path)
     except OSError:
         pass  # a cache that cannot be written costs a rebuild, not a verdict
+
+
+def _only_stopped(log: str) -> bool:
+    """Whether a build's log holds no compiler error but compiles stopped for a sibling's."""
+    if STOPPED not in log:
+        return False
+    return not any("error" in line.lower() and STOPPED not in line
+                   and not line.lower().startswith("error building extension")
+                   for line in log.splitlines())
 
 
 def build_key(cpp: list[str], cuda: list[str], functions: Any, kwargs: dict[str, Any]) -> str:
