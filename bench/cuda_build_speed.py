@@ -171,13 +171,13 @@ def phases(build_dir: Path, pch_store: Path | None) -> list[dict[str, Any]]:
 
 def _header_for(compile_: list[str], pch_store: Path | None) -> Path | None:
     """The folder of the precompiled header the judge's build made for this compile, if any."""
-    from kernelevo.evaluate.cuda import shims as cuda_shims
+    from kernelevo.evaluate.cuda import shims_host
 
-    plan = cuda_shims.host_plan(compile_[1:])
+    plan = shims_host.host_plan(compile_[1:])
     compiler = shutil.which(compile_[0])
     if pch_store is None or plan is None or compiler is None:
         return None
-    folder = pch_store / f"host-{cuda_shims.pch_key(compiler, *plan)}"
+    folder = pch_store / f"host-{shims_host.pch_key(compiler, *plan)}"
     return folder if (folder / "torch" / "extension.h.gch").is_file() else None
 
 

@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from kernelevo.evaluate.cuda import shims as cuda_shims  # noqa: E402
+from kernelevo.evaluate.cuda import shims_nvcc  # noqa: E402
 
 PREFIX = "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n"
 
@@ -75,7 +75,7 @@ def compile_one(source: Path, output: Path, site: Path, light: Path | None) -> d
     times.unlink(missing_ok=True)
     os.environ["KERNELEVO_BUILD_TIMES"] = str(times)
     started = time.perf_counter()
-    done = cuda_shims.compile_cuda(shutil.which("nvcc"), flags, light)
+    done = shims_nvcc.compile_cuda(shutil.which("nvcc"), flags, light)
     attempts = [json.loads(line) for line in times.read_text().splitlines()] if times.exists() else []
     return {"rc": None if done is None else done.returncode,
             "attempts": [a["attempt"] + (" failed" if "failed" in a else "") for a in attempts],
@@ -104,7 +104,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="folder for results.json")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="kernelevo-light-check-"))
-    light = cuda_shims.write_light_header(work / "light")
+    light = shims_nvcc.write_light_header(work / "light")
     results = {}
     for source in extract(args.kb, work):
         row = compile_one(source, source.with_suffix(".o"), args.site, light)

@@ -20,9 +20,11 @@ import pytest
 import kernelevo
 from kernelevo.evaluate.cuda import build as cuda_build
 from kernelevo.evaluate.cuda import shims as cuda_shims
+from kernelevo.evaluate.cuda import shims_host, shims_nvcc, shims_shared
 from kernelevo.evaluate.cuda.build import build_key
 from kernelevo.evaluate.cuda.compilers import compiler_shims, write_script
-from kernelevo.evaluate.cuda.shims import compile_cuda, host_plan, parse_dryrun
+from kernelevo.evaluate.cuda.shims_host import host_plan
+from kernelevo.evaluate.cuda.shims_nvcc import compile_cuda, parse_dryrun
 
 SHIMS = Path(cuda_shims.__file__)
 needs_gcc = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
@@ -177,7 +179,7 @@ def test_host_plan_leaves_other_compiles_alone(tmp_path):
 def _host_compile(tmp_path: Path, store: Path, args: list[str], *extra: str):
     """The host stand-in, as the script in the extensions folder runs it: each call a
     build of its own (a failed one marks the folder; a new build clears the mark)."""
-    (tmp_path / cuda_shims.SIBLING_FAILED).unlink(missing_ok=True)
+    (tmp_path / shims_shared.SIBLING_FAILED).unlink(missing_ok=True)
     shim = [sys.executable, "-S", "-E", str(SHIMS), "cxx", shutil.which("g++"), str(store)]
     return subprocess.run([*shim, *extra, *args], cwd=tmp_path, capture_output=True, text=True,
                           env={**os.environ, "KERNELEVO_BUILD_TIMES": str(tmp_path / "t.jsonl")})
@@ -230,7 +232,7 @@ def test_a_busy_or_failed_header_leaves_the_compile_as_it_was(tmp_path):
     include, store, compiler = _fake_torch(tmp_path), tmp_path / "pch", shutil.which("g++")
     source = _main_cpp(tmp_path)
     flags, header = host_plan(_ninja_args(include, source))
-    folder = store / f"host-{cuda_shims.pch_key(compiler, flags, header)}"
+    folder = store / f"host-{shims_host.pch_key(compiler, flags, header)}"
     (folder / "torch").mkdir(parents=True)
     stale = folder / "torch" / "extension.h.gch.999.partial"
     stale.write_text("left by a builder killed midway")
@@ -290,9 +292,9 @@ DRYRUN = """\
 def test_the_dryrun_splits_into_host_and_device_chains():
     plan = parse_dryrun(DRYRUN)
     assert plan is not None
-    assert [cuda_shims._tool(s) for s in plan.host] == ["gcc", "cudafe++"]
+    assert [shims_nvcc._tool(s) for s in plan.host] == ["gcc", "cudafe++"]
     assert "--gen_module_id_file" not in plan.host[1]  # read, no longer written, by cudafe++
-    assert [cuda_shims._tool(s) for s in plan.device] == ["gcc", "cicc", "ptxas", "fatbinary"]
+    assert [shims_nvcc._tool(s) for s in plan.device] == ["gcc", "cicc", "ptxas", "fatbinary"]
     assert plan.final.endswith('-o "k.o"') and plan.module_id_file == "/s/t-4_k.module_id"
     assert plan.environment["CICC_PATH"] == "/cuda/bin/../nvvm/bin"
 
@@ -320,7 +322,7 @@ def test_split_nvcc_makes_the_object_nvcc_makes(tmp_path, monkeypatch):
     # With nvcc's own module id (the name both halves give the anonymous
     # namespace), the split run must make the very same object.
     nvcc_id = next(keep.glob("*.module_id")).read_text()
-    monkeypatch.setattr(cuda_shims, "_module_id", lambda source, args: nvcc_id)
+    monkeypatch.setattr(shims_nvcc, "_module_id", lambda source, args: nvcc_id)
     split, depfile = tmp_path / "split.o", tmp_path / "split.o.d"
     done = compile_cuda(nvcc, ["-MD", "-MF", str(depfile), *flags, "-o", str(split)])
     assert done is not None and done.returncode == 0, done and done.stderr
@@ -336,7 +338,7 @@ def test_module_ids_are_names_and_differ_between_sources(tmp_path):
     first, second = tmp_path / "a.cu", tmp_path / "b.cu"
     first.write_text(KERNEL)
     second.write_text(KERNEL + "\n")
-    ids = {cuda_shims._module_id(str(p), ["-c", str(p)]) for p in (first, second)}
+    ids = {shims_nvcc._module_id(str(p), ["-c", str(p)]) for p in (first, second)}
     assert len(ids) == 2 and all(i.replace("_", "").isalnum() for i in ids)
 
 
@@ -375,7 +377,7 @@ def test_a_cuda_file_is_tried_with_torch_types_h_and_else_built_as_written(
     source, built, depfile = tmp_path / "k.cu", tmp_path / "k.o", tmp_path / "k.o.d"
     source.write_text("#include <torch/extension.h>\n" + KERNEL
                       + "void take(Tensor t) { launch(t.data, t.n); }\n" + extra)
-    light = cuda_shims.write_light_header(tmp_path / "light")
+    light = shims_nvcc.write_light_header(tmp_path / "light")
     done = compile_cuda(shutil.which("nvcc"), ["-MD", "-MF", str(depfile), "-isystem", str(include),
                                                "-c", str(source), "-o", str(built)], light)
     assert done is not None and done.returncode == 0, done and done.stderr
@@ -400,7 +402,7 @@ def test_a_file_broken_as_written_is_compiled_once_and_reports_its_error(tmp_pat
     source = tmp_path / "bad.cu"
     source.write_text("#include <torch/extension.h>\n"
                       + KERNEL.replace("2.0f * v", "2.0f * missing_value"))
-    light = cuda_shims.write_light_header(tmp_path / "light")
+    light = shims_nvcc.write_light_header(tmp_path / "light")
     done = compile_cuda(shutil.which("nvcc"), ["-isystem", str(include), "-c", str(source),
                                                "-o", str(tmp_path / "b.o")], light)
     assert done is not None and done.returncode != 0
@@ -419,18 +421,18 @@ def test_only_a_cuda_file_that_includes_torch_extension_h_is_tried_light(tmp_pat
                          # its own binding needs pybind11: the try could only fail
                          ("#include <torch/extension.h>\nPYBIND11_MODULE(m, m) {}\n", False)):
         source.write_text(text + KERNEL)
-        assert cuda_shims.light_header_wanted(source) is wanted, text
+        assert shims_nvcc.light_header_wanted(source) is wanted, text
     source.write_text("#include <torch/extension.h>\n")
     monkeypatch.setenv("KERNELEVO_CUDA_LIGHT_HEADER", "0")
-    assert not cuda_shims.light_header_wanted(source)
+    assert not shims_nvcc.light_header_wanted(source)
 
 
 def test_the_light_header_is_written_once_and_left_alone(tmp_path):
-    light = cuda_shims.write_light_header(tmp_path / "light")
+    light = shims_nvcc.write_light_header(tmp_path / "light")
     header = light / "torch" / "extension.h"
-    assert header.read_text() == cuda_shims.LIGHT_HEADER
+    assert header.read_text() == shims_nvcc.LIGHT_HEADER
     os.utime(header, (1, 1))  # an older file: rewriting it would make ninja build again
-    cuda_shims.write_light_header(tmp_path / "light")
+    shims_nvcc.write_light_header(tmp_path / "light")
     assert header.stat().st_mtime == 1
 
 
@@ -650,7 +652,7 @@ def test_a_build_whose_only_error_is_a_stopped_compile_is_not_remembered(tmp_pat
     """A compile stopped by the build folder's failure mark, with no compiler error
     anywhere in the log (a mark nothing of this build made), says nothing about
     the source: it is built again. With a compiler's error beside it, it is remembered."""
-    stopped = f"Error building extension 'ext':\nFAILED: main.o\n{cuda_shims.STOPPED}\n"
+    stopped = f"Error building extension 'ext':\nFAILED: main.o\n{shims_shared.STOPPED}\n"
     hook, calls = _failing_hook(tmp_path, monkeypatch, stopped)
     for _ in range(2):
         with pytest.raises(RuntimeError):
@@ -698,12 +700,12 @@ def test_a_failed_build_gives_the_header_up_instead_of_waiting_for_it(tmp_path):
     slow = _slow_header_compiler(tmp_path)
     shim = [sys.executable, "-S", "-E", str(SHIMS), "cxx", slow, str(store)]
     env = {**os.environ, "KERNELEVO_BUILD_TIMES": str(tmp_path / "t.jsonl")}
-    marker = tmp_path / cuda_shims.SIBLING_FAILED
+    marker = tmp_path / shims_shared.SIBLING_FAILED
     marker.touch()  # nvcc's stand-in failed on the CUDA file
     started = time.monotonic()
     done = subprocess.run([*shim, *_ninja_args(include, _main_cpp(tmp_path))], cwd=tmp_path,
                           capture_output=True, text=True, env=env)
-    assert done.returncode != 0 and cuda_shims.STOPPED in done.stderr
+    assert done.returncode != 0 and shims_shared.STOPPED in done.stderr
     assert not (tmp_path / "main.o").is_file()
     assert time.monotonic() - started < 20
     marker.unlink()
@@ -736,24 +738,24 @@ def test_a_compile_still_running_stops_once_the_other_file_of_its_build_failed(t
     import time
 
     monkeypatch.chdir(tmp_path)
-    marker = tmp_path / cuda_shims.SIBLING_FAILED
+    marker = tmp_path / shims_shared.SIBLING_FAILED
     threading.Timer(1.0, marker.touch).start()
     started = time.monotonic()
-    assert cuda_shims.compile_in_build([_slow_compiler(tmp_path)]) == 1
+    assert shims_shared.compile_in_build([_slow_compiler(tmp_path)]) == 1
     assert time.monotonic() - started < 10
     marker.unlink()
     threading.Timer(1.0, marker.touch).start()
     started = time.monotonic()
-    done = cuda_shims._run_chains(["sleep 60"], ["sleep 60"], "true", dict(os.environ),
+    done = shims_nvcc._run_chains(["sleep 60"], ["sleep 60"], "true", dict(os.environ),
                                   tmp_path, "light")
-    assert done.returncode == 1 and cuda_shims.STOPPED in done.stderr
+    assert done.returncode == 1 and shims_shared.STOPPED in done.stderr
     assert time.monotonic() - started < 10
-    assert not cuda_shims.lighter_header_to_blame(done.stderr)  # no second compile for it
+    assert not shims_nvcc.lighter_header_to_blame(done.stderr)  # no second compile for it
     marker.unlink()
     # a compile of its own that fails marks the folder; one that works does not
-    assert cuda_shims.compile_in_build(["false"]) == 1 and marker.exists()
+    assert shims_shared.compile_in_build(["false"]) == 1 and marker.exists()
     marker.unlink()
-    assert cuda_shims.compile_in_build(["true"]) == 0 and not marker.exists()
+    assert shims_shared.compile_in_build(["true"]) == 0 and not marker.exists()
 
 
 def test_a_build_clears_a_mark_left_by_an_earlier_build_cut_short(tmp_path, monkeypatch):
@@ -767,9 +769,9 @@ def test_a_build_clears_a_mark_left_by_an_earlier_build_cut_short(tmp_path, monk
     hook = LoadInlineHook(True, KernelSwitch())
     seen = []
     hook._original = lambda name, *args, **kwargs: seen.append(
-        (tmp_path / name / cuda_shims.SIBLING_FAILED).exists())
+        (tmp_path / name / shims_shared.SIBLING_FAILED).exists())
     unique = f"ext_{build_key(['void f();'], [], ['f'], {})}"
     (tmp_path / unique).mkdir()
-    (tmp_path / unique / cuda_shims.SIBLING_FAILED).touch()
+    (tmp_path / unique / shims_shared.SIBLING_FAILED).touch()
     hook.load_inline("ext", "void f();", None, ["f"])
     assert seen == [False]

@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from kernelevo.evaluate.cuda.compilers import compiler_shims, extensions_root
-from kernelevo.evaluate.cuda.shims import SIBLING_FAILED, STOPPED, compile_cuda
+from kernelevo.evaluate.cuda.shims_nvcc import compile_cuda
+from kernelevo.evaluate.cuda.shims_shared import SIBLING_FAILED, STOPPED
 
 # load_inline arguments that change what it prints, not what it builds.
 _NOT_IN_THE_BUILD = frozenset({"verbose", "keep_intermediates"})

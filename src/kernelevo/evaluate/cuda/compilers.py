@@ -22,7 +22,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from kernelevo.evaluate.cuda.shims import write_light_header
+from kernelevo.evaluate.cuda.shims_nvcc import write_light_header
 
 SWITCH = "KERNELEVO_COMPILER_SHIMS"
 _SHIMS = Path(__file__).with_name("shims.py")
