@@ -22,9 +22,8 @@ from kernelevo.evaluate.autotune_budget import AutotuneBudget
 from kernelevo.evaluate.cuda.build import CompileOnly, LoadInlineHook
 from kernelevo.evaluate.cuda.diagnostics import with_first_error
 from kernelevo.evaluate.messages import (Checked, CheckedCandidate, CpuWork, Failed, Gpu,
-                                         PrebuildDone,
-                                         PrebuildJob, Progress, Ready, ReadyReply, Sender,
-                                         TimeThese, WorkerDone, WorkerJob, reply_to_ready)
+                                         PrebuildDone, PrebuildJob, Progress, Ready, ReadyReply,
+                                         Sender, TimeThese, WorkerDone, WorkerJob, reply_to_ready)
 from kernelevo.evaluate.oom import is_out_of_memory, summary
 from kernelevo.evaluate.oplog import record_ops
 from kernelevo.evaluate.sandbox.redact import candidate_traceback
