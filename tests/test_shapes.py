@@ -164,6 +164,58 @@ def test_the_re_check_started_beside_the_evaluation_judges_the_same():
     assert not any(s.judge is judge for s in list(session_module._live))
 
 
+def test_a_judge_with_standby_keeps_the_re_check_s_session_warm_too():
+    """With standby on (a service, a suite lane), the re-check beside each
+    evaluation after the first uses a session started before that evaluation
+    (its oracle's reference at the other sizes made ahead), and its verdicts
+    are the ones a cold re-check gives. Closing the judge ends both standbys."""
+    import time
+
+    from kernelevo.evaluate import other_sizes
+    from kernelevo.evaluate import session as session_module
+
+    judge = Judge(task_from_source(TASK, name="axpy"),
+                  EvalConfig(device="cpu", shrink_on_cpu=False, timeout_s=60.0,
+                             timing=TimingConfig(baselines=("eager",))), standby=True)
+    judge.vary_beside = True
+    born: dict[int, float] = {}
+    used: list[tuple[float | None, float]] = []  # (the re-check session's birth, evaluate's start)
+    real_session, real_recheck = session_module.Session.__init__, other_sizes.Recheck.__init__
+    evaluating = [0.0]
+
+    def recording_session(self, *args, **kwargs):
+        born[id(self)] = time.monotonic()
+        real_session(self, *args, **kwargs)
+
+    def recording_recheck(self, judge_, task, candidates, session=None):
+        used.append((born.get(id(session)) if session is not None else None, evaluating[0]))
+        real_recheck(self, judge_, task, candidates, session)
+
+    session_module.Session.__init__ = recording_session
+    other_sizes.Recheck.__init__ = recording_recheck
+    try:
+        verdicts = []
+        for name, source in (("g", GENERAL), ("w", SILENTLY_WRONG), ("g2", GENERAL)):
+            evaluating[0] = time.monotonic()
+            verdicts.append(judge.evaluate(Candidate(source=source, backend="triton", name=name)))
+    finally:
+        session_module.Session.__init__ = real_session
+        other_sizes.Recheck.__init__ = real_recheck
+        judge.close()
+    assert [v.reason for v in verdicts] == ["passed", "shape_specialised", "passed"], \
+        [v.message for v in verdicts]
+    assert any("also correct at rows=15, cols=29" in note for note in verdicts[2].notes)
+    assert "rows=15, cols=29" in verdicts[1].message
+    assert used[0][0] is None  # the first evaluation's re-check starts cold
+    for birth, evaluation_start in used[1:]:
+        assert birth is not None and birth < evaluation_start
+    deadline = time.monotonic() + 30
+    while any(s.judge is judge and s.alive() for s in list(session_module._live)) and \
+            time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(s.judge is judge and s.alive() for s in list(session_module._live))
+
+
 def test_export_guard_raises_at_other_shapes_and_runs_at_the_task_s():
     # The guard wraps whatever forward the exported module has; a plain torch
     # ModelNew keeps this test about the guard. The task's part (sizes and

@@ -106,6 +106,9 @@ class Judge:
         # so the next candidate finds them warm (a service, a search).
         self.standby = standby
         self._standby: Session | None = None
+        # Its twin for the re-check at other sizes beside the next evaluation
+        # (a GPU machine): its oracle has the reference at those sizes ready.
+        self._recheck_standby: Session | None = None
         self._standby_lock = threading.Lock()
         self.device = resolve_device(self.config)
         # Children are confined to one GPU; the judge compares on that same GPU.
@@ -267,7 +270,8 @@ class Judge:
             ahead = ((self.standby_after, lambda running: self._start_standby(beside=running))
                      if task is self.task else None)
             session = Session(self, task, time_them, ahead)
-        if varied is not None and (recheck := self.other_sizes.start_beside(candidates)):
+        if varied is not None and (recheck := self.other_sizes.start_beside(
+                candidates, self._take_recheck_standby())):
             varied.append(recheck)
         try:
             return session.run(candidates)
@@ -281,6 +285,8 @@ class Judge:
             if self.standby and self._standby is None and not stopping():
                 self._standby = Session(self, self.task, self.config.time_candidates,
                                         yield_to=beside)
+            if self.standby:
+                self._start_recheck_standby(beside)
 
     def warm_up(self) -> None:
         """Start the next evaluation's session now, before any candidate is known.
@@ -292,6 +298,31 @@ class Judge:
         with self._standby_lock:
             if self._standby is None and not stopping():
                 self._standby = Session(self, self.task, self.config.time_candidates)
+            self._start_recheck_standby(None)
+
+    def _start_recheck_standby(self, beside: Session | None) -> None:
+        """Start the next re-check's session at other sizes, if the next evaluation has one.
+
+        Called with the standby lock held. Without it, each re-check beside an
+        evaluation would start its oracle and worker cold: their warm-up (CUDA
+        contexts, the reference at other sizes) outlasted a warm candidate's
+        own evaluation (bench/RESULTS.md, session 14).
+        """
+        if (self._recheck_standby is not None or stopping() or not self.vary_beside
+                or not self.config.vary_shapes):
+            return
+        varied = self.other_sizes.varied()
+        if varied is not None:
+            self._recheck_standby = Session(self, varied[0], False, yield_to=beside)
+
+    def _take_recheck_standby(self) -> "Session | None":
+        """The re-check's standby session if it is still waiting (else None, closed)."""
+        with self._standby_lock:
+            session, self._recheck_standby = self._recheck_standby, None
+        if session is None or session.alive():
+            return session
+        session.close()
+        return None
 
     def _take_standby(self, task: Task, time_them: bool) -> "Session | None":
         with self._standby_lock:
@@ -306,9 +337,11 @@ class Judge:
     def close(self) -> None:
         """Stop the standby session, if any (its processes end)."""
         with self._standby_lock:
-            session, self._standby = self._standby, None
-        if session is not None:
-            session.close()
+            sessions = [self._standby, self._recheck_standby]
+            self._standby = self._recheck_standby = None
+        for session in sessions:
+            if session is not None:
+                session.close()
 
 def _with_total(verdict: Verdict, total_s: float, notes: list[str]) -> Verdict:
     from dataclasses import replace

@@ -43,8 +43,10 @@ class Judge(Protocol):
 class Recheck:
     """The re-check of some candidates at other sizes, run in a thread beside their evaluation."""
 
-    def __init__(self, judge: Judge, task: Task, candidates: list[Candidate]) -> None:
-        self.session = Session(judge, task, False, None)
+    def __init__(self, judge: Judge, task: Task, candidates: list[Candidate],
+                 session: Session | None = None) -> None:
+        # A standby session the judge warmed for it, else one started now.
+        self.session = session if session is not None else Session(judge, task, False, None)
         self._verdicts: list[Verdict] | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, args=(judge, candidates),
@@ -88,10 +90,17 @@ class OtherSizes:
                             if changes else ())
         return self._varied or None
 
-    def start_beside(self, candidates: list[Candidate]) -> Recheck | None:
-        """The re-check of `candidates`, started now beside their evaluation (None: no sizes)."""
+    def start_beside(self, candidates: list[Candidate],
+                     standby: Session | None = None) -> Recheck | None:
+        """The re-check of `candidates`, started now beside their evaluation (None: no sizes).
+
+        `standby`: a session warmed ahead at the other sizes, used if it fits.
+        """
         varied = self.varied()
-        return Recheck(self.judge, varied[0], candidates) if varied else None
+        if standby is not None and (not varied or standby.task is not varied[0]):
+            standby.close()
+            standby = None
+        return Recheck(self.judge, varied[0], candidates, standby) if varied else None
 
     def apply(self, candidates: list[Candidate], verdicts: list[Verdict],
               beside: tuple[Recheck, dict[int, int]] | None = None) -> list[Verdict]:
