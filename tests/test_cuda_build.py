@@ -721,6 +721,45 @@ def test_a_failed_build_gives_the_header_up_instead_of_waiting_for_it(tmp_path):
     assert not list(store.glob("host-*/failed.log"))  # the flags are fine: tried again later
 
 
+@needs_gcc
+def test_in_the_background_a_working_compile_does_not_wait_for_the_header(tmp_path):
+    """With $KERNELEVO_PCH_BACKGROUND (a prebuild's job), the first compile of a flag
+    set ends after its own compile; the header's build goes on, registered there,
+    and is put in place when done, for the next compile to use."""
+    import time
+
+    from kernelevo.evaluate.cuda.shims_host import BACKGROUND, wait_for_background
+
+    include, store = _fake_torch(tmp_path), tmp_path / "pch"
+    script = tmp_path / "slowish-g++"  # precompiling a header takes 4 s here
+    script.write_text("#!/bin/sh\n"
+                      'case " $* " in *" c++-header "*) sleep 4 ;; esac\n'
+                      f'exec {shutil.which("g++")} "$@"\n')
+    script.chmod(0o755)
+    waiting = tmp_path / "background"
+    shim = [sys.executable, "-S", "-E", str(SHIMS), "cxx", str(script), str(store)]
+    env = {**os.environ, "KERNELEVO_BUILD_TIMES": str(tmp_path / "t.jsonl"),
+           BACKGROUND: str(waiting)}
+    started = time.monotonic()
+    done = subprocess.run([*shim, *_ninja_args(include, _main_cpp(tmp_path))], cwd=tmp_path,
+                          capture_output=True, text=True, env=env)
+    compiled_s = time.monotonic() - started
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "main.o").is_file()
+    assert compiled_s < 3.5  # not the header's 4 s
+    assert not list(store.glob("host-*/torch/extension.h.gch"))  # still being built
+    assert not wait_for_background(waiting, timeout_s=0.2)  # registered, and running
+    assert wait_for_background(waiting, timeout_s=30)
+    assert next(store.glob("host-*/torch/extension.h.gch")).is_file()
+    assert _events(tmp_path) == ["background", "built"]
+    (tmp_path / "main.o").unlink()
+    env.pop(BACKGROUND)
+    again = subprocess.run([*shim, *_ninja_args(include, _main_cpp(tmp_path))], cwd=tmp_path,
+                           capture_output=True, text=True, env=env)
+    assert again.returncode == 0 and _events(tmp_path)[-1] == "used"
+    assert not list(store.glob("host-*/torch/*.partial")) and not list(store.glob("host-*/torch/*.log"))
+
+
 def _slow_compiler(tmp_path: Path) -> str:
     """A compiler that takes 60 s for anything (torch's headers, parsed cold)."""
     script = tmp_path / "slow-cc"

@@ -7,7 +7,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -500,6 +502,38 @@ def test_a_source_built_ahead_starts_no_second_build_process(monkeypatch, tmp_pa
     assert len(jobs) == 4
     assert jobs[-1]["TORCH_EXTENSIONS_DIR"] == str(tmp_path / "other")
     assert all(job["CUDA_VISIBLE_DEVICES"] == "" for job in jobs)  # built with no GPU
+
+
+def answer_then_finish_a_header(payload, channel):
+    """A prebuild's child whose build is done at once and whose header takes 4 s more."""
+    from kernelevo.evaluate.messages import PrebuildDone, PrebuildJob, Sender
+
+    Sender(channel).send(PrebuildDone(True, 1.5, 1.6))
+    time.sleep(4)
+    (Path(PrebuildJob.from_json(payload).scratch) / "header-done").write_text("")
+
+
+def test_a_prebuild_answers_once_built_while_its_job_finishes_the_header(monkeypatch, tmp_path):
+    """The judge goes on at the build's answer: a precompiled header the build started
+    is finished by the job after it (run_prebuild), not waited for."""
+    from kernelevo.config import EvalConfig
+    from kernelevo.evaluate.cuda import prebuild as prebuild_module
+
+    monkeypatch.setattr(prebuild_module, "run_prebuild", answer_then_finish_a_header)
+    monkeypatch.setattr(prebuild_module, "_prebuilt", set())
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
+    before = set(Path(tempfile.gettempdir()).glob("kernelevo-build-*"))
+    started = time.monotonic()
+    assert prebuild_module.prebuild_source("source", EvalConfig(), {}) == 1.5
+    assert time.monotonic() - started < 3.5
+    scratch = set(Path(tempfile.gettempdir()).glob("kernelevo-build-*")) - before
+    assert len(scratch) == 1  # the job still runs: its folder is there
+    folder = scratch.pop()
+    deadline = time.monotonic() + 30
+    while folder.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not folder.exists()  # gone once the job ended
+    assert prebuild_module.prebuild_source("source", EvalConfig(), {}) == 0.0  # remembered
 
 
 def test_builds_ahead_go_to_the_judge_s_cache_before_any_judge_exists(monkeypatch, tmp_path):

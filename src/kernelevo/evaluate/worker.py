@@ -21,6 +21,7 @@ from kernelevo.evaluate import inputs as task_inputs
 from kernelevo.evaluate.autotune_budget import AutotuneBudget
 from kernelevo.evaluate.cuda.build import CompileOnly, LoadInlineHook
 from kernelevo.evaluate.cuda.diagnostics import with_first_error
+from kernelevo.evaluate.cuda.shims_host import BACKGROUND, wait_for_background
 from kernelevo.evaluate.messages import (Checked, CheckedCandidate, CpuWork, Failed, Gpu,
                                          PrebuildDone, PrebuildJob, Progress, Ready, ReadyReply,
                                          Sender, TimeThese, WorkerDone, WorkerJob, reply_to_ready)
@@ -181,9 +182,13 @@ def run_prebuild(payload: dict[str, Any], channel: Channel) -> None:
     """Child entry point with no GPU visible: build a CUDA candidate into the shared cache.
 
     The worker that later judges it finds the build by its hash and only loads
-    it, so the GPU waits for timing rather than for nvcc.
+    it, so the GPU waits for timing rather than for nvcc. The build's answer
+    goes as soon as the build is done; a precompiled header the build started
+    (cuda/shims_host.py) is finished after it, the job ending only then.
     """
     job = PrebuildJob.from_json(payload)
+    background = Path(job.scratch) / "pch-background"
+    os.environ[BACKGROUND] = str(background)
     hook = LoadInlineHook(True, guards.KernelSwitch())
     started = time.perf_counter()
     try:
@@ -192,6 +197,11 @@ def run_prebuild(payload: dict[str, Any], channel: Channel) -> None:
     except Exception:  # the judging worker reports failures; here only the build matters
         ok = False
     Sender(channel).send(PrebuildDone(ok, hook.build_s, time.perf_counter() - started))
+    wait_for_background(background, _HEADER_WAIT_S)
+
+
+# How long a prebuild's job waits, after its answer, for a header it started.
+_HEADER_WAIT_S = 300.0
 
 
 def _start_candidate(index: int, candidate: dict[str, str], task: Any, job: WorkerJob,

@@ -15,11 +15,12 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 from kernelevo.cache_dir import default_cache_dir
 from kernelevo.config import EvalConfig
 from kernelevo.evaluate.messages import PrebuildDone, PrebuildJob
-from kernelevo.evaluate.sandbox.jobs import run_job
+from kernelevo.evaluate.sandbox.jobs import JobResult, run_job
 from kernelevo.evaluate.worker import cache_environment, run_prebuild
 
 # Sources this process has prebuilt (built, or refused by the compiler), by
@@ -58,18 +59,47 @@ def prebuild_source(source: str, config: EvalConfig, environment: dict[str, str]
     with _prebuilt_lock:
         if key in _prebuilt:
             return 0.0
+    answer = _Answer()
     scratch = Path(tempfile.mkdtemp(prefix="kernelevo-build-"))
-    try:
-        result = run_job(run_prebuild, PrebuildJob(source, str(scratch)).to_json(), scratch,
-                         config.build_timeout_s, config.output_limit_bytes,
-                         environment=environment)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    if not result.final:  # cut short (its limit, a crash): the worker builds it again
+
+    def job() -> None:
+        try:
+            answer.result = run_job(run_prebuild, PrebuildJob(source, str(scratch)).to_json(),
+                                    scratch, config.build_timeout_s, config.output_limit_bytes,
+                                    on_message=answer.heard, environment=environment)
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            answer.error = exc
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+            answer.ready.set()
+
+    # The job goes on after its answer while it finishes a precompiled header
+    # the build started (run_prebuild); the caller goes on at the answer.
+    threading.Thread(target=job, name="kernelevo-prebuild", daemon=True).start()
+    answer.ready.wait()
+    if answer.error is not None:
+        raise answer.error
+    final = answer.done or (answer.result.final if answer.result else None)
+    if not final:  # cut short (its limit, a crash): the worker builds it again
         return 0.0
     with _prebuilt_lock:
         _prebuilt.add(key)
-    return PrebuildDone.from_json(result.final).build_s
+    return PrebuildDone.from_json(final).build_s
+
+
+class _Answer:
+    """A prebuild job's answer, heard before its process ends."""
+
+    def __init__(self) -> None:
+        self.ready = threading.Event()
+        self.done: dict[str, Any] | None = None
+        self.result: JobResult | None = None
+        self.error: BaseException | None = None
+
+    def heard(self, message: dict[str, Any]) -> None:
+        if message.get("kind") == PrebuildDone.kind and self.done is None:
+            self.done = message
+            self.ready.set()
 
 
 def forget_prebuilt() -> None:

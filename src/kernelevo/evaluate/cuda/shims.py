@@ -31,10 +31,10 @@ import sys
 from pathlib import Path
 
 try:  # imported as part of the package
-    from kernelevo.evaluate.cuda.shims_host import run_host
+    from kernelevo.evaluate.cuda.shims_host import build_pch, run_host
     from kernelevo.evaluate.cuda.shims_nvcc import run_nvcc
 except ImportError:  # run as the stand-in script (python -S -E shims.py): its folder leads sys.path
-    from shims_host import run_host  # type: ignore[no-redef]
+    from shims_host import build_pch, run_host  # type: ignore[no-redef]
     from shims_nvcc import run_nvcc  # type: ignore[no-redef]
 
 
@@ -44,8 +44,11 @@ def main(argv: list[str]) -> None:
         run_host(real, Path(argv[3]), argv[4:])
     elif role == "nvcc":
         run_nvcc(real, Path(argv[3]), argv[4:])
+    elif role == "pch":  # the host stand-in's header builder: folder, store, partial, header, flags
+        folder, store, partial, header = map(Path, argv[3:7])
+        sys.exit(build_pch(real, folder, store, partial, header, argv[7:]) and 1)
     else:
-        raise SystemExit(f"unknown role {role!r}: expected cxx or nvcc")
+        raise SystemExit(f"unknown role {role!r}: expected cxx, nvcc or pch")
 
 
 if __name__ == "__main__":

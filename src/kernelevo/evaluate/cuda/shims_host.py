@@ -121,33 +121,45 @@ def claim_pch(compiler: str, flags: list[str], header: Path,
     return folder, lock
 
 
-def start_pch(compiler: str, flags: list[str], header: Path, folder: Path) -> subprocess.Popen:
-    """Start building the header into `folder` (under a temporary name)."""
+def start_pch(compiler: str, flags: list[str], header: Path, folder: Path, store: Path,
+              keep: list[int]) -> subprocess.Popen:
+    """Start building the header into `folder`: this script's `pch` role (build_pch).
+
+    The builder puts the header in place itself, so it may outlive the compile
+    that started it; `keep`, the descriptors it holds while it runs (the
+    header's lock, a background registration), pass to it.
+    """
     partial = folder / f"{HEADER}.gch.{os.getpid()}.partial"
-    log = open(folder / f"build.{os.getpid()}.log", "w+")
+    script = Path(__file__).with_name("shims.py")
     # A group of its own, so that giving it up ends GCC's cc1plus too (abandon_pch).
-    return subprocess.Popen([compiler, *flags, "-x", "c++-header", str(header), "-o",
-                             str(partial)], stdout=log, stderr=subprocess.STDOUT,
-                            preexec_fn=os.setpgrp)  # this script runs no threads
+    return subprocess.Popen([sys.executable, "-S", "-E", str(script), "pch", compiler,
+                             str(folder), str(store), str(partial), str(header), *flags],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, preexec_fn=os.setpgrp,
+                            pass_fds=keep)  # this script runs no threads
 
 
-def finish_pch(builder: subprocess.Popen, folder: Path, store: Path, started: float) -> bool:
-    """Wait for the header's build; put it in place, or note why it failed."""
-    code = builder.wait()
-    partial = folder / f"{HEADER}.gch.{os.getpid()}.partial"
-    log = folder / f"build.{os.getpid()}.log"
-    if code == 0:
-        os.replace(partial, folder / f"{HEADER}.gch")
-    else:
-        partial.unlink(missing_ok=True)
-        if code > 0:  # the compiler refused (killed by a signal: try again later)
-            (folder / "failed.log").write_text(log.read_text(errors="replace")[-20000:])
+def build_pch(compiler: str, folder: Path, store: Path, partial: Path, header: Path,
+              flags: list[str]) -> int:
+    """The header's builder (role `pch`): compile it, put it in place or note why it failed."""
+    started = time.perf_counter()
+    log = partial.with_name(partial.name.replace(".partial", ".log"))
+    with open(log, "w+") as output:
+        code = subprocess.run([compiler, *flags, "-x", "c++-header", str(header), "-o",
+                               str(partial)], stdout=output, stderr=subprocess.STDOUT).returncode
+        if code == 0:
+            os.replace(partial, folder / f"{HEADER}.gch")
+        else:
+            partial.unlink(missing_ok=True)
+            if code > 0:  # the compiler refused (killed by a signal: try again later)
+                output.seek(0)
+                (folder / "failed.log").write_text(output.read()[-20000:])
     log.unlink(missing_ok=True)
     record({"role": "cxx", "pch": "built" if code == 0 else "failed",
             "pch_build_s": round(time.perf_counter() - started, 3)})
     if code == 0:
         _evict(store, keep=KEPT_HEADERS)
-    return code == 0
+    return code
 
 
 def _evict(store: Path, keep: int) -> None:
@@ -162,10 +174,12 @@ def run_host(compiler: str, store: Path, args: list[str]) -> None:
 
     The first compile of a flag set compiles as usual while it builds the
     header for the next ones (which takes about twice a plain compile). A build
-    that works waits for the header; one that fails, in this file or in the
-    CUDA file beside it (SIBLING_FAILED), gives the header up and fails after
-    its own compile. GCC checks that a header fits and otherwise reads the
-    source's own; the object is the same either way.
+    that works waits for the header, unless $KERNELEVO_PCH_BACKGROUND names a
+    folder: then the header's build goes on after this compile (registered
+    there, for the process that waits for it: cuda/build.py). One that fails,
+    in this file or in the CUDA file beside it (SIBLING_FAILED), gives the
+    header up and fails after its own compile. GCC checks that a header fits
+    and otherwise reads the source's own; the object is the same either way.
     """
     plan = host_plan(args)
     if plan is None:
@@ -177,18 +191,51 @@ def run_host(compiler: str, store: Path, args: list[str]) -> None:
             os.utime(folder / f"{HEADER}.gch")  # recently used: kept by the eviction
             record({"role": "cxx", "pch": "used"})
         sys.exit(compile_in_build([compiler, *([f"-I{folder}"] if built else []), *args]))
-    started = time.perf_counter()
-    builder = start_pch(compiler, *plan, folder)
+    background = os.environ.get(BACKGROUND)
+    registration = register_background(Path(background)) if background else None
+    builder = start_pch(compiler, *plan, folder, store,
+                        [lock.fileno(), *([registration.fileno()] if registration else [])])
     code = compile_in_build([compiler, *args])
+    if code == 0 and registration is not None:
+        record({"role": "cxx", "pch": "background"})
+        sys.exit(0)  # the builder holds the lock and the registration till it is done
     # A build that has failed (this file, or the CUDA file beside it) gives up
     # the header rather than wait for it: the failure is reported after one
     # compile, not after the header's (about twice as long).
-    if code == 0 and _wait_unless_sibling_failed(builder) or _ended(builder, _FLAGS_FAIL_S):
-        finish_pch(builder, folder, store, started)  # built, or refused (its flags): noted
-    else:
+    if not (code == 0 and _wait_unless_sibling_failed(builder)
+            or _ended(builder, _FLAGS_FAIL_S)):  # refused at once (its flags): noted by it
         abandon_pch(builder, folder)
     lock.close()
     sys.exit(code)
+
+
+# Where the process that runs a build learns of headers still being built
+# after it (a folder of locked files, one per builder): BACKGROUND.
+BACKGROUND = "KERNELEVO_PCH_BACKGROUND"
+
+
+def register_background(folder: Path) -> Any:
+    """An open, locked file in `folder` that a header's builder holds until it is done."""
+    folder.mkdir(parents=True, exist_ok=True)
+    handle = open(folder / f"pch.{os.getpid()}", "w")
+    fcntl.flock(handle, fcntl.LOCK_EX)
+    return handle
+
+
+def wait_for_background(folder: Path, timeout_s: float) -> bool:
+    """Wait until every header registered in `folder` is built (or given up); False: timed out."""
+    deadline = time.monotonic() + timeout_s
+    for path in sorted(folder.glob("pch.*")) if folder.is_dir() else ():
+        with open(path) as handle:
+            while True:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        return False
+                    time.sleep(0.1)
+    return True
 
 
 # A header build that fails over its flags does so at once: a failed compile
@@ -221,6 +268,6 @@ def abandon_pch(builder: subprocess.Popen, folder: Path) -> None:
         except ProcessLookupError:
             pass
         builder.wait()
-    (folder / f"{HEADER}.gch.{os.getpid()}.partial").unlink(missing_ok=True)
-    (folder / f"build.{os.getpid()}.log").unlink(missing_ok=True)
+    for name in (f"{HEADER}.gch.{os.getpid()}.partial", f"{HEADER}.gch.{os.getpid()}.log"):
+        (folder / name).unlink(missing_ok=True)
     record({"role": "cxx", "pch": "abandoned"})
