@@ -18,7 +18,9 @@ for label in service1 service2 service3; do
 done
 kill $SERVER; wait $SERVER 2>/dev/null
 bash bench/kernelbench/setup_device.sh > /dev/null 2>&1
-timeout 100 python bench/throughput.py --kb .kb --out "$OUT" --phases pool1 "$@" > /dev/null 2>&1
+timeout ${POOL_S:-160} python bench/throughput.py --kb .kb --out "$OUT" --phases pool1 "$@" \
+    > "$OUT/throughput_log.txt" 2>&1
+echo "throughput exit $?"; tail -3 "$OUT/throughput_log.txt"
 cat "$OUT/service.txt"; grep -h -A4 "^phases" "$OUT"/eval_service*.txt
 python - "$OUT/throughput.json" <<'PY'
 import json, sys
