@@ -239,12 +239,16 @@ def main() -> None:
     parser.add_argument("--kb", type=Path, required=True)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--only", nargs="*")
+    parser.add_argument("--triton-only", action="store_true",
+                        help="leave the CUDA candidates out (the warm figure is a Triton one)")
     parser.add_argument("--kb-sample", type=int, default=12)
     parser.add_argument("--max-elements", type=int, default=1 << 24)
     parser.add_argument("--phases", nargs="*", default=["pool1", "pool2", "kb", "cli"])
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     entries = load_entries(args.only)
+    if args.triton_only:
+        entries = [e for e in entries if e.get("backend", "triton") == "triton"]
     problems = prepare(entries, args.kb, Path(tempfile.mkdtemp(prefix="tp-")), args.max_elements)
     result: dict = {"corpus": len(entries), "problems": len(problems)}
     for phase in args.phases:

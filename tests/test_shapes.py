@@ -98,8 +98,12 @@ def test_general_kernel_passes_and_says_where_it_was_checked(device):
     assert verdict.reason == "passed", verdict.message
     assert SPECIALISED_FLAG not in verdict.flags
     assert any("also correct at rows=15, cols=29" in note for note in verdict.notes)
-    # the re-check's own session is a phase of its own, within the total
-    assert 0 < verdict.phases_s["shape_variation"] < verdict.phases_s["total"]
+    # the wait for the re-check is a phase of its own, within the total (on a GPU
+    # the re-check runs beside the evaluation, and may be done before it: 0)
+    assert 0 <= verdict.phases_s["shape_variation"] < verdict.phases_s["total"]
+    # and the re-check's own phases are there apart, for where its time went
+    assert verdict.phases_s["recheck_correctness"] > 0
+    assert "recheck_total" not in verdict.phases_s
 
 
 @pytest.mark.parametrize("device", DEVICES)

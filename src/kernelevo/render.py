@@ -89,8 +89,9 @@ def _print_remarks(console: Console, verdict: Verdict) -> None:
         console.print(f"[dim]judged by cluster worker {escape(worker)}"
                       + (f" on {escape(host)}" if host else "") + "[/]")
     if verdict.phases_s:
-        console.print("[dim]phases (s): " + ", ".join(f"{k} {v:.2f}"
-                                                     for k, v in verdict.phases_s.items()) + "[/]")
+        console.print("[dim]phases (s): " + ", ".join(
+            f"{k} {v:.2f}" for k, v in verdict.phases_s.items()
+            if not k.startswith("recheck_")) + "[/]")  # the re-check's own: JSON only
     if verdict.logs and verdict.status in ("compile_error", "runtime_error", "crashed"):
         console.print("[dim]log tail:[/]")
         console.print(verdict.logs[-3000:], markup=False, highlight=False)

@@ -28,6 +28,10 @@ from kernelevo.evaluate.verdict import Verdict
 from kernelevo.task import Task, perturb_sizes
 
 
+# The prefix of the re-check's own phases in a verdict's phases_s.
+RECHECK_PHASE = "recheck_"
+
+
 class Judge(Protocol):
     """What the re-check needs of the judge (evaluate/judge.py) whose candidates it re-checks."""
 
@@ -134,7 +138,12 @@ class OtherSizes:
         if rechecked is None:
             return _noted(verdicts, passing, note)
         for position, i in enumerate(passing):
-            verdicts[i] = shape_variation_verdict(verdicts[i], rechecked[position], described)
+            # The re-check's own phases, apart (JSON only): where its time went.
+            own = {f"{RECHECK_PHASE}{k}": v for k, v in rechecked[position].phases_s.items()
+                   if k != "total"}
+            verdicts[i] = shape_variation_verdict(
+                replace(verdicts[i], phases_s={**verdicts[i].phases_s, **own}),
+                rechecked[position], described)
         return verdicts
 
     def _rechecked(self, candidates: list[Candidate], passing: list[int], task: Task,
