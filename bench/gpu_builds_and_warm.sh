@@ -5,7 +5,8 @@
 #      another (bench/suite_throughput.py --phases builds);
 #   2. a warm Triton candidate's wall beyond its timed work
 #      (bench/gpu_standby_yield.sh on ten level-1 problems);
-#   3. the GPU tests of the files named in GPU_TESTS (none by default).
+#   3. the GPU tests of the files named in GPU_TESTS (none by default; by
+#      gpu_standby_yield.sh, their output in warm/gpu_tests.txt).
 # Results in $OUT/builds_warm.tgz.
 #   device run, carry [".kb", ".whl"]: bash bench/gpu_builds_and_warm.sh
 set -u
@@ -20,14 +21,9 @@ start=$(date +%s)
 timeout ${BUILDS_S:-300} python bench/suite_throughput.py --kb .kb --out /tmp/bw/builds --phases builds \
     --builds ${BUILDS:-broken,ok,other} > /tmp/bw/builds_log.txt 2>&1
 echo "builds exit $? after $(( $(date +%s) - start )) s"; tail -4 /tmp/bw/builds_log.txt | cut -c1-3000
-OUT=/tmp/bw/warm timeout ${WARM_S:-250} bash bench/gpu_standby_yield.sh --only ${WARM_ONLY:-19 20 21 22 23 24 26 29 30 38} \
+OUT=/tmp/bw/warm timeout ${WARM_S:-250} bash bench/gpu_standby_yield.sh --only ${WARM_ONLY:-19 20 21 22 23 24 26 29 30 38} --triton-only \
     > /tmp/bw/warm_log.txt 2>&1
 echo "warm exit $? after $(( $(date +%s) - start )) s"; cat /tmp/bw/warm_log.txt | tail -12
-for file in ${GPU_TESTS:-}; do
-    timeout ${FILE_S:-150} python -m pytest -m gpu -q -p no:cacheprovider "$file" > /tmp/bw/gpu_test_log.txt 2>&1
-    echo "$file exit $?: $(tail -1 /tmp/bw/gpu_test_log.txt)" | tee -a /tmp/bw/gpu_tests.txt
-    tail -40 /tmp/bw/gpu_test_log.txt >> /tmp/bw/gpu_tests_tail.txt
-done
 echo "all done after $(( $(date +%s) - start )) s"
 tar czf "$OUT/builds_warm.tgz" --exclude='*.db' -C /tmp bw
 ls -la "$OUT"

@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
-# One short device call: a standby's warm-up waits for the evaluation beside
-# it to time. `eval` three times through `kernelevo serve`, then the
-# throughput corpus one job at a time.
+# One short device call: warm Triton evaluations.
+#   1. `eval` of the softmax example through `kernelevo serve`, once per word of
+#      SERVICE_PAUSES (seconds to wait first: 0 sends jobs back to back, a few
+#      seconds is a search waiting for its model), each eval's wall and phases
+#      (the re-check's own too, recheck_*) a line of $OUT/service.txt;
+#   2. unless SKIP_POOL is set, the throughput corpus one job at a time
+#      (bench/throughput.py pool1 with this script's arguments, e.g.
+#      `--only 19 20 --triton-only`): warm_beyond_timed_median_s;
+#   3. the GPU tests of the files named in GPU_TESTS (none by default).
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 KERNELEVO_CACHE_DIR=${KERNELEVO_CACHE_DIR:-/tmp/ke-cache} PYTHONPATH=src
@@ -11,20 +17,36 @@ python -m kernelevo.cli.app serve > "$OUT/serve.txt" 2>&1 &
 SERVER=$!
 for i in $(seq 100); do [ -f "$KERNELEVO_CACHE_DIR/service.json" ] && break; sleep 0.2; done
 TIMEFORMAT=%R
-for label in service1 service2 service3; do
+for pause in ${SERVICE_PAUSES:-0 0 0}; do
+    sleep "$pause"
     wall=$( { time timeout 60 python -m kernelevo.cli.app eval examples/softmax/task.py \
-        examples/softmax/triton_candidate.py > "$OUT/eval_$label.txt" 2>&1 ; } 2>&1 )
-    echo "$label: $wall s, $(grep -c passed "$OUT/eval_$label.txt") passed lines" >> "$OUT/service.txt"
+        examples/softmax/triton_candidate.py --json > /tmp/service_eval.json 2>/dev/null ; } 2>&1 )
+    python - "$pause" "$wall" /tmp/service_eval.json >> "$OUT/service.txt" <<'PY'
+import json, sys
+pause, wall, path = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+try:
+    verdict = json.load(open(path))
+except ValueError:
+    verdict = {"reason": "no verdict"}
+print(json.dumps({"pause_s": float(pause), "wall_s": wall, "reason": verdict.get("reason"),
+                  "phases": verdict.get("phases_s", {})}))
+PY
 done
 kill $SERVER; wait $SERVER 2>/dev/null
-bash bench/kernelbench/setup_device.sh > /dev/null 2>&1
-timeout ${POOL_S:-160} python bench/throughput.py --kb .kb --out "$OUT" --phases pool1 "$@" \
-    > "$OUT/throughput_log.txt" 2>&1
-echo "throughput exit $?"; tail -3 "$OUT/throughput_log.txt"
-cat "$OUT/service.txt"; grep -h -A4 "^phases" "$OUT"/eval_service*.txt
-python - "$OUT/throughput.json" <<'PY'
+cut -c1-300 "$OUT/service.txt"
+if [ -z "${SKIP_POOL:-}" ]; then
+    bash bench/kernelbench/setup_device.sh > /dev/null 2>&1
+    timeout ${POOL_S:-160} python bench/throughput.py --kb .kb --out "$OUT" --phases pool1 "$@" \
+        > "$OUT/throughput_log.txt" 2>&1
+    echo "throughput exit $?"; tail -3 "$OUT/throughput_log.txt"
+    python - "$OUT/throughput.json" <<'PY'
 import json, sys
 phase = json.load(open(sys.argv[1]))["pool1"]
 print("pool1", {k: phase.get(k) for k in ("per_hour", "wall_s", "right", "candidates", "warm_passed",
                                           "warm_beyond_timed_median_s", "passed_phase_medians_s")})
 PY
+fi
+for file in ${GPU_TESTS:-}; do
+    timeout 150 python -m pytest -m gpu -q -p no:cacheprovider "$file" > "$OUT/gpu_tests.txt" 2>&1
+    echo "$file exit $?: $(tail -1 "$OUT/gpu_tests.txt")"
+done
