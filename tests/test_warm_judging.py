@@ -46,6 +46,39 @@ def test_timing_waits_for_shared_holders_and_excludes_new_ones():
     assert gate.holders() == (0, False)
 
 
+def test_a_timing_s_wait_comes_back_with_who_held_the_gpu_and_how_long():
+    gate = GpuGate()
+    recheck, oracle = Hold(gate, label="7:recheck:worker"), Hold(gate, label="3:task:oracle")
+    recheck.shared()
+    oracle.shared()
+    timing = Hold(gate)
+    timed = _in_thread(timing.exclusive)
+    time.sleep(0.3)
+    oracle.release()
+    assert not timed.wait(0.3)  # the re-check's worker still holds it
+    recheck.release()
+    assert timed.wait(2)
+    waited = timing.waited_on
+    assert set(waited) == {"7:recheck:worker", "3:task:oracle"}
+    assert 0.25 < waited["3:task:oracle"] < waited["7:recheck:worker"]
+    assert waited["7:recheck:worker"] >= 0.55
+    timing.release()
+    assert gate.holders() == (0, False)
+
+
+def test_a_session_names_the_holders_its_timing_waited_for_by_their_relation_to_it():
+    from types import SimpleNamespace
+
+    from kernelevo.evaluate.session import Session
+
+    waited = Session._waited_on(SimpleNamespace(number=4), {
+        "4:task:oracle": 0.2, "5:recheck:worker": 0.5, "5:recheck:oracle": 0.1,
+        "6:task:worker": 0.3, "8:task:worker": 0.25, "judge": 0.05})
+    assert waited == {"gate_wait_own_oracle": 0.2, "gate_wait_recheck_worker": 0.5,
+                      "gate_wait_recheck_oracle": 0.1, "gate_wait_next_worker": 0.55,
+                      "gate_wait_judge": 0.05}
+
+
 def test_checks_share_the_gate_and_a_hold_moves_between_modes():
     gate = GpuGate()
     first, second = Hold(gate), Hold(gate)

@@ -91,7 +91,7 @@ def _print_remarks(console: Console, verdict: Verdict) -> None:
     if verdict.phases_s:
         console.print("[dim]phases (s): " + ", ".join(
             f"{k} {v:.2f}" for k, v in verdict.phases_s.items()
-            if not k.startswith("recheck_")) + "[/]")  # the re-check's own: JSON only
+            if not k.startswith(("recheck_", "gate_wait_"))) + "[/]")  # details: JSON only
     if verdict.logs and verdict.status in ("compile_error", "runtime_error", "crashed"):
         console.print("[dim]log tail:[/]")
         console.print(verdict.logs[-3000:], markup=False, highlight=False)

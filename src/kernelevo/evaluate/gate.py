@@ -10,12 +10,15 @@ while it waits, so timing never starves behind a stream of checks.
 
 A wait can be given up (`give_up`, polled): a job killed or a process
 stopping must not sit behind another job's hold, nor keep a lane or a
-shutdown waiting on it.
+shutdown waiting on it. A timing phase's wait comes back with who held the
+GPU meanwhile, and how long (by the holders' labels), for its verdict's phases.
 """
 
 from __future__ import annotations
 
 import threading
+import time
+from collections import defaultdict
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
@@ -38,32 +41,47 @@ class GpuGate:
         self._shared = 0
         self._exclusive = False
         self._writers_waiting = 0
+        # The shared holders' labels and since when they hold, by owner; and,
+        # for each timing phase waiting, the seconds each label held meanwhile.
+        self._holding: dict[int, tuple[str, float]] = {}
+        self._ledgers: list[tuple[float, dict[str, float]]] = []
 
-    def acquire_shared(self, give_up: GiveUp | None = None) -> None:
+    def acquire_shared(self, give_up: GiveUp | None = None, owner: object = None,
+                       label: str = "other") -> None:
         with self._condition:
             while self._exclusive or self._writers_waiting:
                 self._wait(give_up)
             self._shared += 1
+            self._holding[id(owner)] = (label, time.monotonic())
 
-    def release_shared(self) -> None:
+    def release_shared(self, owner: object = None) -> None:
         with self._condition:
             if self._shared <= 0:
                 raise RuntimeError("release_shared without a shared hold")
             self._shared -= 1
+            label, since = self._holding.pop(id(owner), ("other", time.monotonic()))
+            now = time.monotonic()
+            for started, ledger in self._ledgers:
+                ledger[label] += now - max(since, started)
             if not self._shared:
                 self._condition.notify_all()
 
-    def acquire_exclusive(self, give_up: GiveUp | None = None) -> None:
+    def acquire_exclusive(self, give_up: GiveUp | None = None) -> dict[str, float]:
+        """Take the GPU alone; the seconds each label held it while this waited."""
+        entry: tuple[float, dict[str, float]] = (time.monotonic(), defaultdict(float))
         with self._condition:
             self._writers_waiting += 1
+            self._ledgers.append(entry)
             try:
                 while self._exclusive or self._shared:
                     self._wait(give_up)
             finally:
                 self._writers_waiting -= 1
+                self._ledgers.remove(entry)
                 if not self._writers_waiting:
                     self._condition.notify_all()  # shared waiters held back by this one go on
             self._exclusive = True
+        return dict(entry[1])
 
     def _wait(self, give_up: GiveUp | None) -> None:
         """One wait on the condition (held); raises GateAbandoned once `give_up()` is true."""
@@ -82,12 +100,13 @@ class GpuGate:
             self._condition.notify_all()
 
     @contextmanager
-    def shared(self) -> Iterator[None]:
-        self.acquire_shared()
+    def shared(self, label: str = "judge") -> Iterator[None]:
+        owner = object()
+        self.acquire_shared(owner=owner, label=label)
         try:
             yield
         finally:
-            self.release_shared()
+            self.release_shared(owner)
 
     def holders(self) -> tuple[int, bool]:
         """(shared holders, whether timing holds it): for tests and progress."""
@@ -98,24 +117,27 @@ class GpuGate:
 class Hold:
     """One job's hold on a gate, moved between shared, exclusive and none."""
 
-    def __init__(self, gate: GpuGate, give_up: GiveUp | None = None) -> None:
+    def __init__(self, gate: GpuGate, give_up: GiveUp | None = None, label: str = "other") -> None:
         self.gate = gate
         self.give_up = give_up
+        self.label = label
         self.state = "none"
+        # Who held the GPU while the last exclusive hold was waited for: {label: seconds}.
+        self.waited_on: dict[str, float] = {}
 
     def shared(self) -> None:
         self.release()
-        self.gate.acquire_shared(self.give_up)
+        self.gate.acquire_shared(self.give_up, self, self.label)
         self.state = "shared"
 
     def exclusive(self) -> None:
         self.release()
-        self.gate.acquire_exclusive(self.give_up)
+        self.waited_on = self.gate.acquire_exclusive(self.give_up)
         self.state = "exclusive"
 
     def release(self) -> None:
         if self.state == "shared":
-            self.gate.release_shared()
+            self.gate.release_shared(self)
         elif self.state == "exclusive":
             self.gate.release_exclusive()
         self.state = "none"

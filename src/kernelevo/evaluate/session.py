@@ -19,6 +19,7 @@ whose client left): their processes die and their waits give up.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import secrets
 import shutil
 import tempfile
@@ -50,6 +51,7 @@ from kernelevo.task import Task
 
 _POLL_S = 0.25  # how often a waiting worker looks whether the process is stopping
 _live: "weakref.WeakSet[Session]" = weakref.WeakSet()
+_numbers = itertools.count(1)  # each session's number, in its holds' labels
 _live_lock = threading.Lock()
 
 
@@ -87,9 +89,12 @@ class Session:
         # warm-up holds the GPU when this one is ready to time (gate_wait).
         self.past_timing = threading.Event()
         self._yield = _Yield(yield_to, self._given, self.abandoned)
+        # "N:task:worker", "N:recheck:oracle": who held the GPU while a timing waited.
+        self.number = next(_numbers)
+        label = f"{self.number}:{'task' if task is getattr(judge, 'task', None) else 'recheck'}"
         self.oracle = _OracleRun(judge, task, self.scratch / "oracle",
-                                 Hold(gate, self.abandoned), self._yield)
-        self.hold = Hold(gate, self.abandoned)
+                                 Hold(gate, self.abandoned, f"{label}:oracle"), self._yield)
+        self.hold = Hold(gate, self.abandoned, f"{label}:worker")
         self._closed = False
         self._ready_heard = False  # from the worker's Ready on, its candidates may run
         self._yielded_s: float | None = None
@@ -228,12 +233,28 @@ class Session:
             # for the gate there only made a job wait out a hung one beside it.
             if reply.time and self.judge.device == "cuda":
                 self.state.phases["gate_wait"] = self._wait_for(self.hold.exclusive)
+                self.state.phases.update(self._waited_on(self.hold.waited_on))
             else:
                 self.past_timing.set()
         return reply
 
     def _wait_for(self, take: Callable[[], None]) -> float:
         return _wait_for(take, self.deadline)
+
+    def _waited_on(self, holders: dict[str, float]) -> dict[str, float]:
+        """Who held the GPU while this timing waited, as phases: gate_wait_own_oracle (this
+        session's), gate_wait_recheck_worker (the re-check beside it), gate_wait_next_worker
+        (another session of the task: a standby), gate_wait_judge (its comparisons)."""
+        phases: dict[str, float] = {}
+        for label, seconds in holders.items():
+            parts = label.split(":")
+            if len(parts) == 3:
+                whose = ("own" if parts[0] == str(self.number)
+                         else "recheck" if parts[1] == "recheck" else "next")
+                label = f"{whose}_{parts[2]}"
+            key = f"gate_wait_{label}"
+            phases[key] = round(phases.get(key, 0.0) + seconds, 3)
+        return phases
 
     def _call_ahead(self, when: str) -> None:
         if self._ahead is not None and self._ahead[0] == when:
