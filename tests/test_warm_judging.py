@@ -156,7 +156,7 @@ def test_a_first_evaluation_starts_its_standby_before_it_ends(monkeypatch, after
 def test_the_worker_goes_on_while_the_oracle_exits_and_the_judge_checks_trivial_answers(
         monkeypatch):
     """The reference is handed on as the oracle's last message comes, not after both."""
-    from kernelevo.evaluate import session
+    from kernelevo.evaluate import oracle_run
 
     task, candidate = _softmax()
     worker_went_on = threading.Event()
@@ -166,7 +166,7 @@ def test_the_worker_goes_on_while_the_oracle_exits_and_the_judge_checks_trivial_
         seen["worker_first"] = worker_went_on.wait(30)
         reference["trivial"] = []
 
-    monkeypatch.setattr(session, "_check_trivial_answers", slow_check)
+    monkeypatch.setattr(oracle_run, "_check_trivial_answers", slow_check)
     judge = Judge(task, EvalConfig(), progress=lambda phase: (
         worker_went_on.set() if phase == "loading candidate" else None))
     verdict = judge.evaluate(candidate)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import secrets
 import shutil
 import tempfile
 import threading
@@ -29,21 +28,14 @@ import weakref
 from pathlib import Path
 from typing import Any, Callable
 
-import torch
-
 from kernelevo.candidate import Candidate
-from kernelevo.config import tolerances
-from kernelevo.errors import TaskError
-from kernelevo.evaluate import decide
 from kernelevo.evaluate.gate import Hold, gate_for
-from kernelevo.evaluate.messages import (ORACLE_KINDS, WORKER_KINDS, Abort, Checked, CpuWork,
-                                         Gpu, Granted, Message, MessageError, OracleDone, OracleJob,
-                                         Progress, Ready, ReadyReply, Reference, TaskFailed,
+from kernelevo.evaluate.messages import (WORKER_KINDS, Abort, Checked, CpuWork, Gpu, Granted,
+                                         Message, MessageError, Ready, ReadyReply,
                                          Timed, TimeThese, WorkerJob, decode)
-from kernelevo.evaluate.oracle import run_oracle
+from kernelevo.evaluate.oracle_run import OracleRun, wait_for
 from kernelevo.evaluate.outcome import build_verdicts
 from kernelevo.evaluate.sandbox.jobs import Deadline, JobResult, run_job, stopping
-from kernelevo.evaluate.transfer import import_bundle
 from kernelevo.evaluate.verdict import Verdict, verdict_for
 from kernelevo.evaluate.worker import run_worker
 from kernelevo.evaluate.worker_state import WorkerState
@@ -92,7 +84,7 @@ class Session:
         # "N:task:worker", "N:recheck:oracle": who held the GPU while a timing waited.
         self.number = next(_numbers)
         label = f"{self.number}:{'task' if task is getattr(judge, 'task', None) else 'recheck'}"
-        self.oracle = _OracleRun(judge, task, self.scratch / "oracle",
+        self.oracle = OracleRun(judge, task, self.scratch / "oracle",
                                  Hold(gate, self.abandoned, f"{label}:oracle"), self._yield)
         self.hold = Hold(gate, self.abandoned, f"{label}:worker")
         self._closed = False
@@ -239,7 +231,7 @@ class Session:
         return reply
 
     def _wait_for(self, take: Callable[[], None]) -> float:
-        return _wait_for(take, self.deadline)
+        return wait_for(take, self.deadline)
 
     def _waited_on(self, holders: dict[str, float]) -> dict[str, float]:
         """Who held the GPU while this timing waited, as phases: gate_wait_own_oracle (this
@@ -302,142 +294,3 @@ class _Yield:
         waited = time.monotonic() - started
         deadline.at += waited
         return waited
-
-
-def _wait_for(take: Callable[[], None], deadline: Deadline) -> float:
-    """Take a hold on the gate; the wait does not count against the job's limit."""
-    waited = time.monotonic()
-    take()
-    waited = time.monotonic() - waited
-    deadline.at += waited
-    return waited
-
-
-def _check_trivial_answers(reference: dict[str, Any], device: str) -> None:
-    """Which trivial answers would pass, found while the worker still warms up.
-
-    A passing verdict needs it; done here it is off the candidate's path, and
-    it loads the comparison's kernels into this process ahead (0.5-0.8 s of a
-    cold `kernelevo eval` otherwise). Short of GPU memory, the judge finds it
-    later, on the CPU if need be (outcome.py).
-    """
-    try:
-        reference["trivial"] = (decide.trivial_answers_pass(
-            reference["outputs"], reference["tolerances"], device) + reference["passthrough"])
-    except torch.cuda.OutOfMemoryError:
-        torch.cuda.empty_cache()
-
-
-class _OracleRun:
-    """Computes the reference in its own process; the judge keeps the outputs.
-
-    `ready` is set once the reference is here (or cannot come), as the
-    oracle's last message arrives: the worker goes on while the oracle's
-    process exits and the judge checks which trivial answers pass. `done` is
-    set once that check is done too.
-    """
-
-    def __init__(self, judge: Any, task: Task, scratch: Path, hold: Hold,
-                 yielding: "_Yield") -> None:
-        self.judge, self.task, self.scratch, self.hold = judge, task, scratch, hold
-        self._yield = yielding
-        self.deadline = Deadline()
-        self.ready = threading.Event()
-        self.done = threading.Event()
-        self.reference: dict[str, Any] | None = None
-        self.error: Exception | None = None
-        self.phases: dict[str, float] = {}  # judge-side steps after the reference came
-        self._bundle: dict[str, list[Any]] | None = None
-        self._job: OracleJob | None = None
-        self._done_at: float | None = None
-
-    def run(self) -> None:
-        try:
-            try:  # the child asks for a shared hold before it runs kernels
-                self._compute()
-                self.ready.set()
-                assert self.reference is not None
-                started = time.monotonic()
-                _check_trivial_answers(self.reference, self.judge.compare_device)
-                self.phases["trivial_check"] = time.monotonic() - started
-            finally:
-                self.hold.release()
-        except Exception as exc:  # handed to the judge's thread, raised there
-            kept = (TaskError, torch.cuda.OutOfMemoryError)  # the judge makes a verdict of OOM
-            self.error = exc if isinstance(exc, kept) else TaskError(
-                f"the reference oracle failed: {type(exc).__name__}: {exc}")
-            self.reference = None
-        finally:
-            self.ready.set()
-            self.done.set()
-
-    def _compute(self) -> None:
-        config, count = self.judge.config, self.judge.config.input_sets
-        # One set is a stress set (scaled by s in [32, 128], structure kept) so
-        # shortcuts that only hold for the task's input distribution fail:
-        # randn inputs then reach beyond 100, where exp() without a max
-        # subtraction overflows.
-        variant_scale = 2 ** (5 + secrets.randbelow(2000) / 1000)
-        self._job = OracleJob(
-            task_source=self.task.source, device=self.judge.device, dtype=config.dtype_name,
-            scratch=str(self.scratch), task_folder=self.task.folder,
-            seeds=tuple(secrets.randbits(62) for _ in range(count)),
-            variants=(None,) * (count - 1) + (variant_scale,))
-        result = run_job(run_oracle, self._job.to_json(), self.scratch, config.timeout_s,
-                         config.output_limit_bytes, on_message=self._on_message,
-                         environment=self.judge.child_environment,
-                         isolate_network=config.isolate_network, deadline=self.deadline)
-        if self._done_at is not None:  # from its last message until its process had ended
-            self.phases["oracle_exit"] = time.monotonic() - self._done_at
-        if self.reference is None:
-            _raise_oracle_failure(result)
-
-    def _on_message(self, raw: dict[str, Any]) -> dict[str, Any] | None:
-        reply = self._answer(decode(raw, ORACLE_KINDS))
-        return None if reply is None else reply.to_json()
-
-    def _answer(self, message: Message) -> Message | None:
-        if isinstance(message, Gpu):
-            self._yield.wait(self.deadline)
-            _wait_for(self.hold.shared, self.deadline)
-            return Granted()
-        if isinstance(message, Progress):
-            self.judge.progress(message.phase)
-        elif isinstance(message, Reference):
-            self._bundle = import_bundle(message.bundle, self.judge.compare_device,
-                                         self.judge.gpu_index)
-            return Granted()
-        elif isinstance(message, OracleDone) and self._bundle is not None:
-            # The last message: the worker may go on while this process exits.
-            self._done_at = time.monotonic()
-            assert self._job is not None
-            self.reference = self._reference_from(message, self._job)
-            self.ready.set()
-        return None
-
-    def _reference_from(self, final: OracleDone, job: OracleJob) -> dict[str, Any]:
-        assert self._bundle is not None
-        kept = final.kept_sets
-        outputs = [self._bundle[f"set_{i}"] for i in range(len(kept))]
-        return {
-            "outputs": outputs,
-            "seeds": [job.seeds[i] for i in kept],
-            "variants": list(final.variants_used),
-            "stress": {int(k): v for k, v in final.stress.items()},
-            "passthrough": list(final.passthrough),
-            "structure": final.structure,
-            "ops": set(final.ops),
-            "flops": int(final.flops), "bytes": int(final.bytes),
-            "tolerances": [tolerances(name, final.atol, final.rtol, self.judge.config)
-                           for name in final.output_dtypes],
-        }
-
-
-def _raise_oracle_failure(result: JobResult) -> None:
-    """The TaskError of an oracle that sent no reference: its own report, or how it ended."""
-    errors = [m for m in result.messages if m.get("kind") == TaskFailed.kind]
-    if errors:
-        raise TaskError(TaskFailed.from_json(errors[0]).message)
-    why = ("ran past the time limit" if result.timed_out else
-           f"died ({result.signal_name or f'exit code {result.exit_code}'})")
-    raise TaskError(f"the reference oracle {why}:\n{result.log_tail[-2000:]}")
