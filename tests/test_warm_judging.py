@@ -79,6 +79,41 @@ def test_a_session_names_the_holders_its_timing_waited_for_by_their_relation_to_
                       "gate_wait_judge": 0.05}
 
 
+def test_the_baselines_warm_up_gives_the_gpu_up_before_torch_compile_is_set_up(
+        monkeypatch, tmp_path):
+    """Only the baselines' model and inputs are made under the brief hold; torch.compile's
+    set-up (imports, its backend) is CPU work and runs after the hold is given up."""
+    import torch
+
+    from kernelevo.evaluate import inputs
+    from kernelevo.evaluate.messages import WorkerJob
+    from kernelevo.evaluate.worker_timing import warm_baselines
+
+    order = []
+
+    class Window:
+        def cpu_only(self):
+            order.append("cpu_only")
+
+        def kernels(self):
+            order.append("kernels")
+
+    def recording_compile(model, **kwargs):
+        order.append("torch.compile")
+        return model
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *args: None)
+    monkeypatch.setattr(torch, "compile", recording_compile)
+    source = (SOFTMAX / "task.py").read_text()
+    task = inputs.import_source(source, "kernelevo_task", tmp_path, str(SOFTMAX))
+    config = EvalConfig()
+    job = WorkerJob(task_source=source, device="cpu", dtype="float32", scratch=str(tmp_path),
+                    time=True, timing=config.timing)
+    baselines = warm_baselines(task, job, Window())
+    assert "compile" in baselines.contestants, baselines.notes
+    assert order[:2] == ["cpu_only", "torch.compile"] and order[-1] == "kernels"
+
+
 def test_checks_share_the_gate_and_a_hold_moves_between_modes():
     gate = GpuGate()
     first, second = Hold(gate), Hold(gate)

@@ -69,13 +69,13 @@ def warm_baselines(task: Any, job: WorkerJob, gpu: GpuPhases | None = None) -> B
     if "compile" in config.baselines:
         started = time.perf_counter()
         try:
+            if gpu is not None:  # before torch.compile's set-up too: CPU work, seconds cold
+                torch.cuda.synchronize()  # the model's and inputs' kernels are done
+                gpu.cpu_only()
             import torch._inductor.config as inductor_config
 
             inductor_config.compile_threads = 1  # no pool of compile processes in a worker
             compiled = torch.compile(reference, backend=_kernels_after_compile(gpu))
-            if gpu is not None:
-                torch.cuda.synchronize()  # the model's and inputs' kernels are done
-                gpu.cpu_only()
             with torch.no_grad():
                 compiled(*warm_inputs)
             torch.cuda.synchronize()
