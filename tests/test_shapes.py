@@ -253,3 +253,28 @@ def test_memory_that_ran_out_beside_the_evaluation_gets_the_re_check_run_alone(m
     verdict = judge.evaluate(Candidate(source=GENERAL, backend="triton", name="g"))
     assert verdict.reason == "passed", verdict.message
     assert any("also correct at rows=15, cols=29" in note for note in verdict.notes)
+
+
+# Right for its first calls at a size, then raising: the twelfth call at the
+# sizes `AT` names on. Correctness makes fewer calls than that at any size; a
+# stand-in for timing (calls on rotated inputs) makes more.
+TIRES = GENERAL.replace("    def forward(self, x, y):\n", """    def forward(self, x, y):
+        if AT(x.shape):
+            SEEN.append(x.shape)
+            if len(SEEN) >= 12:
+                raise RuntimeError("tired after 11 calls")
+""")
+
+
+def test_the_re_check_leaves_calls_on_rotated_inputs_to_the_evaluation_it_re_checks():
+    """Untimed (here, the CPU), the evaluation calls the candidate on rotated
+    inputs for a while, and a candidate that goes wrong after some calls fails
+    there; the re-check at other sizes makes only its correctness calls."""
+    at_other_sizes = "SEEN = []\nAT = lambda shape: tuple(shape) != (16, 32)\n" + TIRES
+    verdict = _verdict(at_other_sizes, "cpu")
+    assert verdict.reason == "passed", verdict.message
+    assert any("also correct at rows=15, cols=29" in note for note in verdict.notes)
+    at_task_sizes = "SEEN = []\nAT = lambda shape: tuple(shape) == (16, 32)\n" + TIRES
+    verdict = _verdict(at_task_sizes, "cpu")
+    assert not verdict.ok
+    assert "tired after 11 calls" in verdict.message, verdict.message

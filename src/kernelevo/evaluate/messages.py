@@ -127,6 +127,10 @@ class WorkerJob(Message):
     time: bool
     timing: TimingConfig
     task_folder: str = ""
+    # Untimed, calls on rotated input sets stand in for timing (worker_timing.py,
+    # rotation_check). A re-check at other sizes leaves them out: the evaluation
+    # it re-checks timed the candidate, or rotated its inputs, at the task's sizes.
+    rotation: bool = True
 
 
 @dataclass(frozen=True)

@@ -83,7 +83,8 @@ class Session:
         self._yield = _Yield(yield_to, self._given, self.abandoned)
         # "N:task:worker", "N:recheck:oracle": who held the GPU while a timing waited.
         self.number = next(_numbers)
-        label = f"{self.number}:{'task' if task is getattr(judge, 'task', None) else 'recheck'}"
+        self.recheck = task is not getattr(judge, "task", None)  # a re-check at other sizes
+        label = f"{self.number}:{'recheck' if self.recheck else 'task'}"
         self.oracle = OracleRun(judge, task, self.scratch / "oracle",
                                  Hold(gate, self.abandoned, f"{label}:oracle"), self._yield)
         self.hold = Hold(gate, self.abandoned, f"{label}:worker")
@@ -167,7 +168,7 @@ class Session:
         payload = WorkerJob(task_source=self.task.source, device=judge.device,
                             dtype=judge.config.dtype_name, scratch=str(self.scratch / "worker"),
                             time=self.time_them, timing=judge.config.timing,
-                            task_folder=self.task.folder).to_json()
+                            task_folder=self.task.folder, rotation=not self.recheck).to_json()
         try:
             self.result = run_job(run_worker, payload, self.scratch / "worker",
                                   judge.config.timeout_s, judge.config.output_limit_bytes,

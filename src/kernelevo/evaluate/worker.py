@@ -238,9 +238,10 @@ def _finish_candidate(runs: "_SetRuns", job: WorkerJob, given: ReadyReply, chann
                   **{key: tuple(values) for key, values in runs.found.items()})
     bundle = report.pop("bundle")
     verified = [bundle[f"set_{i}"] for i in range(len(given.seeds))]
-    if not job.time or job.device != "cuda":
+    if job.rotation and (not job.time or job.device != "cuda"):
         # Without a timing phase, repeated calls on rotated inputs stand in for
-        # it, so caches and warm-up-only computation are still caught.
+        # it, so caches and warm-up-only computation are still caught (not in
+        # a re-check at other sizes: its evaluation caught them at the task's).
         report["rotation_problem"] = rotation_check(runs.model, runs.task, job, given, verified)
     # The judge copies the outputs while this process waits for its reply.
     channel.ask(CheckedCandidate(candidate=runs.index,

@@ -9,6 +9,7 @@ refuses is remembered in that cache too, and reported at once.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
 import shutil
@@ -28,6 +29,16 @@ from kernelevo.evaluate.worker import cache_environment, run_prebuild
 # the judge's own prebuild of one then starts no process to find it cached.
 _prebuilt: set[str] = set()
 _prebuilt_lock = threading.Lock()
+# Scratch folders of prebuild jobs still running: a job finishing a header
+# after its answer is a daemon thread, cut off when the process exits, so the
+# exit removes what it left.
+_scratches: set[Path] = set()
+
+
+@atexit.register
+def _remove_scratches() -> None:
+    for scratch in list(_scratches):
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _prebuild_key(source: str, environment: dict[str, str]) -> str:
@@ -61,6 +72,7 @@ def prebuild_source(source: str, config: EvalConfig, environment: dict[str, str]
             return 0.0
     answer = _Answer()
     scratch = Path(tempfile.mkdtemp(prefix="kernelevo-build-"))
+    _scratches.add(scratch)
 
     def job() -> None:
         try:
@@ -71,6 +83,7 @@ def prebuild_source(source: str, config: EvalConfig, environment: dict[str, str]
             answer.error = exc
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
+            _scratches.discard(scratch)
             answer.ready.set()
 
     # The job goes on after its answer while it finishes a precompiled header
