@@ -70,6 +70,7 @@ def warm_baselines(task: Any, job: WorkerJob, gpu: GpuPhases | None = None) -> B
         started = time.perf_counter()
         try:
             if gpu is not None:  # before torch.compile's set-up too: CPU work, seconds cold
+                steps["pattern_init"] = _inductor_pattern_init(device)
                 torch.cuda.synchronize()  # the model's and inputs' kernels are done
                 gpu.cpu_only()
             import torch._inductor.config as inductor_config
@@ -88,6 +89,25 @@ def warm_baselines(task: Any, job: WorkerJob, gpu: GpuPhases | None = None) -> B
         compile_s = time.perf_counter() - started
     torch.cuda.synchronize()
     return Baselines(contestants, notes, compile_s, steps)
+
+
+def _inductor_pattern_init(device: str) -> float:
+    """Inductor's one-time set-up of its graph patterns for `device`, run now; seconds.
+
+    The first compile in a process sets up Inductor's attention patterns for
+    the graph's device, and their scalar constants are copied to the GPU (48
+    small copies on an H200, bench/compile_window_copies.py): run here, they
+    are made while the worker still holds its share of the GPU, and the
+    compile that follows, with no hold, makes none.
+    """
+    started = time.perf_counter()
+    if device == "cuda":
+        try:
+            from torch._inductor.fx_passes.joint_graph import lazy_init
+        except ImportError:  # an Inductor without it: nothing to set up ahead
+            return 0.0
+        lazy_init(torch.device("cuda", torch.cuda.current_device()))  # as compile_fx calls it
+    return time.perf_counter() - started
 
 
 def _kernels_after_compile(gpu: GpuPhases | None) -> Any:
