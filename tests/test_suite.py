@@ -129,6 +129,23 @@ def test_baselines_are_stored_per_gpu_model_and_keyed_by_what_is_timed(tmp_path)
     assert again.get(BaselineStore.key("source", "fp16", "gpu"), ("eager",)) is None
 
 
+def test_stored_baselines_are_not_reused_after_the_libraries_change(tmp_path, monkeypatch):
+    """A store outlives a suite: after torch (or CUDA, cuDNN, Triton) changes, its
+    baselines are timed afresh, not read from the store."""
+    import torch
+
+    stats = {"eager": TimingStats(2.0, 0.1, 1.9, 20)}
+    store = BaselineStore(tmp_path, "NVIDIA H200")
+    store.put(BaselineStore.key("source", "fp32", "call"), "call",
+              Verdict("ok", "passed", measures={"call": stats}))
+    assert store.get(BaselineStore.key("source", "fp32", "call"), ("eager",)) == stats
+    monkeypatch.setattr(torch, "__version__", torch.__version__ + ".upgraded")
+    assert store.get(BaselineStore.key("source", "fp32", "call"), ("eager",)) is None
+    monkeypatch.undo()
+    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 99999)
+    assert store.get(BaselineStore.key("source", "fp32", "call"), ("eager",)) is None
+
+
 def test_a_suite_killed_midway_resumes_without_judging_twice(bench):
     out = bench / "out"
     args = ["suite", "kernelbench:level1", "--solutions", str(bench / "solutions"),

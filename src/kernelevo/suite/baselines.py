@@ -31,6 +31,20 @@ def gpu_model() -> str | None:
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
 
 
+def library_words() -> str:
+    """The versions of what runs eager and torch.compile: torch, CUDA, cuDNN, Triton."""
+    import torch
+
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except ImportError:
+        triton_version = None
+    return (f"torch {torch.__version__} cuda {torch.version.cuda} "
+            f"cudnn {torch.backends.cudnn.version()} triton {triton_version}")
+
+
 class BaselineStore:
     """Stored baseline TimingStats by task and measure, for one GPU model."""
 
@@ -46,10 +60,12 @@ class BaselineStore:
 
     @staticmethod
     def key(source: str, precision: str, measure: str, conv_tf32: bool = False) -> str:
-        """What the times depend on: the task, its precision, the measure, the backend settings."""
+        """What the times depend on: the task, its precision, the measure, the backend
+        settings, and the libraries that run the baselines (a store outlives an upgrade)."""
         from kernelevo.evaluate.inputs import user_backend_words
 
-        settings = f"{_FORMAT}\0{precision}\0{measure}\0{user_backend_words(conv_tf32)}"
+        settings = (f"{_FORMAT}\0{precision}\0{measure}\0{user_backend_words(conv_tf32)}"
+                    f"\0{library_words()}")
         return hashlib.sha256(f"{settings}\0{source}".encode()).hexdigest()[:24]
 
     def get(self, key: str, wanted: tuple[str, ...]) -> dict[str, TimingStats] | None:
