@@ -50,17 +50,33 @@ def _quantiles(values: list[float]) -> list[float]:
 
 def agreement(first: list[dict], second: list[dict]) -> dict:
     other = {row["file"]: row for row in second}
-    speedups, times = [], []
+    speedups, times, pairs = [], [], []
     for row in first:
         match = other.get(row["file"])
         if match is None or not row.get("candidate_ms") or not match.get("candidate_ms"):
             continue
         times.append(match["candidate_ms"] / row["candidate_ms"])
+        pairs.append(row)
         a, b = (row.get("speedup") or {}).get("eager"), (match.get("speedup") or {}).get("eager")
         if a and b and row.get("baseline_source") == match.get("baseline_source") == "measured":
             speedups.append(b / a)
+    short = [ratio for row, ratio in zip(pairs, times) if row["candidate_ms"] < SHORT_MS]
     return {"speedup_rows": len(speedups), "speedup_ratio_p10_p50_p90": _quantiles(speedups),
-            "candidate_rows": len(times), "candidate_ms_ratio_p10_p50_p90": _quantiles(times)}
+            "speedup_ratio_outside_0.8_1.25": _outside(speedups),
+            "candidate_rows": len(times), "candidate_ms_ratio_p10_p50_p90": _quantiles(times),
+            "candidate_ms_ratio_outside_0.8_1.25": _outside(times),
+            f"candidate_rows_under_{SHORT_MS}_ms": len(short),
+            f"candidate_ms_ratio_outside_0.8_1.25_under_{SHORT_MS}_ms": _outside(short)}
+
+
+# Calls this short are mostly the host's launch work: the call measure (host
+# time per call) of such a row moves with the load on the machine's CPUs.
+SHORT_MS = 0.2
+
+
+def _outside(ratios: list[float]) -> int:
+    """How many of `ratios` say the two runs differ by more than a quarter."""
+    return sum(1 for ratio in ratios if not 0.8 <= ratio <= 1.25)
 
 
 def main() -> None:
