@@ -553,6 +553,41 @@ def test_a_prebuild_answers_once_built_while_its_job_finishes_the_header(monkeyp
     assert prebuild_module.prebuild_source("source", EvalConfig(), {}) == 0.0  # remembered
 
 
+EXITS_MID_HEADER = """
+import tempfile
+from pathlib import Path
+from kernelevo.config import EvalConfig
+from kernelevo.evaluate.cuda import prebuild
+from tests.test_suite import answer_then_finish_a_header
+
+prebuild.run_prebuild = answer_then_finish_a_header
+assert prebuild.prebuild_source("source", EvalConfig(), {}) == 1.5
+(folder,) = Path(tempfile.gettempdir()).glob("kernelevo-build-*")
+print(folder)  # the job still finishes its header in it as this process exits
+"""
+
+
+def test_a_judge_that_exits_while_a_build_finishes_its_header_leaves_no_scratch(tmp_path):
+    """The job finishing a header after its answer is cut off when the judge's
+    process exits; that exit removes the job's scratch folder."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    environment = {**os.environ, "TMPDIR": str(temp),
+                   "TORCH_EXTENSIONS_DIR": str(tmp_path / "ext")}
+    done = subprocess.run([sys.executable, "-c", EXITS_MID_HEADER], capture_output=True,
+                          text=True, timeout=120, cwd=ROOT, env=environment)
+    assert done.returncode == 0, done.stderr[-3000:]
+    folder = Path(done.stdout.strip().splitlines()[-1])
+    assert folder.parent == temp
+    assert not folder.exists()
+
+
 def test_builds_ahead_go_to_the_judge_s_cache_before_any_judge_exists(monkeypatch, tmp_path):
     """A suite submits its CUDA builds before it makes a judge: the builds must still
     go to the shared cache (a child's own home is empty and thrown away), and the
