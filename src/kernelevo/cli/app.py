@@ -28,8 +28,9 @@ from kernelevo.cli.model import model_app
 from kernelevo.cli.serve import serve_command
 from kernelevo.cli.suite import suite_command
 from kernelevo.cli.options import (  # noqa: F401 (the choices, re-exported)
-    CONFIG_OPTION, CUDA_GRAPH_OPTION, DEVICE_OPTION, EXIT_BAD_INPUT, EXIT_FAILED, FLAGS,
-    KERNELBENCH_OPTION, NO_COMPILE_OPTION, TASK_ARGUMENT, App,
+    ATOL_OPTION, CONFIG_OPTION, CUDA_GRAPH_OPTION, DEVICE_OPTION, EXIT_BAD_INPUT, EXIT_FAILED,
+    FLAGS, KERNELBENCH_OPTION, NO_COMPILE_OPTION, NO_STATIC_OPTION, RTOL_OPTION, SETS_OPTION,
+    TASK_ARGUMENT, TIMEOUT_OPTION, VARY_SHAPES_OPTION, App,
     POLICY_OPTION, PRECISION_OPTION, TIMING_OPTION, Backend, Device, Policy, Precision,
     SearchBackend, Timing, choice_value, console, errors, eval_overrides, eval_settings, out)
 from kernelevo.cli.options import fail as _fail
@@ -142,18 +143,13 @@ def eval_command(
                                               "detected)"),
     precision: Optional[Precision] = PRECISION_OPTION, device: Optional[Device] = DEVICE_OPTION,
     policy: Optional[Policy] = POLICY_OPTION,
-    atol: Optional[float] = typer.Option(None, help="absolute tolerance override"),
-    rtol: Optional[float] = typer.Option(None, help="relative tolerance override"),
-    sets: Optional[int] = typer.Option(None, help="input sets per evaluation (default 3)"),
-    timeout: Optional[float] = typer.Option(None, help="wall-clock limit per process, seconds"),
-    vary_shapes: Optional[bool] = typer.Option(
-        None, "--vary-shapes/--no-vary-shapes",
-        help="also check at other sizes of the task (default: on)"),
+    atol: Optional[float] = ATOL_OPTION, rtol: Optional[float] = RTOL_OPTION,
+    sets: Optional[int] = SETS_OPTION, timeout: Optional[float] = TIMEOUT_OPTION,
+    vary_shapes: Optional[bool] = VARY_SHAPES_OPTION,
     cuda_graph: bool = CUDA_GRAPH_OPTION,
     timing: Optional[Timing] = TIMING_OPTION,
     no_compile: bool = NO_COMPILE_OPTION,
-    no_static: bool = typer.Option(False, "--no-static", help="skip the static checks "
-                                   "(runtime checks only)"),
+    no_static: bool = NO_STATIC_OPTION,
     as_json: bool = typer.Option(False, "--json", help="print the full verdict as JSON"),
     local: bool = LOCAL_OPTION,
     kernelbench_dir: Optional[str] = KERNELBENCH_OPTION,

@@ -10,8 +10,9 @@ import typer
 from rich.console import Console
 
 from kernelevo.cli.options import (
-    CONFIG_OPTION, CUDA_GRAPH_OPTION, DEVICE_OPTION, FLAGS, NO_COMPILE_OPTION, POLICY_OPTION,
-    PRECISION_OPTION, TIMING_OPTION,
+    ATOL_OPTION, CONFIG_OPTION, CUDA_GRAPH_OPTION, DEVICE_OPTION, FLAGS, NO_COMPILE_OPTION,
+    NO_STATIC_OPTION, POLICY_OPTION, PRECISION_OPTION, RTOL_OPTION, SETS_OPTION, TIMEOUT_OPTION,
+    TIMING_OPTION, VARY_SHAPES_OPTION,
     Device, Policy, Precision, SearchBackend, Timing, choice_value, eval_overrides, fail)
 from kernelevo.errors import KernelEvoError
 
@@ -26,17 +27,13 @@ def config_command(
     as_json: bool = typer.Option(False, "--json", help="print JSON: {config, sources}"),
     precision: Optional[Precision] = PRECISION_OPTION, device: Optional[Device] = DEVICE_OPTION,
     policy: Optional[Policy] = POLICY_OPTION,
-    atol: Optional[float] = typer.Option(None, help="absolute tolerance override"),
-    rtol: Optional[float] = typer.Option(None, help="relative tolerance override"),
-    sets: Optional[int] = typer.Option(None, help="input sets per evaluation"),
-    timeout: Optional[float] = typer.Option(None, help="wall-clock limit per process, seconds"),
-    vary_shapes: Optional[bool] = typer.Option(
-        None, "--vary-shapes/--no-vary-shapes",
-        help="also check at other sizes of the task (default: on)"),
+    atol: Optional[float] = ATOL_OPTION, rtol: Optional[float] = RTOL_OPTION,
+    sets: Optional[int] = SETS_OPTION, timeout: Optional[float] = TIMEOUT_OPTION,
+    vary_shapes: Optional[bool] = VARY_SHAPES_OPTION,
     cuda_graph: bool = CUDA_GRAPH_OPTION,
     timing: Optional[Timing] = TIMING_OPTION,
     no_compile: bool = NO_COMPILE_OPTION,
-    no_static: bool = typer.Option(False, "--no-static", help="skip the static checks"),
+    no_static: bool = NO_STATIC_OPTION,
     backend: Optional[SearchBackend] = typer.Option(None, help="the search's backend"),
     islands: Optional[int] = typer.Option(None, help="archive islands"),
     llm_in_flight: Optional[int] = typer.Option(None, help="LLM requests in flight"),

@@ -136,6 +136,15 @@ NO_COMPILE_OPTION = typer.Option(False, "--no-compile", help="skip the torch.com
                                  "baseline")
 CUDA_GRAPH_OPTION = typer.Option(False, "--cuda-graph", help="time with CUDA graphs "
                                  "(launch-bound kernels)")
+# The tolerance and process settings `eval` and `config` both take (`suite`: the limit).
+ATOL_OPTION = typer.Option(None, help="absolute tolerance override")
+RTOL_OPTION = typer.Option(None, help="relative tolerance override")
+SETS_OPTION = typer.Option(None, help="input sets per evaluation (default 3)")
+TIMEOUT_OPTION = typer.Option(None, help="wall-clock limit per process, seconds")
+VARY_SHAPES_OPTION = typer.Option(None, "--vary-shapes/--no-vary-shapes",
+                                  help="also check at other sizes of the task (default: on)")
+NO_STATIC_OPTION = typer.Option(False, "--no-static", help="skip the static checks "
+                                "(runtime checks only)")
 TASK_ARGUMENT = typer.Argument(..., metavar="TASK", help="task file or kernelbench:levelN/M")
 TIMING_OPTION = typer.Option(None, "--timing", help="the measure speedups use: call (host "
                              "time per call in a loop of calls, what a user calling the model "

@@ -10,7 +10,8 @@ import typer
 
 from kernelevo.cli.options import (CONFIG_OPTION, DEVICE_OPTION, KERNELBENCH_OPTION,
                                    NO_COMPILE_OPTION,
-                                   POLICY_OPTION, PRECISION_OPTION, TIMING_OPTION, Device,
+                                   POLICY_OPTION, PRECISION_OPTION, TIMEOUT_OPTION,
+                                   TIMING_OPTION, Device,
                                    Policy, Precision, Timing, console, eval_overrides,
                                    eval_settings, fail, out)
 from kernelevo.errors import KernelEvoError
@@ -45,7 +46,7 @@ def suite_command(
                                          "GPU model"),
     precision: Optional[Precision] = PRECISION_OPTION, device: Optional[Device] = DEVICE_OPTION,
     policy: Optional[Policy] = POLICY_OPTION,
-    timeout: Optional[float] = typer.Option(None, help="wall-clock limit per process, seconds"),
+    timeout: Optional[float] = TIMEOUT_OPTION,
     timing: Optional[Timing] = TIMING_OPTION,
     no_compile: bool = NO_COMPILE_OPTION,
     as_json: bool = typer.Option(False, "--json", help="print suite.json to stdout"),
