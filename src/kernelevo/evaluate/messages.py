@@ -308,6 +308,7 @@ class Timing(Message):
     shares: dict[str, dict[str, Any]] = field(default_factory=dict)  # own kernel shares
     compile_s: float | None = None
     timing_s: float = 0.0
+    timing_steps: dict[str, float] = field(default_factory=dict)  # seconds: warm, per measure
     profile_s: float = 0.0
     backend: str = ""
     tampered: tuple[str, ...] = ()

@@ -268,6 +268,7 @@ def _phases(report: CheckedCandidate | None, timing: Timing | None,
         phases["correctness"] = report.check_s
     if timing:
         phases["timing"] = timing.timing_s
+        phases.update({f"timing_{step}": s for step, s in timing.timing_steps.items()})
         phases["profile"] = timing.profile_s
         if timing.compile_s is not None:
             phases["compile_baseline"] = timing.compile_s

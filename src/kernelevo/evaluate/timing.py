@@ -53,6 +53,8 @@ class TimingRun:
     dropped: dict[str, str] = field(default_factory=dict)
     # fewest own launches per call, by measure and contestant (with a LaunchCount)
     launches: dict[str, dict[str, float]] = field(default_factory=dict)
+    # seconds of each step: warm-up, then one per measure
+    seconds: dict[str, float] = field(default_factory=dict)
 
     def drop(self, calls: dict[str, Any], name: str, problem: str | None) -> None:
         """End `name`'s timing when `problem` is given: no more samples, no stats."""
@@ -253,20 +255,26 @@ def time_contestants(contestants: dict[str, Contestant], sets: list[list[Any]],
     rotation = _Rotation(len(sets), counted)
     arena = [x.clone() if isinstance(x, torch.Tensor) else x for x in sets[0]]
     sampler = _Sampler(arena, sets)
+    started = time.perf_counter()
     calls, graphed = _calls(contestants, arena, config, run)
     warm = {name: _warm(call, config.warmup_ms) for name, call in calls.items()}
+    run.seconds["warm"] = time.perf_counter() - started
     # As timeit does: a collection of this process's many objects (torch,
     # inductor) would land on whichever call happens to trigger it.
     collecting = gc.isenabled()
     gc.disable()
     try:
+        started = time.perf_counter()
         run.measures["gpu"] = _gpu_time(calls, warm, graphed, sampler, rotation, config,
                                         after, run, count)
+        run.seconds["gpu"], started = time.perf_counter() - started, time.perf_counter()
         run.measures["call"] = _call_time(calls, warm, sampler, rotation, config, after, run,
                                           count)
+        run.seconds["call"], started = time.perf_counter() - started, time.perf_counter()
         if config.measure == "kernelbench":
             run.measures["kernelbench"] = _kernelbench_time(calls, sampler, rotation, after,
                                                             run)
+            run.seconds["kernelbench"] = time.perf_counter() - started
     finally:
         if collecting:
             gc.enable()

@@ -205,7 +205,8 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any, job: Wor
     channel.send(Timing(
         measures=measures, notes=tuple(baselines.notes + run.notes), flags=tuple(run.flags),
         inconsistent=inconsistent, shares=shares, compile_s=baselines.compile_s,
-        timing_s=timing_s, profile_s=time.perf_counter() - started, backend=backend,
+        timing_s=timing_s, timing_steps=run.seconds,
+        profile_s=time.perf_counter() - started, backend=backend,
         tampered=tuple(snapshot.tampered()), device_name=torch.cuda.get_device_name(0),
         versions={"torch": torch.__version__, "triton": _triton_version(),
                   "cuda": str(torch.version.cuda)}))
