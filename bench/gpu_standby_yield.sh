@@ -8,6 +8,8 @@
 #      (bench/throughput.py pool1 with this script's arguments, e.g.
 #      `--only 19 20 --triton-only`): warm_beyond_timed_median_s;
 #   3. the GPU tests of the files named in GPU_TESTS (none by default).
+# EVAL_ARGS: more arguments of each `eval` (e.g. --config FILE); SERVICE_TXT: the
+# file under $OUT for step 1 (service.txt).
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 KERNELEVO_CACHE_DIR=${KERNELEVO_CACHE_DIR:-/tmp/ke-cache} PYTHONPATH=src
@@ -20,8 +22,9 @@ TIMEFORMAT=%R
 for pause in ${SERVICE_PAUSES:-0 0 0}; do
     sleep "$pause"
     wall=$( { time timeout 60 python -m kernelevo.cli.app eval examples/softmax/task.py \
-        examples/softmax/triton_candidate.py --json > /tmp/service_eval.json 2>/dev/null ; } 2>&1 )
-    python - "$pause" "$wall" /tmp/service_eval.json >> "$OUT/service.txt" <<'PY'
+        examples/softmax/triton_candidate.py --json ${EVAL_ARGS:-} > /tmp/service_eval.json \
+        2>/dev/null ; } 2>&1 )
+    python - "$pause" "$wall" /tmp/service_eval.json >> "$OUT/${SERVICE_TXT:-service.txt}" <<'PY'
 import json, sys
 pause, wall, path = sys.argv[1], float(sys.argv[2]), sys.argv[3]
 try:
@@ -29,11 +32,12 @@ try:
 except ValueError:
     verdict = {"reason": "no verdict"}
 print(json.dumps({"pause_s": float(pause), "wall_s": wall, "reason": verdict.get("reason"),
+                  "baselines": verdict.get("environment", {}).get("baselines"),
                   "phases": verdict.get("phases_s", {})}))
 PY
 done
 kill $SERVER; wait $SERVER 2>/dev/null
-cut -c1-300 "$OUT/service.txt"
+cut -c1-300 "$OUT/${SERVICE_TXT:-service.txt}"
 if [ -z "${SKIP_POOL:-}" ]; then
     bash bench/kernelbench/setup_device.sh > /dev/null 2>&1
     timeout ${POOL_S:-160} python bench/throughput.py --kb .kb --out "$OUT" --phases pool1 "$@" \
@@ -47,6 +51,6 @@ print("pool1", {k: phase.get(k) for k in ("per_hour", "wall_s", "right", "candid
 PY
 fi
 for file in ${GPU_TESTS:-}; do
-    timeout 150 python -m pytest -m gpu -q -p no:cacheprovider "$file" > "$OUT/gpu_tests.txt" 2>&1
+    timeout 150 python -m pytest -m gpu -q -p no:cacheprovider "$file" >> "$OUT/gpu_tests.txt" 2>&1
     echo "$file exit $?: $(tail -1 "$OUT/gpu_tests.txt")"
 done

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from kernelevo.candidate import Candidate
 from kernelevo.config import EvalConfig
 from kernelevo.evaluate.judge import Judge
@@ -54,3 +56,20 @@ def test_a_forged_message_on_the_channel_ends_the_job_with_a_verdict():
     assert verdict.reason == "harness_tampered", (verdict.reason, verdict.message)
     assert "a message the harness never sends" in verdict.message
     assert "checked_candidate" in verdict.message  # the message's kind, as decoding named it
+
+
+def test_a_candidate_cannot_put_baseline_times_in_the_store():
+    """Only the warm-up, before any candidate loads, may speak of the baselines' store: a
+    store message from the candidate's process ends its job as tampering."""
+    forged = json.dumps({"kind": "baseline_times", "measures": {
+        "call": {"eager": {"median_ms": 100.0, "iqr_ms": 0.0, "min_ms": 100.0,
+                           "samples": 20}}}})
+    source = FORGER.replace(
+        'json.dumps({"kind": "checked_candidate", "candidate": 0,\n'
+        '                                                 "bundle": 5}).encode()',
+        f"{forged!r}.encode()")
+    assert "baseline_times" in source
+    judge = Judge(load_task(str(TASK)), EvalConfig(static_checks=False, vary_shapes=False))
+    verdict = judge.evaluate(Candidate(source=source, backend="triton", name="forger"))
+    assert verdict.reason == "harness_tampered", (verdict.reason, verdict.message)
+    assert "baseline_times message after the worker's ready" in verdict.message

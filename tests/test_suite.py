@@ -16,7 +16,6 @@ import pytest
 from kernelevo.errors import TaskError
 from kernelevo.evaluate.verdict import TimingStats, Verdict
 from kernelevo.suite import expand_specs, find_solutions, summarize
-from kernelevo.suite.baselines import BaselineStore
 from kernelevo.suite.metrics import TaskResult, fast_p, geomean
 from kernelevo.suite.tasks import parse_ranges
 from tests.conftest import ROOT
@@ -113,39 +112,6 @@ def test_geomean_interval_holds_the_value_and_narrows_with_agreement():
     assert geomean([3.0]).low is None and geomean([]).value is None
 
 
-def test_baselines_are_stored_per_gpu_model_and_keyed_by_what_is_timed(tmp_path):
-    stats = {"candidate": TimingStats(1.0, 0.1, 0.9, 20),
-             "eager": TimingStats(2.0, 0.1, 1.9, 20), "compile": TimingStats(1.5, 0.1, 1.4, 20)}
-    verdict = Verdict("ok", "passed", measures={"gpu": stats})
-    store = BaselineStore(tmp_path, "NVIDIA H200")
-    key = BaselineStore.key("source", "fp32", "gpu")
-    store.put(key, "gpu", verdict)
-    again = BaselineStore(tmp_path, "NVIDIA H200")
-    assert again.get(key, ("eager", "compile")) == {"eager": stats["eager"],
-                                                     "compile": stats["compile"]}
-    assert again.path.name == "nvidia-h200.json"
-    assert BaselineStore(tmp_path, "NVIDIA A100").get(key, ("eager",)) is None
-    assert again.get(BaselineStore.key("source2", "fp32", "gpu"), ("eager",)) is None
-    assert again.get(BaselineStore.key("source", "fp16", "gpu"), ("eager",)) is None
-
-
-def test_stored_baselines_are_not_reused_after_the_libraries_change(tmp_path, monkeypatch):
-    """A store outlives a suite: after torch (or CUDA, cuDNN, Triton) changes, its
-    baselines are timed afresh, not read from the store."""
-    import torch
-
-    stats = {"eager": TimingStats(2.0, 0.1, 1.9, 20)}
-    store = BaselineStore(tmp_path, "NVIDIA H200")
-    store.put(BaselineStore.key("source", "fp32", "call"), "call",
-              Verdict("ok", "passed", measures={"call": stats}))
-    assert store.get(BaselineStore.key("source", "fp32", "call"), ("eager",)) == stats
-    monkeypatch.setattr(torch, "__version__", torch.__version__ + ".upgraded")
-    assert store.get(BaselineStore.key("source", "fp32", "call"), ("eager",)) is None
-    monkeypatch.undo()
-    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 99999)
-    assert store.get(BaselineStore.key("source", "fp32", "call"), ("eager",)) is None
-
-
 def test_a_suite_killed_midway_resumes_without_judging_twice(bench):
     out = bench / "out"
     args = ["suite", "kernelbench:level1", "--solutions", str(bench / "solutions"),
@@ -196,26 +162,35 @@ def test_a_resumed_suite_must_be_the_same_suite(bench):
     assert other.wait(300) == 2 and "different suite" in other.stderr.read()
 
 
-def test_stored_baselines_are_reused_for_later_samples_and_suites(bench, monkeypatch):
-    """The runner's reuse path, with a stand-in judge that times like a GPU judge."""
+def test_a_suite_hands_its_gpu_models_store_to_every_judge_and_rows_say_where_times_came_from(
+        bench, monkeypatch):
+    """The runner's store path, with a stand-in judge that uses the store as the GPU judge
+    does (its first worker times the baselines and stores them; later ones read them)."""
     import kernelevo.evaluate.judge as judge_module
     from kernelevo.config import EvalConfig
     from kernelevo.suite import SuitePlan, run_suite
     from kernelevo.suite import runner
 
-    timed_baselines = []
+    stores = []
 
     class TimingJudge:
-        def __init__(self, task, config, gpu_index=None, standby=False):
-            self.baselines, self.measure = config.timing.baselines, config.timing.measure
-            timed_baselines.append(self.baselines)
+        def __init__(self, task, config, gpu_index=None, standby=False, baseline_store=None):
+            self.store, self.measure = baseline_store, config.timing.measure
+            stores.append(baseline_store)
 
         def evaluate(self, candidate):
-            stats = {"candidate": TimingStats(1.0, 0.0, 1.0, 20)}
-            stats.update({b: TimingStats(3.0 if b == "eager" else 2.0, 0.0, 1.0, 20)
-                          for b in self.baselines})
+            baselines = {"eager": {"median_ms": 3.0, "iqr_ms": 0.0, "min_ms": 3.0,
+                                   "samples": 20},
+                         "compile": {"median_ms": 2.0, "iqr_ms": 0.0, "min_ms": 2.0,
+                                     "samples": 20}}
+            stored = self.store.get("task")
+            if stored is None:
+                self.store.put("task", {self.measure: baselines})
+            stats = {n: TimingStats(**s) for n, s in baselines.items()}
+            stats["candidate"] = TimingStats(1.0, 0.0, 1.0, 20)
+            how = f"stored at {stored.measured_at}" if stored else "timed beside the candidate"
             return Verdict("ok", "passed", timing_measure=self.measure,
-                           measures={self.measure: stats})
+                           measures={self.measure: stats}, environment={"baselines": how})
 
         def close(self):
             pass
@@ -226,20 +201,17 @@ def test_stored_baselines_are_reused_for_later_samples_and_suites(bench, monkeyp
     plan = SuitePlan(("kernelbench:level1/1",), bench / "solutions", bench / "first",
                      EvalConfig(), str(bench / "kb"))
     first = run_suite(plan)
-    # The task's judge times the baselines beside each sample (its standby has
-    # compiled them); the first passing sample stores them for later suites.
-    assert timed_baselines == [("eager", "compile")]
-    assert [r["baseline_source"] for r in first.rows] == ["measured", "measured"]
+    assert stores[0].path == bench / "cache" / "baselines" / "stand-in-gpu.json"
+    assert [r["baseline_source"] for r in first.rows] == ["measured", "stored"]
     assert all(r["speedup"] == {"eager": 3.0, "compile": 2.0} for r in first.rows)
     again = run_suite(SuitePlan(plan.specs, plan.solutions, bench / "second", EvalConfig(),
                                 plan.kernelbench_dir))
-    assert timed_baselines[-1] == ()  # the second suite times the candidates alone
     assert [r["baseline_source"] for r in again.rows] == ["stored", "stored"]
     assert again.summary.geomean["eager"].value == pytest.approx(3.0)
     fresh = run_suite(SuitePlan(plan.specs, plan.solutions, bench / "third", EvalConfig(),
                                 plan.kernelbench_dir, reuse_baselines=False))
-    assert timed_baselines[-1] == ("eager", "compile")
-    assert [r["baseline_source"] for r in fresh.rows] == ["measured", "measured"]
+    assert stores[-1].fresh  # --fresh-baselines: timed again, and stored again
+    assert [r["baseline_source"] for r in fresh.rows] == ["measured", "stored"]
 
 
 def test_evolve_suites_search_each_task_with_the_llm_and_count_its_tokens(tmp_path):
@@ -299,7 +271,7 @@ def test_tasks_are_judged_side_by_side_one_per_gpu(bench, monkeypatch):
     lock, busy, seen, overlap = threading.Lock(), set(), [], []
 
     class RecordingJudge:
-        def __init__(self, task, config, gpu_index=None, standby=False):
+        def __init__(self, task, config, gpu_index=None, standby=False, baseline_store=None):
             self.gpu = gpu_index
 
         def close(self):
@@ -337,7 +309,7 @@ def test_lanes_judge_several_tasks_at_once_on_one_gpu_with_standby_judges(bench,
     together = threading.Event()
 
     class LaneJudge:
-        def __init__(self, task, config, gpu_index=None, standby=False):
+        def __init__(self, task, config, gpu_index=None, standby=False, baseline_store=None):
             standby_flags.append(standby)
             self.standby, self.task = standby, task
 
@@ -392,7 +364,7 @@ def test_a_lane_warms_its_next_task_before_its_current_task_s_last_solution(benc
     events = []
 
     class WarmingJudge:
-        def __init__(self, task, config, gpu_index=None, standby=False):
+        def __init__(self, task, config, gpu_index=None, standby=False, baseline_store=None):
             self.task, self.standby, self.warm = task, standby, False
 
         def warm_up(self):
@@ -438,7 +410,7 @@ def test_a_suite_row_without_timings_says_no_baseline_was_measured(bench, monkey
     from kernelevo.suite import SuitePlan, run_suite
 
     class UntimedJudge:
-        def __init__(self, task, config, gpu_index=None, standby=False):
+        def __init__(self, task, config, gpu_index=None, standby=False, baseline_store=None):
             pass
 
         def evaluate(self, candidate):

@@ -49,6 +49,11 @@ class TimingConfig:
     # default). Off, they compute in the fp32 the verdict checks; on, timed
     # outputs are re-checked at 1e-2, as TF32 rounds to 10 mantissa bits.
     conv_tf32: bool = False
+    # Baselines timed once per task, in a worker before any candidate loads,
+    # and reused: each candidate is timed beside a brief drift probe of them,
+    # and timed beside every baseline again when the probe has drifted. Off,
+    # every candidate is timed beside every baseline.
+    stored_baselines: bool = True
     # Seconds a candidate's @triton.autotune may spend benchmarking configs;
     # past it the configs left are skipped and the verdict says so.
     autotune_budget_s: Annotated[float, POSITIVE] = 60.0

@@ -23,6 +23,7 @@ from kernelevo.candidate import Candidate
 from kernelevo.config import EvalConfig
 from kernelevo.errors import TaskError
 from kernelevo.evaluate import decide
+from kernelevo.evaluate.baseline_store import BaselineStore, store_key
 from kernelevo.evaluate.cuda.check import compile_check
 from kernelevo.evaluate.cuda.prebuild import prebuild_source
 from kernelevo.evaluate.gate import gate_for
@@ -99,7 +100,8 @@ class Judge:
 
     def __init__(self, task: Task, config: EvalConfig | None = None,
                  progress: Progress | None = None, cache_dir: Path | None = None,
-                 gpu_index: int | None = None, standby: bool = False) -> None:
+                 gpu_index: int | None = None, standby: bool = False,
+                 baseline_store: BaselineStore | None = None) -> None:
         self.config = config or EvalConfig()
         # With standby on, the next evaluation's oracle and worker start as soon
         # as one is warm (or begins, once candidates come one after another),
@@ -131,6 +133,14 @@ class Judge:
                                   f"{self._shrunk}")
             task = task.with_constants(shrunk)
         self.task = task
+        # The baselines' times for this task, once a worker has timed them
+        # (baseline_store.py); a suite passes its store on disk.
+        self.baseline_store: BaselineStore | None = None
+        self.baseline_key = ""
+        if self.device == "cuda" and self.config.timing.stored_baselines:
+            self.baseline_store = baseline_store or BaselineStore()
+            self.baseline_key = store_key(task.source, self.config.precision,
+                                          self.config.timing)
         self.other_sizes = OtherSizes(self)
         set_triton_mode(self.device == "cpu")
         for key, value in cache_environment(self.cache_dir).items():

@@ -242,6 +242,27 @@ class Ready(Message):
 
 
 @dataclass(frozen=True)
+class StoredBaselines(Message):
+    """(ask) Baselines warm, no candidate loaded yet: are their times stored for the task?
+
+    Answered with `BaselinesReply`: the stored times, or word to time them
+    now (the GPU held alone for it) and send them with `BaselineTimes`.
+    """
+
+    kind: ClassVar[str] = "stored_baselines"
+
+
+@dataclass(frozen=True)
+class BaselineTimes(Message):
+    """(ask) The baselines' times, by measure, taken before any candidate loaded: answered
+    once stored (the GPU shared again)."""
+
+    kind: ClassVar[str] = "baseline_times"
+    measures: dict[str, dict[str, dict[str, Any]]]
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Failed(Message):
     """(ask) A candidate would not build, load or run: a named reason and its log."""
 
@@ -309,6 +330,11 @@ class Timing(Message):
     compile_s: float | None = None
     timing_s: float = 0.0
     timing_steps: dict[str, float] = field(default_factory=dict)  # seconds: warm, per measure
+    # How the baselines' times came: "beside" the candidates, from the task's
+    # "stored" times (the probe steady), or beside them after the probe "drifted"
+    baselines: str = "beside"
+    drift: dict[str, float] = field(default_factory=dict)  # the probe's time over the stored
+    stored_at: str = ""  # when the stored times were taken
     profile_s: float = 0.0
     backend: str = ""
     tampered: tuple[str, ...] = ()
@@ -369,6 +395,16 @@ class ReadyReply(Message):
 
 
 @dataclass(frozen=True)
+class BaselinesReply(Message):
+    """The reply to `StoredBaselines`: the stored times, or whether to time them now."""
+
+    measures: dict[str, dict[str, dict[str, Any]]] | None = None
+    measured_at: str = ""
+    notes: tuple[str, ...] = ()
+    time_them: bool = False
+
+
+@dataclass(frozen=True)
 class TimeThese(Message):
     """The reply to `Checked`: the indexes of the candidates to time."""
 
@@ -378,8 +414,9 @@ class TimeThese(Message):
 ORACLE_KINDS: dict[str, type[Message]] = {
     m.kind: m for m in (Isolation, Gpu, Progress, Garbage, Reference, OracleDone, TaskFailed)}
 WORKER_KINDS: dict[str, type[Message]] = {
-    m.kind: m for m in (Isolation, Gpu, CpuWork, Progress, Garbage, Ready, Failed,
-                        CheckedCandidate, Checked, Timed, Timing, WorkerDone)}
+    m.kind: m for m in (Isolation, Gpu, CpuWork, Progress, Garbage, StoredBaselines,
+                        BaselineTimes, Ready, Failed, CheckedCandidate, Checked, Timed, Timing,
+                        WorkerDone)}
 PREBUILD_KINDS: dict[str, type[Message]] = {
     m.kind: m for m in (Isolation, Garbage, PrebuildDone)}
 COMPILE_CHECK_KINDS: dict[str, type[Message]] = {

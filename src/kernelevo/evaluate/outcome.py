@@ -8,6 +8,7 @@ from typing import Any
 import torch
 
 from kernelevo.evaluate import decide
+from kernelevo.evaluate.baseline_store import DRIFT, ratio_words
 from kernelevo.evaluate.floor import compute_floor
 from kernelevo.evaluate.profile import timed_profile, untimed_profile
 from kernelevo.evaluate.messages import CheckedCandidate, Failed, Timing
@@ -189,6 +190,9 @@ def _timed(base: Verdict, state: Any, judge: Any, index: int, candidate: Any) ->
     timings = measures[measure]
     own = timings["candidate"]
     notes = list(base.notes) + list(timing.notes) + [measures_note(measures, measure)]
+    said = baselines_note(timing)
+    if said:
+        notes.append(said)
     if share:
         notes.append(kernel_time_note(share))
     floor = compute_floor(state.reference["bytes"], state.reference["flops"],
@@ -283,7 +287,21 @@ def _environment(judge: Any, timing: Timing | None) -> dict[str, str]:
         environment.update(timing.versions)
         if timing.backend:
             environment["timed_under"] = timing.backend
+        environment["baselines"] = (f"stored at {timing.stored_at}" if timing.baselines == "stored"
+                                    else "timed beside the candidate")
     return environment
+
+
+def baselines_note(timing: Timing) -> str | None:
+    """How the baselines' times came, when not from a timing beside the candidate alone."""
+    probe = f"the drift probe's time over the stored one {ratio_words(timing.drift)}"
+    if timing.baselines == "stored":
+        return (f"baseline times from the task's store, timed at {timing.stored_at} in a worker "
+                f"before any candidate loaded; {probe}")
+    if timing.baselines == "drifted":
+        return (f"the task's stored baseline times had drifted ({probe}, more than "
+                f"{DRIFT:.0%} off): the baselines were timed beside the candidate instead")
+    return None
 
 
 # Refusing other sizes with an error of its own, at init or in forward.

@@ -30,9 +30,10 @@ from typing import Any, Callable
 
 from kernelevo.candidate import Candidate
 from kernelevo.evaluate.gate import Hold, gate_for
-from kernelevo.evaluate.messages import (WORKER_KINDS, Abort, Checked, CpuWork, Gpu, Granted,
-                                         Message, MessageError, Ready, ReadyReply,
-                                         Timed, TimeThese, WorkerJob, decode)
+from kernelevo.evaluate.messages import (WORKER_KINDS, Abort, BaselinesReply, BaselineTimes,
+                                         Checked, CpuWork, Gpu, Granted, Message, MessageError,
+                                         Ready, ReadyReply, StoredBaselines, Timed, TimeThese,
+                                         Timing, WorkerJob, decode)
 from kernelevo.evaluate.oracle_run import OracleRun, wait_for
 from kernelevo.evaluate.outcome import build_verdicts
 from kernelevo.evaluate.sandbox.jobs import Deadline, JobResult, run_job, stopping
@@ -90,6 +91,7 @@ class Session:
         self.hold = Hold(gate, self.abandoned, f"{label}:worker")
         self._closed = False
         self._ready_heard = False  # from the worker's Ready on, its candidates may run
+        self._timing_baselines = False  # told to time the baselines for the store
         self._yielded_s: float | None = None
         self._last_message = time.monotonic()
         # A message from the worker that was JSON but not one of the harness's own
@@ -188,6 +190,9 @@ class Session:
         self._last_message = time.monotonic()
         try:
             message = decode(raw, WORKER_KINDS)
+            if self._ready_heard and isinstance(message, (StoredBaselines, BaselineTimes)):
+                # Only the warm-up, before any candidate loads, speaks of the store
+                raise MessageError(f"a {message.kind} message after the worker's ready")
         except MessageError as exc:
             if self.malformed is None:
                 self.malformed = str(exc)[:300]
@@ -209,6 +214,15 @@ class Session:
             if not self._ready_heard:  # a candidate's process keeps its hold
                 self.hold.release()
             return Granted()
+        if isinstance(message, StoredBaselines):
+            return self._stored_baselines()
+        if isinstance(message, BaselineTimes):
+            if self._timing_baselines and self.judge.baseline_store is not None:
+                self.judge.baseline_store.put(self.judge.baseline_key, message.measures,
+                                              message.notes)
+            self._timing_baselines = False
+            self._wait_for(self.hold.shared)  # the rest of the warm-up shares the GPU
+            return Granted()
         if isinstance(message, Ready):
             self._ready_heard = True
             return self._ready(message)
@@ -218,6 +232,9 @@ class Session:
             self._wait_for(self.hold.shared)
             self.past_timing.set()
             return Granted()
+        if (isinstance(message, Timing) and message.baselines == "drifted"
+                and self.judge.baseline_store is not None):
+            self.judge.baseline_store.discard(self.judge.baseline_key)  # the next worker re-times
         reply = self.state.on_message(message)
         if isinstance(message, Checked) and isinstance(reply, TimeThese):
             self.hold.release()
@@ -230,6 +247,19 @@ class Session:
             else:
                 self.past_timing.set()
         return reply
+
+    def _stored_baselines(self) -> BaselinesReply:
+        """The task's stored baseline times; none stored, the GPU held alone to time them."""
+        store = self.judge.baseline_store
+        if store is None or self.task is not self.judge.task:
+            return BaselinesReply()
+        stored = store.get(self.judge.baseline_key)
+        if stored is not None:
+            return BaselinesReply(stored.measures, stored.measured_at, stored.notes)
+        self.hold.release()
+        self._wait_for(self.hold.exclusive)
+        self._timing_baselines = True
+        return BaselinesReply(time_them=True)
 
     def _wait_for(self, take: Callable[[], None]) -> float:
         return wait_for(take, self.deadline)

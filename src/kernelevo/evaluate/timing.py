@@ -55,6 +55,14 @@ class TimingRun:
     launches: dict[str, dict[str, float]] = field(default_factory=dict)
     # seconds of each step: warm-up, then one per measure
     seconds: dict[str, float] = field(default_factory=dict)
+    # contestants sampled briefly: name -> (gpu samples, call loops) at most
+    brief: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def enough(self, name: str, measure: int, samples: list[tuple[int, float]],
+               rotation: "_Rotation") -> bool:
+        """Whether a brief contestant has its samples of a measure (0 gpu, 1 call) already."""
+        cap = self.brief.get(name)
+        return cap is not None and len(rotation.split(samples)[0]) >= cap[measure]
 
     def drop(self, calls: dict[str, Any], name: str, problem: str | None) -> None:
         """End `name`'s timing when `problem` is given: no more samples, no stats."""
@@ -241,7 +249,8 @@ def _rotated(names: list[str], index: int) -> list[str]:
 def time_contestants(contestants: dict[str, Contestant], sets: list[list[Any]],
                      config: TimingConfig, after: AfterSample,
                      counted: Sequence[int] | None = None,
-                     launches: LaunchCount | None = None) -> TimingRun:
+                     launches: LaunchCount | None = None,
+                     brief: dict[str, tuple[int, int]] | None = None) -> TimingRun:
     """Every measure of every contestant; `after(name, measure, set, output)` sees outputs.
 
     `counted`: the sets whose times make the statistics (the task's own
@@ -249,8 +258,11 @@ def time_contestants(contestants: dict[str, Contestant], sets: list[list[Any]],
     A contestant whose output `after` calls wrong is timed no further.
     `launches` counts own kernel launches, so a caller can tell work skipped
     in a loop of calls (an output cached on the unchanged inputs) from work done.
+    `brief`: contestants timed with at most (gpu samples, call loops) on the
+    counted sets, interleaved with the others' first rounds (a drift probe).
     """
     run = TimingRun()
+    run.brief = dict(brief or {})
     count = launches or (lambda: 0)
     rotation = _Rotation(len(sets), counted)
     arena = [x.clone() if isinstance(x, torch.Tensor) else x for x in sets[0]]
@@ -294,7 +306,7 @@ def _gpu_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, 
     for index in range(rotation.rounds(count, config.min_samples)):
         set_index = rotation.set_of(index)
         for name in _rotated(list(calls), index):
-            if name not in calls:
+            if name not in calls or run.enough(name, 0, events[name], rotation):
                 continue
             before = launch_count()
             event_ms, tail_ms, output = sampler.sample(calls[name], set_index, hold_ms[name])
@@ -328,7 +340,7 @@ def _call_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float,
     for index in range(rotation.rounds(loops, 5)):
         set_index = rotation.set_of(index)
         for name in _rotated(list(calls), index):
-            if name not in calls:
+            if name not in calls or run.enough(name, 1, samples[name], rotation):
                 continue
             before = launch_count()
             per_call_ms, output = sampler.loop(calls[name], set_index, per_loop[name])
@@ -354,7 +366,7 @@ def _kernelbench_time(calls: dict[str, Callable[[], Any]], sampler: _Sampler,
     for index in range(_KERNELBENCH_TRIALS + 1):
         set_index = rotation.counted[index % len(rotation.counted)]
         for name in _rotated(list(calls), index):
-            if name not in calls:
+            if name not in calls or name in run.brief:  # a probe checks gpu and call only
                 continue
             torch.cuda.synchronize()
             load_set(sampler.arena, sampler.sets[set_index])
@@ -366,7 +378,7 @@ def _kernelbench_time(calls: dict[str, Callable[[], Any]], sampler: _Sampler,
             if index:
                 samples[name].append(start.elapsed_time(end))
             run.drop(calls, name, after(name, "kernelbench", set_index, output))
-    return {name: summarize(samples[name], "kernelbench") for name in calls}
+    return {name: summarize(samples[name], "kernelbench") for name in calls if samples[name]}
 
 
 def _choose(name: str, events_ms: list[float], tails_ms: list[float], method: str,

@@ -22,15 +22,17 @@ from kernelevo.evaluate.autotune_budget import AutotuneBudget
 from kernelevo.evaluate.cuda.build import CompileOnly, LoadInlineHook
 from kernelevo.evaluate.cuda.diagnostics import with_first_error
 from kernelevo.evaluate.cuda.shims_host import BACKGROUND, wait_for_background
-from kernelevo.evaluate.messages import (Checked, CheckedCandidate, CpuWork, Failed, Gpu,
-                                         PrebuildDone, PrebuildJob, Progress, Ready, ReadyReply,
-                                         Sender, TimeThese, WorkerDone, WorkerJob, reply_to_ready)
+from kernelevo.evaluate.messages import (BaselinesReply, Checked, CheckedCandidate, CpuWork,
+                                         Failed, Gpu, PrebuildDone, PrebuildJob, Progress, Ready,
+                                         ReadyReply, Sender, TimeThese, WorkerDone, WorkerJob,
+                                         reply_to_ready)
 from kernelevo.evaluate.oom import is_out_of_memory, summary
 from kernelevo.evaluate.oplog import record_ops
 from kernelevo.evaluate.sandbox.redact import candidate_traceback
 from kernelevo.evaluate.sandbox.jobs import Channel
 from kernelevo.evaluate.transfer import export_bundle
-from kernelevo.evaluate.worker_timing import rotation_check, run_timing, warm_baselines
+from kernelevo.evaluate.worker_timing import (rotation_check, run_timing, stored_or_timed,
+                                              warm_baselines)
 
 
 class Failure(Exception):
@@ -67,7 +69,7 @@ def run_worker(payload: dict[str, Any], raw_channel: Channel) -> None:
     channel.ask(Gpu(brief=True))
     # Baselines compile while the oracle computes the reference in its own
     # process; the candidate is loaded only once the reference is done.
-    baselines = None
+    baselines, stored = None, None
     imported: list[str] = []
     if device == "cuda" and job.time:
         channel.send(Progress("warming baselines"))
@@ -76,11 +78,14 @@ def run_worker(payload: dict[str, Any], raw_channel: Channel) -> None:
         imported = sorted(set(sys.modules) - before)  # for the next forkserver to preload
         warmup.update(baselines.steps)
         channel.send(Progress("baselines warm"))
+        started = time.perf_counter()
+        stored = stored_or_timed(task, job, baselines, channel)  # no candidate loaded yet
+        warmup["baselines_store"] = time.perf_counter() - started  # with any timing for it
     reply = reply_to_ready(channel.ask(Ready({k: round(v, 4) for k, v in warmup.items()},
                                              tuple(imported))))
     if not isinstance(reply, ReadyReply):
         return
-    _check_all(job, reply, task, channel, baselines, scratch)
+    _check_all(job, reply, task, channel, baselines, scratch, stored)
     channel.send(WorkerDone())
 
 
@@ -121,7 +126,7 @@ class _GpuPhases:
 
 
 def _check_all(job: WorkerJob, given: ReadyReply, task: Any, channel: Sender,
-               baselines: Any, scratch: Path) -> None:
+               baselines: Any, scratch: Path, stored: BaselinesReply | None) -> None:
     """Check every candidate given, then time those the judge names."""
     device = job.device
     setup_started = time.perf_counter()
@@ -168,7 +173,7 @@ def _check_all(job: WorkerJob, given: ReadyReply, task: Any, channel: Sender,
     timed = {i for i in reply.time if 0 <= i < len(loaded) and loaded[i] is not None}
     if timed and baselines is not None:
         run_timing({i: loaded[i] for i in sorted(timed)}, baselines, task, job, given, channel,
-                   snapshot, launches=lambda: switch.launches)
+                   snapshot, launches=lambda: switch.launches, stored=stored)
 
 
 Step = TypeVar("Step")

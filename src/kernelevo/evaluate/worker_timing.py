@@ -8,6 +8,7 @@ pointers or call counts, and stale graph replays show up as inconsistencies.
 
 from __future__ import annotations
 
+import random
 import re
 import time
 from typing import Any, Callable, Protocol, Sequence
@@ -16,10 +17,13 @@ import torch
 
 from kernelevo.evaluate import guards
 from kernelevo.evaluate import inputs as task_inputs
-from kernelevo.evaluate.messages import Progress, ReadyReply, Sender, Timed, Timing, WorkerJob
+from kernelevo.evaluate.baseline_store import (PROBE_CALL_LOOPS, PROBE_GPU_SAMPLES, drift,
+                                                steady, with_stored)
+from kernelevo.evaluate.messages import (BaselinesReply, BaselineTimes, Progress, ReadyReply,
+                                         Sender, StoredBaselines, Timed, Timing, WorkerJob)
 from kernelevo.evaluate.oom import is_out_of_memory
 from kernelevo.evaluate.profile_take import attach_profiles
-from kernelevo.evaluate.timing import load_set, time_contestants
+from kernelevo.evaluate.timing import TimingRun, load_set, time_contestants
 from kernelevo.evaluate.tolerance import compare_tensor
 
 _LAUNCH_BOUNDS = re.compile(r"__launch_bounds__\s*\([^)]*\)")
@@ -135,10 +139,52 @@ def _kernels_after_compile(gpu: GpuPhases | None) -> Any:
     return backend
 
 
+# Input sets the baselines are timed on for the store: the task's own distribution.
+_STORE_SETS = 2
+
+
+def stored_or_timed(task: Any, job: WorkerJob, baselines: Baselines,
+                    channel: Sender) -> BaselinesReply:
+    """The task's stored baseline times, or, none stored yet, theirs timed now.
+
+    Runs in the warm-up, before any candidate is loaded in this process: the
+    times taken here are the store's only source (baseline_store.py). The
+    judge holds the GPU for this worker alone while it times them.
+    """
+    if not baselines.contestants:
+        return BaselinesReply()
+    reply = BaselinesReply.from_json(channel.ask(StoredBaselines()))
+    if not reply.time_them:
+        return reply
+    channel.send(Progress("timing baselines"))
+    device, dtype = job.device, getattr(torch, job.dtype)
+    seeds = random.SystemRandom().sample(range(1, 1 << 30), _STORE_SETS)
+    sets = [task_inputs.make_inputs(task, seed, device, dtype) for seed in seeds]
+    with torch.no_grad():
+        run = time_contestants(dict(baselines.contestants), sets, job.timing,
+                               lambda *_: None)
+    del sets
+    measures = _as_json(run)
+    notes = tuple(run.notes) + tuple(f"baselines: {flag}" for flag in run.flags)
+    channel.ask(BaselineTimes(measures, notes))
+    return BaselinesReply(measures, time.strftime("%Y-%m-%dT%H:%M:%S"), notes)
+
+
+def _as_json(run: TimingRun) -> dict[str, dict[str, dict[str, Any]]]:
+    return {measure: {name: vars(stats) for name, stats in by_name.items()}
+            for measure, by_name in run.measures.items()}
+
+
 def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any, job: WorkerJob,
                given: ReadyReply, channel: Sender, snapshot: Any,
-               launches: Callable[[], int] | None = None) -> None:
-    """Time the loaded candidates against the baselines, profile them, send `Timing`."""
+               launches: Callable[[], int] | None = None,
+               stored: BaselinesReply | None = None) -> None:
+    """Time the loaded candidates against the baselines, profile them, send `Timing`.
+
+    With `stored` times, the candidates are timed beside a brief probe of the
+    first stored baseline; the stored times stand when the probe agrees with
+    them, else every baseline is timed beside the candidates after all.
+    """
     device, dtype, config = job.device, getattr(torch, job.dtype), job.timing
     channel.send(Progress("timing"))
     started = time.perf_counter()
@@ -147,6 +193,7 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any, job: Wor
     contestants = dict(baselines.contestants)
     for index, (model, _, _) in loaded.items():
         contestants[f"candidate_{index}"] = model
+    probe = _probe(stored, contestants)
     kept: dict[str, dict[tuple[str, int], Any]] = {}
     verified = {f"candidate_{index}": outputs for index, (_, _, outputs) in loaded.items()}
 
@@ -175,8 +222,23 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any, job: Wor
     tolerances = given.tolerances
     if config.conv_tf32:  # TF32 rounds to 10 mantissa bits
         tolerances = [[max(atol, 1e-2), max(rtol, 1e-2)] for atol, rtol in tolerances]
+    how, ratios = "beside", {}
     with torch.no_grad():
-        run = time_contestants(contestants, sets, config, after, counted or None, launches)
+        if probe is None:
+            run = time_contestants(contestants, sets, config, after, counted or None, launches)
+        else:
+            assert stored is not None and stored.measures is not None
+            timed = {n: c for n, c in contestants.items()
+                     if n == probe or n.startswith("candidate_")}
+            run = time_contestants(timed, sets, config, after, counted or None, launches,
+                                   brief={probe: (PROBE_GPU_SAMPLES, PROBE_CALL_LOOPS)})
+            ratios = drift(_as_json(run), stored.measures, probe)
+            how = "stored" if steady(ratios) else "drifted"
+            if how == "drifted":  # timed as without a store: every baseline beside them
+                probed_s = sum(run.seconds.values())
+                run = time_contestants(contestants, sets, config, after, counted or None,
+                                       launches)
+                run.seconds["probe"] = probed_s
     timing_s = time.perf_counter() - started
     # Profiled after timing, so no profiler state can touch a timed call. The
     # judge answers once other judges' checks may share the GPU again (a
@@ -200,16 +262,29 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any, job: Wor
                 break
         if problem:
             inconsistent[str(index)] = f"while timing: {problem}"
-    measures = {measure: {name: vars(stats) for name, stats in by_name.items()}
-                for measure, by_name in run.measures.items()}
+    measures = _as_json(run)
+    notes = tuple(baselines.notes + run.notes)
+    if how == "stored":
+        assert stored is not None and stored.measures is not None
+        measures = with_stored(measures, stored.measures)
+        notes += stored.notes
     channel.send(Timing(
-        measures=measures, notes=tuple(baselines.notes + run.notes), flags=tuple(run.flags),
+        measures=measures, notes=notes, flags=tuple(run.flags),
         inconsistent=inconsistent, shares=shares, compile_s=baselines.compile_s,
-        timing_s=timing_s, timing_steps=run.seconds,
+        timing_s=timing_s, timing_steps=run.seconds, baselines=how, drift=ratios,
+        stored_at=stored.measured_at if stored and probe else "",
         profile_s=time.perf_counter() - started, backend=backend,
         tampered=tuple(snapshot.tampered()), device_name=torch.cuda.get_device_name(0),
         versions={"torch": torch.__version__, "triton": _triton_version(),
                   "cuda": str(torch.version.cuda)}))
+
+
+def _probe(stored: BaselinesReply | None, contestants: dict[str, Any]) -> str | None:
+    """The baseline to probe the stored times with: the first stored one this worker has warm."""
+    if stored is None or not stored.measures:
+        return None
+    names = list(next(iter(stored.measures.values()), {}))
+    return next((name for name in names if name in contestants), None)
 
 
 def skipped_work(launches: dict[str, dict[str, float]], name: str) -> str | None:

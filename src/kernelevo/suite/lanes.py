@@ -8,10 +8,10 @@ the CPU, in parallel, in the order the lanes will reach them, so a lane waits
 for nvcc only when the builds fall behind. A lane takes its next task ahead
 and starts that task's first session while it judges its current task's last
 solution, so no task's first candidate waits for processes to start or for
-baselines to compile. Baselines come from the store when it has them (the
-task's judge then times the candidate alone); else the judge times them
-beside each candidate, and the task's first passing solution stores them for
-the next suite.
+baselines to compile. Baselines are timed once per task, by the task's first
+worker before any solution loads, and kept in the store on disk for the next
+suite (evaluate/baseline_store.py); each solution is timed beside a brief
+drift probe of them.
 """
 
 from __future__ import annotations
@@ -21,14 +21,13 @@ import queue
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from kernelevo.candidate import load_candidate
 from kernelevo.config import EvalConfig
 from kernelevo.errors import KernelEvoError
-from kernelevo.suite.baselines import BaselineStore
+from kernelevo.evaluate.baseline_store import BaselineStore
 from kernelevo.suite.metrics import BASELINES
 from kernelevo.suite.tasks import Solution, SuiteTask
 
@@ -112,19 +111,14 @@ class TaskLane:
         self.gpu_index, self.make_row, self.extra = gpu_index, make_row, extra
         self.measure = config.timing.measure
         self.wanted = tuple(b for b in BASELINES if b in config.timing.baselines)
-        self.key = BaselineStore.key(loaded.source, config.precision, self.measure,
-                                     config.timing.conv_tf32)
-        self.stored = store.get(self.key, self.wanted) if store and self.wanted else None
         self.config = config
         self.judge = self._judge()
 
     def _judge(self) -> Any:
         from kernelevo.evaluate.judge import Judge
 
-        config = self.config
-        if self.stored:  # time the candidate alone; the baselines come from the store
-            config = replace(config, timing=replace(config.timing, baselines=()))
-        return Judge(self.loaded, config, gpu_index=self.gpu_index, standby=True)
+        return Judge(self.loaded, self.config, gpu_index=self.gpu_index, standby=True,
+                     baseline_store=self.store)
 
     def judge_one(self, solution: Solution, waited_s: float, more: bool = True) -> Row:
         """One solution's row; `more` when another solution of the task follows it.
@@ -143,19 +137,12 @@ class TaskLane:
             return self.make_row(self.task, solution, "bad_candidate", message=str(exc),
                                  **self.extra)
         own = verdict.measures.get(self.measure, {}).get("candidate")
-        measured = {n: s for n, s in verdict.measures.get(self.measure, {}).items()
-                    if n != "candidate"}
-        # Baselines timed beside the candidate win; a judge made without them
-        # (the store had them) reads them from the store. A CPU run, or a
-        # candidate that never reached timing, has none.
-        baselines = measured or self.stored or {}
-        source = "measured" if measured else ("stored" if self.stored else "none")
-        if self.store and not self.stored and verdict.passed_kernel:
-            # Kept for the next suite. This judge goes on timing them: its
-            # standby has compiled them already, and a new judge would throw
-            # that warm session away.
-            self.store.put(self.key, self.measure, verdict)
-            self.stored = self.store.get(self.key, self.wanted)
+        # A CPU run, or a candidate that never reached timing, has no baselines.
+        baselines = {n: s for n, s in verdict.measures.get(self.measure, {}).items()
+                     if n != "candidate"}
+        how = verdict.environment.get("baselines", "")
+        source = "none" if not baselines else "stored" if how.startswith("stored") \
+            else "measured"
         gains = {b: speedup(baselines.get(b), own) if own else None for b in self.wanted}
         return self.make_row(
             self.task, solution, verdict.reason, status=verdict.status,

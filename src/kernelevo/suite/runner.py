@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator
 
 from kernelevo.config import EvalConfig
 from kernelevo.errors import KernelEvoError, TaskError
-from kernelevo.suite.baselines import BaselineStore, gpu_model
+from kernelevo.evaluate.baseline_store import BaselineStore, gpu_model
 from kernelevo.suite.evolve import SearchBudget, evolve_task
 from kernelevo.suite.metrics import SuiteResult, best_of, summarize
 from kernelevo.suite.tasks import Solution, SuiteTask, expand_specs, find_solutions
@@ -70,7 +70,9 @@ def run_suite(plan: SuitePlan, progress: Progress | None = None) -> SuiteResult:
         _search_tasks(plan, tasks, solutions, done, say)
         return _finish(plan, tasks, None)
     gpu = gpu_model() if plan.config.device != "cpu" else None
-    store = BaselineStore(_cache_dir(), gpu) if gpu and plan.reuse_baselines else None
+    # Fresh: the suite's tasks are timed again, and their new times stored.
+    store = BaselineStore.for_gpu(_cache_dir(), gpu, fresh=not plan.reuse_baselines) \
+        if gpu else None
     total = sum(max(1, len(solutions.get(t.key, []))) for t in tasks)
     count = len(done)
     jobs = []
