@@ -33,6 +33,7 @@ except ValueError:
     verdict = {"reason": "no verdict"}
 print(json.dumps({"pause_s": float(pause), "wall_s": wall, "reason": verdict.get("reason"),
                   "baselines": verdict.get("environment", {}).get("baselines"),
+                  "baseline_notes": [n for n in verdict.get("notes", []) if "drift" in n],
                   "phases": verdict.get("phases_s", {})}))
 PY
 done
