@@ -63,7 +63,6 @@ def run_worker(payload: dict[str, Any], raw_channel: Channel) -> None:
         torch.cuda.init()
         torch.empty(1, device=device)
         warmup["cuda_init"] = time.perf_counter() - started
-        warmup["triton_driver"] = _triton_driver()
     # From here on this worker runs kernels: a shared hold. Brief ones first
     # (the baselines' model and inputs); their compile then gives the hold up.
     channel.ask(Gpu(brief=True))
@@ -87,24 +86,6 @@ def run_worker(payload: dict[str, Any], raw_channel: Channel) -> None:
         return
     _check_all(job, reply, task, channel, baselines, scratch, stored)
     channel.send(WorkerDone())
-
-
-def _triton_driver() -> float:
-    """Triton's GPU driver set up now, before any candidate's first launch; seconds.
-
-    Its first use loads Triton's CUDA helpers and reads the device; no kernel
-    runs, so no hold is needed. A worker whose warm-up compiles the
-    torch.compile baseline has it set up by Inductor; one that times nothing
-    (the re-check at other sizes) made the candidate's first call pay it.
-    """
-    started = time.perf_counter()
-    try:
-        from triton.runtime.driver import driver
-
-        driver.active.get_current_target()
-    except Exception:  # no Triton or no driver for it: a candidate using it reports that
-        pass
-    return time.perf_counter() - started
 
 
 class _GpuPhases:
