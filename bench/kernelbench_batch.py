@@ -99,7 +99,9 @@ def judge_phase(entries: list[dict], problems: dict, log: Path) -> list[dict]:
             row = {"reason": verdict.reason, "message": verdict.message[:300],
                    "measures": {m: {n: {"median_ms": s.median_ms, "mean_ms": s.mean_ms}
                                     for n, s in stats.items()}
-                                for m, stats in verdict.measures.items()}}
+                                for m, stats in verdict.measures.items()},
+                   "baselines": verdict.environment.get("baselines"),
+                   "drift_note": next((n for n in verdict.notes if "drift" in n), None)}
         except Exception as exc:  # a task the judge cannot run is a row, not the end
             row = {"reason": "judge_error", "message": f"{type(exc).__name__}: {exc}"[:300]}
         row.update(file=entry["file"], problem=entry["problem"], kind=entry["kind"],
