@@ -98,9 +98,9 @@ class BaselineStore:
     path: Path | None = None
     gpu: str = ""
     fresh: bool = False  # entries found on disk are not read: they are timed again
-    _entries: dict[str, Any] = field(default_factory=dict, repr=False)
-    _put_here: set[str] = field(default_factory=set, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _entries: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
+    _put_here: set[str] = field(default_factory=set, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.path is None:
