@@ -9,7 +9,10 @@
 #      `--only 19 20 --triton-only`): warm_beyond_timed_median_s;
 #   3. the GPU tests of the files named in GPU_TESTS (none by default).
 # EVAL_ARGS: more arguments of each `eval` (e.g. --config FILE); SERVICE_TXT: the
-# file under $OUT for step 1 (service.txt).
+# file under $OUT for step 1 (service.txt). PYSPY: a py-spy executable; each eval
+# from the PYSPY_FROM-th (3) on then runs under it (the client, $OUT/pyspy_client_N.txt) while
+# it samples the service and its children ($OUT/pyspy_service_N.txt), wall-clock
+# samples (--idle) as collapsed stacks.
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 KERNELEVO_CACHE_DIR=${KERNELEVO_CACHE_DIR:-/tmp/ke-cache} PYTHONPATH=src
@@ -19,16 +22,27 @@ python -m kernelevo.cli.app serve > "$OUT/serve.txt" 2>&1 &
 SERVER=$!
 for i in $(seq 100); do [ -f "$KERNELEVO_CACHE_DIR/service.json" ] && break; sleep 0.2; done
 TIMEFORMAT=%R
+job=0
 for pause in ${SERVICE_PAUSES:-0 0 0}; do
     sleep "$pause"
-    wall=$( { time timeout 60 python -m kernelevo.cli.app eval examples/softmax/task.py \
+    job=$((job + 1))
+    client=""
+    if [ -n "${PYSPY:-}" ] && [ $job -ge ${PYSPY_FROM:-3} ]; then
+        "$PYSPY" record -p $SERVER --subprocesses --idle --rate 250 --format raw -d 6 \
+            -o "$OUT/pyspy_service_$job.txt" > "$OUT/pyspy_service_$job.log" 2>&1 &
+        SPY=$!
+        sleep 1
+        client="$PYSPY record --idle --rate 250 --format raw -o $OUT/pyspy_client_$job.txt --"
+    fi
+    wall=$( { time timeout 60 $client python -m kernelevo.cli.app eval examples/softmax/task.py \
         examples/softmax/triton_candidate.py --json ${EVAL_ARGS:-} > /tmp/service_eval.json \
         2>/dev/null ; } 2>&1 )
+    [ -n "$client" ] && wait $SPY
     python - "$pause" "$wall" /tmp/service_eval.json >> "$OUT/${SERVICE_TXT:-service.txt}" <<'PY'
 import json, sys
 pause, wall, path = sys.argv[1], float(sys.argv[2]), sys.argv[3]
-try:
-    verdict = json.load(open(path))
+try:  # py-spy, when the client runs under it, may add its own lines
+    verdict = json.loads("\n".join(line for line in open(path) if not line.startswith("py-spy>")))
 except ValueError:
     verdict = {"reason": "no verdict"}
 print(json.dumps({"pause_s": float(pause), "wall_s": wall, "reason": verdict.get("reason"),
