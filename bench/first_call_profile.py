@@ -60,6 +60,8 @@ def trial(mode: str, candidate: Path, other: Path, out: Path, number: int) -> di
     torch.empty(1, device="cuda")
     torch.cuda.synchronize()
     row = {"mode": mode, "trial": number, "cuda_init_s": time.perf_counter() - started}
+    if number == 0:
+        row["keys_in_child"] = _key_states()
     module = _load(candidate, "candidate_under_test")
     model = module.ModelNew().cuda()
     if mode == "after_other_kernel":
@@ -89,6 +91,24 @@ def trial(mode: str, candidate: Path, other: Path, out: Path, number: int) -> di
     return {k: round(v, 4) if isinstance(v, float) else v for k, v in row.items()}
 
 
+def _key_states() -> dict:
+    """Whether the cache-key hashes the forkserver computes are cached here, and each call's time."""
+    import torch._inductor.codecache as codecache
+    import triton.runtime.cache as triton_cache
+
+    states = {"triton_lru": str(triton_cache.triton_key.cache_info())}
+    for name, function in (("torch.triton_key", codecache.triton_key),
+                           ("torch.torch_key", codecache.torch_key),
+                           ("triton.triton_key", triton_cache.triton_key)):
+        started = time.perf_counter()
+        try:
+            function()
+            states[name] = round(time.perf_counter() - started, 4)
+        except Exception as exc:  # noqa: BLE001 - the point is to see it
+            states[name] = repr(exc)[:300]
+    return states
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -98,6 +118,7 @@ def main() -> None:
     started = time.perf_counter()
     import kernelevo.evaluate.preload  # noqa: F401 - what the forkserver imports
     print(json.dumps({"preload_s": round(time.perf_counter() - started, 2)}), flush=True)
+    print(json.dumps(_key_states()), flush=True)
     candidate = ROOT / "examples/softmax/triton_candidate.py"
     other = Path(tempfile.mkdtemp()) / "other_kernel.py"
     other.write_text(OTHER_KERNEL)

@@ -15,7 +15,7 @@ causes apart:
 - `no_standby_no_recheck`: no re-check at other sizes beside it either.
 
     PYTHONPATH=src KERNELEVO_CACHE_DIR=/tmp/ke-cache python bench/worker_timing_cost.py \\
-        --out DIR [--jobs 4] [--pause 4]
+        --out DIR [--jobs 4] [--pause 4] [--variants service ...]
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--jobs", type=int, default=4)
     parser.add_argument("--pause", type=float, default=4.0)
+    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
 
@@ -54,7 +55,8 @@ def main() -> None:
     task = load_task(str(ROOT / "examples/softmax/task.py"))
     candidate = load_candidate(ROOT / "examples/softmax/triton_candidate.py")
     rows = []
-    for name, variant in VARIANTS.items():
+    for name in args.variants:
+        variant = VARIANTS[name]
         if "confine" in variant:
             os.environ["KERNELEVO_CONFINE"] = variant["confine"]
         else:

@@ -107,3 +107,33 @@ def test_the_compile_baseline_compiles_without_a_gpu_hold_and_launches_nothing_m
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0 and "compiled without the GPU" in done.stdout, (
         done.stdout[-2000:] + done.stderr[-3000:])
+
+
+FORKSERVER_KEYS = """
+import multiprocessing, sys
+sys.path.insert(0, sys.argv[1])
+import probe_keys
+context = multiprocessing.get_context("forkserver")
+context.set_forkserver_preload(["kernelevo.evaluate.preload"])
+queue = context.Queue()
+child = context.Process(target=probe_keys.report, args=(queue,))
+child.start()
+print("cached in the child:", queue.get(timeout=240))
+child.join(60)
+"""
+
+PROBE_KEYS = """
+def report(queue):
+    from triton.runtime.cache import triton_key
+    queue.put(triton_key.cache_info().currsize)
+"""
+
+
+def test_a_forkserver_child_finds_tritons_source_hash_computed(tmp_path):
+    # Without it every worker's first Triton launch hashed libtriton.so again
+    # (0.39 s of a re-check's 0.49 s first call on the H200).
+    (tmp_path / "probe_keys.py").write_text(PROBE_KEYS)
+    done = subprocess.run([sys.executable, "-c", FORKSERVER_KEYS, str(tmp_path)],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "cached in the child: 1" in done.stdout, done.stdout + done.stderr[-2000:]

@@ -401,12 +401,27 @@ def _consistency(name: str, kept: dict[tuple[str, int], Any], verified: list[lis
         for position, (value, reference) in enumerate(zip(got, expected)):
             if not isinstance(value, torch.Tensor):
                 return f"set {set_index} output {position} is not a tensor during timing"
+            if _identical(value, reference):  # passes any tolerance: one pass, not a dozen
+                continue
             atol, rtol = tolerances[position]
             outcome = compare_tensor(value, reference, atol, rtol,
                                      f"set {set_index} output {position} during timing")
             if outcome.reason:
                 return outcome.message
     return None
+
+
+def _identical(value: torch.Tensor, reference: Any) -> bool:
+    """Whether a timed output is the verified one bit for bit (so within every tolerance).
+
+    compare_tensor's float64 passes cost 0.1 s on a 256 MB output on the
+    H200, most of the judge's timing of a short kernel (bench/RESULTS.md,
+    session 17); a deterministic kernel repeats its verified output exactly.
+    NaN never equals itself, so an output with NaN is compared in full.
+    """
+    return (isinstance(reference, torch.Tensor) and type(value) is torch.Tensor
+            and value.shape == reference.shape and value.dtype == reference.dtype
+            and value.device == reference.device and torch.equal(value, reference))
 
 
 def _triton_version() -> str:
