@@ -21,7 +21,7 @@ timeout ${FIRST_S:-120} python bench/first_call_profile.py --out $R/first_call >
 echo "first_call exit $? after $(( $(date +%s) - start )) s"; grep -v Warning $R/first_call_log.txt | cut -c1-300
 pack
 mkdir -p $R/service
-OUT=$R/service SERVICE_PAUSES="${SERVICE_PAUSES:-0 0 4 4 4 4 4}" SKIP_POOL=1 \
+GPU_TESTS= OUT=$R/service SERVICE_PAUSES="${SERVICE_PAUSES:-0 0 4 4 4 4 4}" SKIP_POOL=1 \
     timeout ${SERVICE_S:-120} bash bench/gpu_standby_yield.sh > $R/service_log.txt 2>&1
 echo "service exit $? after $(( $(date +%s) - start )) s"
 python - $R/service/service.txt <<'PY'
