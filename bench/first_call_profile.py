@@ -97,10 +97,13 @@ def _key_states() -> dict:
     import triton.runtime.cache as triton_cache
 
     states = {"triton_lru": str(triton_cache.triton_key.cache_info())}
-    for name, function in (("torch.triton_key", codecache.triton_key),
-                           ("torch.torch_key", codecache.torch_key),
+    for name, function in (("torch.triton_key", getattr(codecache, "triton_key", None)),
+                           ("torch.torch_key", getattr(codecache, "torch_key", None)),
                            ("triton.triton_key", triton_cache.triton_key)):
         started = time.perf_counter()
+        if function is None:  # torch 2.11 has no codecache.triton_key
+            states[name] = "absent"
+            continue
         try:
             function()
             states[name] = round(time.perf_counter() - started, 4)
