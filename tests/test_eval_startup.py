@@ -33,7 +33,8 @@ client.find_service = lambda *args, **kwargs: started.append("service lookup")
 for args in json.loads(sys.argv[1]):
     done = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
     print(json.dumps({"args": args, "exit": done.exit_code, "output": done.output,
-                      "started": started, "torch": "torch" in sys.modules}))
+                      "started": started, "torch": "torch" in sys.modules,
+                      "httpx": "httpx" in sys.modules}))
 """
 
 
@@ -53,6 +54,8 @@ def test_bad_input_is_refused_before_anything_heavy_starts(tmp_path):
         assert result["exit"] == 2, result
         assert "missing" in result["output"] and "Traceback" not in result["output"], result
         assert result["started"] == [] and not result["torch"], result
+        if result["args"][0] in ("eval", "compare"):  # the LLM client's HTTP library: 0.07 s
+            assert not result["httpx"], result
     assert not (tmp_path / "runs").exists()
 
 

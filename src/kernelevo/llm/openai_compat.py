@@ -18,9 +18,7 @@ import random
 import time
 import urllib.parse
 from dataclasses import dataclass
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 import kernelevo.llm.replies as replies
 from kernelevo.errors import ConfigError
@@ -39,6 +37,9 @@ from kernelevo.llm.protocol import (
     estimate_tokens,
     messages_text,
 )
+
+if TYPE_CHECKING:  # loaded where a call is made: `eval`, `serve` never need it (0.07 s)
+    import httpx
 
 log = logging.getLogger(__name__)
 
@@ -243,6 +244,8 @@ class OpenAICompatClient:
     def _client(self) -> httpx.AsyncClient:
         # Created on first use so that it belongs to the running event loop.
         if self._http is None:
+            import httpx
+
             self._http = httpx.AsyncClient(
                 transport=self._transport, timeout=httpx.Timeout(self.config.timeout_s)
             )
@@ -273,6 +276,8 @@ class OpenAICompatClient:
 
     async def _post(self, url: str, payload: dict[str, Any], field: str,
                     progress: CallProgress) -> dict[str, Any]:
+        import httpx
+
         async def trace(event: str, info: dict[str, Any]) -> None:
             # httpcore's events tell connecting (nothing sent) from sending.
             if event.endswith("connect_tcp.started"):

@@ -17,8 +17,7 @@ import dataclasses
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-
-import httpx
+from typing import TYPE_CHECKING
 
 import kernelevo.llm.charges as charges
 from kernelevo.budget import Budget, BudgetExhausted, Reservation
@@ -27,6 +26,9 @@ from kernelevo.llm.breaker import CircuitBreaker
 from kernelevo.llm.openai_compat import ClientConfig, OpenAICompatClient
 from kernelevo.llm.pricing import UNKNOWN_PRICE, Price, PriceTable
 from kernelevo.llm.protocol import CALL_PROGRESS, CallStart, Completion, LLMClient
+
+if TYPE_CHECKING:  # loaded where a call is made: `eval`, `serve` never need it (0.07 s)
+    import httpx
 
 # Chat formats add a few special tokens around each message.
 _TOKENS_PER_MESSAGE_OVERHEAD = 16

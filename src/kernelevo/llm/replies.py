@@ -10,9 +10,11 @@ import email.utils
 import math
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
+if TYPE_CHECKING:  # loaded where a call is made: `eval`, `serve` never need it (0.07 s)
+    import httpx
+
 
 # The two names servers use for the output limit; reasoning models refuse the first.
 TOKEN_FIELDS = ("max_tokens", "max_completion_tokens")
