@@ -58,10 +58,10 @@ if torch.version.cuda is not None:
         except Exception:  # noqa: BLE001 - a missing or changed helper only costs time
             pass
     # Triton's own copy of its hash, which its compiler asks for at a kernel's
-    # first launch in a process, cache hit or not: inductor's call above did
-    # not leave it computed for the children (on the H200, every worker's
-    # first Triton launch hashed libtriton.so again: 0.39 s of a re-check's
-    # 0.49 s first call; bench/first_call_profile.py).
+    # first launch in a process, cache hit or not. torch 2.11 has no
+    # codecache.triton_key, so the loop above left it to the children: on the
+    # H200 every worker's first Triton launch hashed libtriton.so again (0.39 s
+    # of a re-check's 0.49 s first call; bench/first_call_profile.py).
     try:
         from triton.runtime.cache import triton_key as _triton_key
     except ImportError:  # an older Triton keeps it in its compiler
