@@ -29,7 +29,7 @@ def test_the_key_holds_the_task_precision_timing_settings_and_libraries(monkeypa
     assert store_key("source", "fp16", timing) != key
     assert store_key("source", "fp32", replace(timing, cuda_graph=True)) != key
     assert store_key("source", "fp32", replace(timing, measure="gpu")) != key
-    assert store_key("source", "fp32", replace(timing, conv_tf32=True)) != key
+    assert store_key("source", "fp32", replace(timing, conv_tf32=not timing.conv_tf32)) != key
     # The autotune budget is the candidate's, not the baselines'
     assert store_key("source", "fp32", replace(timing, autotune_budget_s=5.0)) == key
     monkeypatch.setattr(torch, "__version__", torch.__version__ + ".upgraded")

@@ -75,3 +75,39 @@ def test_every_bit_equal_output_is_one_compare_tensor_passes(dtype):
         got = reference.clone()
         assert _identical(got, reference)
         assert compare_tensor(got, reference, 1e-6, 1e-6).reason is None
+
+
+def _task_module(tmp_path, name: str, source: str):
+    import importlib.util
+
+    path = tmp_path / f"{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_tf32_tolerance_applies_to_convolution_tasks_only(tmp_path) -> None:
+    """cuDNN's TF32 moves only convolutions: other tasks keep their strict re-check."""
+    from kernelevo.evaluate.worker_timing import uses_convolution
+
+    gemm = _task_module(tmp_path, "gemm_task", (
+        "import torch\nclass Model(torch.nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n"
+        "        self.fc = torch.nn.Linear(8, 8)\n"
+        "    def forward(self, x):\n        return torch.relu(self.fc(x))\n"))
+    conv = _task_module(tmp_path, "conv_task", (
+        "import torch\nclass Model(torch.nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n"
+        "        self.c = torch.nn.ConvTranspose3d(2, 2, 3)\n"
+        "    def forward(self, x):\n        return self.c(x)\n"))
+    functional = _task_module(tmp_path, "functional_task", (
+        "import torch\nclass Model(torch.nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n"
+        "        self.w = torch.nn.Parameter(torch.randn(2, 2, 3, 3))\n"
+        "    def forward(self, x):\n        return torch.nn.functional.conv2d(x, self.w)\n"))
+    assert not uses_convolution(gemm, gemm.Model())
+    assert uses_convolution(conv, conv.Model())
+    assert uses_convolution(functional, functional.Model())
+    assert uses_convolution(conv, None)  # no eager baseline: the source decides
