@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
 
 from kernelevo.evaluate import ncu
@@ -105,3 +106,24 @@ def test_a_failed_program_under_ncu_is_named_with_its_own_error():
     problem = ncu.problem_in(text)
     assert problem.startswith("Nsight Compute failed: ==ERROR== The application returned")
     assert "No module named 'kernelevo'" in problem
+
+
+def test_the_profiled_process_gets_the_users_files_from_any_folder(tmp_path, monkeypatch):
+    """Relative task and candidate paths reach ncu's target as absolute ones that exist."""
+    work = tmp_path / "work"
+    (work / "examples").mkdir(parents=True)
+    (work / "examples" / "task.py").write_text("# task\n")
+    (work / "examples" / "candidate.py").write_text("# candidate\n")
+    seen = tmp_path / "argv.txt"
+    fake = tmp_path / "bin" / "ncu"
+    fake.parent.mkdir()
+    fake.write_text(f'#!/bin/sh\nfor a in "$@"; do echo "$a"; done > {seen}\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    monkeypatch.chdir(work)
+    ncu.measure(["k"], "examples/task.py", "./examples/candidate.py", "fp32")
+    argv = seen.read_text().splitlines()
+    task, candidate, precision = argv[-3:]
+    assert precision == "fp32"
+    assert task == str(work / "examples" / "task.py") and os.path.isfile(task)
+    assert candidate == str(work / "examples" / "candidate.py") and os.path.isfile(candidate)

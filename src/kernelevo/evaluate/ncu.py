@@ -144,8 +144,10 @@ def measure(kernel_names: list[str], task_path: str, candidate_path: str, precis
     if not ncu:
         return NcuRun((), "Nsight Compute: ncu is not on PATH (install Nsight Compute, or "
                       "give its path); torch profiler and roofline only")
-    target = [sys.executable, "-m", "kernelevo.evaluate.ncu_target", task_path, candidate_path,
-              precision]
+    # ncu starts the target in a folder of its own: paths relative to the
+    # user's working directory would name nothing there.
+    target = [sys.executable, "-m", "kernelevo.evaluate.ncu_target", os.path.abspath(task_path),
+              os.path.abspath(candidate_path), precision]
     with tempfile.TemporaryDirectory(prefix="kernelevo-ncu-") as folder:
         log_file = Path(folder) / "ncu.csv"
         try:
