@@ -132,6 +132,9 @@ class Verdict:
     # `measures` holds every measure taken, by measure and contestant.
     timing_measure: str = ""
     measures: dict[str, dict[str, TimingStats]] = field(default_factory=dict)
+    # By measure and baseline: [low, high] of the speedup a rerun can show
+    # (timing.py, speedup_range); a difference inside it is no difference.
+    speedup_ranges: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     flags: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     logs: str = ""

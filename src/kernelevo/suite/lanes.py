@@ -154,10 +154,27 @@ class TaskLane:
             timed_under=verdict.environment.get("timed_under"),
             build_wait_s=round(waited_s, 2),
             wall_s=round(time.perf_counter() - started + waited_s, 2),
-            phases_s={k: round(v, 2) for k, v in verdict.phases_s.items()}, **self.extra)
+            phases_s={k: round(v, 2) for k, v in verdict.phases_s.items()},
+            measures=_by_measure(verdict), **self.extra)
 
     def close(self) -> None:
         self.judge.close()
+
+
+def _by_measure(verdict: Any) -> dict[str, dict[str, Any]]:
+    """Every measure's milliseconds, speedups and speedup intervals, as the verdict has them."""
+    from kernelevo.evaluate.verdict import speedup
+
+    shown: dict[str, dict[str, Any]] = {}
+    for measure, stats in verdict.measures.items():
+        own = stats.get("candidate")
+        if own is None:
+            continue
+        shown[measure] = {
+            "ms": {name: s.median_ms for name, s in stats.items()},
+            "speedup": {name: speedup(s, own) for name, s in stats.items() if name != "candidate"},
+            "range": dict(verdict.speedup_ranges.get(measure, {}))}
+    return shown
 
 
 def judge_on_lanes(jobs: list[tuple[SuiteTask, list[Solution]]],

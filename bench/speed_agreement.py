@@ -1,0 +1,254 @@
+"""The judge's speedups against a plain process's, on KernelBench level-1 and level-2 tasks.
+
+    python3 bench/speed_agreement.py --kb .kb0 --out DIR [--plain PATH] [--runs 3]
+                                     [--only l2_81,...] [--suite-args "..."]
+
+One GPU run: `kernelevo suite` judges every pair below with default flags
+(the task files copied into DIR/tasks, the candidates into DIR/solutions),
+then `plain_timing.py` (../shared/tools/plain_timing.py, or --plain) times
+every pair `--runs` times, each pair in a fresh process, pass after pass (so
+a pair's plain runs lie minutes apart). Per task and measure (call against
+the plain loop, gpu against do_bench) it prints the judge's speedup over
+eager and its interval, the plain runs' median and range, whether the
+median lies inside the interval, whether the interval is no wider than the
+plain range plus 10 % of its median, and each contestant's milliseconds
+against the plain process's. Writes DIR/agreement.json and DIR/agreement.md.
+
+`--kb` is a KernelBench checkout (its KernelBench/level1 and level2 folders).
+The pairs are the honest Triton candidates of bench/kernelbench/candidates;
+the sizes are the checkout's (KernelBench before its July 2025 resize has the
+small, launch-bound sizes most published solutions were written for).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CANDIDATES = HERE / "kernelbench" / "candidates"
+
+# (level, problem, candidate file, kind): kind "conv" for convolution tasks
+PAIRS = [
+    (1, 19, "19_relu__honest.py", "elementwise"),
+    (1, 20, "20_leaky_relu__honest.py", "elementwise"),
+    (1, 21, "21_sigmoid__honest.py", "elementwise"),
+    (1, 22, "22_tanh__honest.py", "elementwise"),
+    (1, 23, "23_softmax__honest.py", "reduction"),
+    (1, 26, "26_gelu__honest.py", "elementwise"),
+    (1, 29, "29_softplus__honest.py", "elementwise"),
+    (1, 36, "36_rmsnorm__honest.py", "reduction"),
+    (1, 40, "40_layernorm__honest.py", "reduction"),
+    (1, 47, "47_sum_dim__honest.py", "reduction"),
+    (1, 88, "88_mingpt_gelu__honest.py", "elementwise"),
+    (1, 94, "94_mse_loss__honest.py", "loss"),
+    (1, 95, "95_cross_entropy__honest.py", "loss"),
+    (1, 100, "100_hinge_loss__honest.py", "loss"),
+    (1, 1, "1_square_matmul__honest.py", "gemm"),
+    (1, 4, "4_matvec__honest.py", "gemm"),
+    (2, 12, "l2_12_gemm_multiply_leakyrelu__honest.py", "gemm"),
+    (2, 14, "l2_14_gemm_divide_sum_scale__honest.py", "gemm"),
+    (2, 29, "l2_29_matmul_mish_mish__honest.py", "gemm"),
+    (2, 59, "l2_59_matmul_swish_scale__honest.py", "gemm"),
+    (2, 76, "l2_76_gemm_add_relu__honest.py", "gemm"),
+    (2, 81, "l2_81_gemm_swish_divide_clamp_tanh_clamp__honest.py", "gemm"),
+    (2, 86, "l2_86_matmul_divide_gelu__honest.py", "gemm"),
+    (2, 88, "l2_88_gemm_groupnorm_swish_multiply_swish__honest.py", "gemm"),
+    (2, 1, "l2_1_conv2d_relu_biasadd__honest.py", "conv"),
+    (2, 2, "l2_2_convtranspose2d_bias_clamp_scale_clamp_divide__honest.py", "conv"),
+    (2, 16, "l2_16_convtranspose2d_mish_add_hardtanh_scale__honest.py", "conv"),
+    (2, 20, "l2_20_convtranspose3d_sum_residual_multiply_residual__honest.py", "conv"),
+    (2, 26, "l2_26_convtranspose3d_add_hardswish__honest.py", "conv"),
+    (2, 47, "l2_47_conv3d_mish_tanh__honest.py", "conv"),
+    (2, 57, "l2_57_conv2d_relu_hardswish__honest.py", "conv"),
+    (2, 71, "l2_71_conv2d_divide_leakyrelu__honest.py", "conv"),
+]
+
+# judge measure -> plain_timing.py's key for the same thing
+MEASURES = {"call": "loop", "gpu": "do_bench"}
+WIDTH_SLACK = 0.10  # the interval may be the plain range plus this fraction of its median
+ABS_SLACK = 0.10  # milliseconds within 10 % of the plain process's, or inside its range
+
+
+def task_file(kb: Path, level: int, problem: int) -> Path:
+    folder = kb / "KernelBench" / f"level{level}"
+    found = sorted(folder.glob(f"{problem}_*.py"))
+    if not found:
+        raise SystemExit(f"no level{level}/{problem} in {folder}")
+    return found[0]
+
+
+def stage(kb: Path, out: Path, pairs: list[tuple]) -> list[dict]:
+    """Copy tasks and candidates where the suite finds them; one dict per pair."""
+    tasks, solutions = out / "tasks", out / "solutions"
+    for folder in (tasks, solutions):
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+    staged = []
+    for level, problem, candidate, kind in pairs:
+        source = task_file(kb, level, problem)
+        stem = f"l{level}_{source.stem}"
+        shutil.copy(source, tasks / f"{stem}.py")
+        shutil.copy(CANDIDATES / candidate, solutions / f"{stem}__honest.py")
+        staged.append({"stem": stem, "kind": kind, "task": str(tasks / f"{stem}.py"),
+                       "candidate": str(solutions / f"{stem}__honest.py")})
+    return staged
+
+
+def run_suite(out: Path, extra: list[str]) -> tuple[list[dict], float]:
+    suite_out = out / "suite"
+    shutil.rmtree(suite_out, ignore_errors=True)
+    command = [sys.executable, "-m", "kernelevo.cli.app", "suite", str(out / "tasks"),
+               "--solutions", str(out / "solutions"), "--out", str(suite_out), *extra]
+    print("$", " ".join(command), flush=True)
+    started = time.perf_counter()
+    subprocess.run(command, check=False)
+    took = time.perf_counter() - started
+    rows = [json.loads(line) for line in (suite_out / "results.jsonl").read_text().splitlines()
+            if line.strip()] if (suite_out / "results.jsonl").exists() else []
+    return rows, took
+
+
+def run_plain(plain: Path, staged: list[dict], runs: int, log: Path) -> dict[str, list[dict]]:
+    """Each pair `runs` times, pass after pass; pair stem -> its runs' JSON rows."""
+    by_stem: dict[str, list[dict]] = {item["stem"]: [] for item in staged}
+    stems = {item["task"]: item["stem"] for item in staged}
+    args = [x for item in staged for x in (item["task"], item["candidate"])]
+    with log.open("w") as sink:
+        for index in range(runs):
+            started = time.perf_counter()
+            done = subprocess.run([sys.executable, str(plain), *args], capture_output=True,
+                                  text=True, check=False)
+            sink.write(done.stdout + done.stderr)
+            for line in done.stdout.splitlines():
+                if line.startswith("{"):
+                    row = json.loads(line)
+                    by_stem[stems[row["task"]]].append(row)
+            print(f"plain pass {index + 1}/{runs}: {time.perf_counter() - started:.0f} s",
+                  flush=True)
+    return by_stem
+
+
+def compare(staged: list[dict], rows: list[dict], plain: dict[str, list[dict]]) -> list[dict]:
+    """One entry per task and measure."""
+    by_stem = {Path(row["task"]).stem if "/" in str(row["task"]) else row["task"]: row
+               for row in rows}
+    table = []
+    for item in staged:
+        row = next((r for key, r in by_stem.items() if key.endswith(item["stem"])), None)
+        runs = plain[item["stem"]]
+        for measure, theirs in MEASURES.items():
+            entry = {"task": item["stem"], "kind": item["kind"], "measure": measure,
+                     "verdict": row["reason"] if row else "missing"}
+            mine = ((row or {}).get("measures") or {}).get(measure) or {}
+            ups = [r[f"{theirs}_speedup"] for r in runs]
+            if not mine.get("speedup", {}).get("eager") or not ups:
+                table.append(entry)
+                continue
+            judged = mine["speedup"]["eager"]
+            entry.update(
+                judge=judged, interval=mine.get("range", {}).get("eager") or [judged, judged],
+                plain_median=statistics.median(ups), plain_range=[min(ups), max(ups)],
+                plain_runs=ups,
+                eager_ms=mine["ms"]["eager"], candidate_ms=mine["ms"]["candidate"],
+                plain_ref_ms=[r[f"{theirs}_ms_ref"] for r in runs],
+                plain_cand_ms=[r[f"{theirs}_ms_cand"] for r in runs])
+            low, high = entry["interval"]
+            entry["inside"] = low <= entry["plain_median"] <= high
+            plain_width = entry["plain_range"][1] - entry["plain_range"][0]
+            entry["width_ok"] = high - low <= plain_width + WIDTH_SLACK * entry["plain_median"]
+            entry["ms_ok"] = (_ms_agrees(entry["eager_ms"], entry["plain_ref_ms"])
+                              and _ms_agrees(entry["candidate_ms"], entry["plain_cand_ms"]))
+            table.append(entry)
+    return table
+
+
+def _ms_agrees(mine: float, theirs: list[float]) -> bool:
+    middle = statistics.median(theirs)
+    return abs(mine - middle) <= ABS_SLACK * middle or min(theirs) <= mine <= max(theirs)
+
+
+def markdown(table: list[dict], facts: dict) -> str:
+    lines = [f"Speed agreement, {facts['date']}, {facts['gpu']}, torch {facts['torch']}, "
+             f"triton {facts['triton']}; suite {facts['suite_s']:.0f} s, plain "
+             f"{facts['plain_s']:.0f} s ({facts['runs']} runs per pair)", "",
+             "| task | kind | measure | judge | judge interval | plain median | plain range "
+             "| inside | width ok | eager ms (judge / plain) | candidate ms (judge / plain) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for e in table:
+        if "judge" not in e:
+            lines.append(f"| {e['task']} | {e['kind']} | {e['measure']} | {e['verdict']} "
+                         "| - | - | - | - | - | - | - |")
+            continue
+        lines.append(
+            f"| {e['task']} | {e['kind']} | {e['measure']} | {e['judge']:.2f} | "
+            f"{e['interval'][0]:.2f}-{e['interval'][1]:.2f} | {e['plain_median']:.2f} | "
+            f"{e['plain_range'][0]:.2f}-{e['plain_range'][1]:.2f} | "
+            f"{'yes' if e['inside'] else 'NO'} | {'yes' if e['width_ok'] else 'NO'} | "
+            f"{e['eager_ms']:.4f} / {statistics.median(e['plain_ref_ms']):.4f} | "
+            f"{e['candidate_ms']:.4f} / {statistics.median(e['plain_cand_ms']):.4f} |")
+    scored = [e for e in table if "judge" in e]
+    conv = [e for e in scored if e["kind"] == "conv"]
+    short = [e for e in scored if e["measure"] == "call" and e["candidate_ms"] < 0.05]
+    lines += ["", f"- rows compared: {len(scored)} of {len(table)} "
+              f"({len(short)} call rows under 50 us, {len(conv)} convolution rows)",
+              f"- plain median inside the judge's interval: "
+              f"{sum(e['inside'] for e in scored)}/{len(scored)}",
+              f"- interval no wider than the plain range + 10 %: "
+              f"{sum(e['width_ok'] for e in scored)}/{len(scored)}",
+              f"- both contestants' ms within 10 % of plain (or inside its range): "
+              f"{sum(e['ms_ok'] for e in scored)}/{len(scored)}",
+              f"- convolution rows inside: {sum(e['inside'] for e in conv)}/{len(conv)}, "
+              f"speedup within 10 % of plain: "
+              f"{sum(abs(e['judge'] / e['plain_median'] - 1) <= 0.10 for e in conv)}/{len(conv)}"]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kb", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--plain", type=Path, default=None)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--only", default="", help="comma-separated stems' prefixes, e.g. l2_81")
+    parser.add_argument("--suite-args", default="", help="extra flags for kernelevo suite")
+    args = parser.parse_args()
+    plain = args.plain or next((p for p in (HERE.parent.parent / "shared/tools/plain_timing.py",
+                                            HERE.parent / ".plain/plain_timing.py")
+                                if p.exists()), None)
+    if plain is None or not plain.exists():
+        raise SystemExit("plain_timing.py not found: pass --plain PATH")
+    pairs = PAIRS
+    if args.only:
+        wanted = tuple(args.only.split(","))
+        pairs = [p for p in PAIRS if f"l{p[0]}_{p[1]}" in wanted]
+    args.out.mkdir(parents=True, exist_ok=True)
+    staged = stage(args.kb, args.out, pairs)
+    rows, suite_s = run_suite(args.out, args.suite_args.split())
+    started = time.perf_counter()
+    plain_rows = run_plain(plain, staged, args.runs, args.out / "plain.log")
+    plain_s = time.perf_counter() - started
+    table = compare(staged, rows, plain_rows)
+    import torch
+    import triton
+
+    facts = {"date": time.strftime("%Y-%m-%d %H:%M"), "gpu": torch.cuda.get_device_name(0),
+             "torch": torch.__version__, "triton": triton.__version__, "suite_s": suite_s,
+             "plain_s": plain_s, "runs": args.runs, "host": os.uname().nodename}
+    (args.out / "agreement.json").write_text(json.dumps({"facts": facts, "rows": table,
+                                                          "suite_rows": rows,
+                                                          "plain": plain_rows}, indent=1))
+    text = markdown(table, facts)
+    (args.out / "agreement.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
