@@ -220,6 +220,11 @@ def main() -> None:
     parser.add_argument("--only", default="", help="comma-separated stems' prefixes, e.g. l2_81")
     parser.add_argument("--suite-args", default="", help="extra flags for kernelevo suite")
     args = parser.parse_args()
+    import torch
+    import triton
+
+    if not torch.cuda.is_available():
+        raise SystemExit("speed_agreement.py times on a GPU: none here")
     plain = args.plain or next((p for p in (HERE.parent.parent / "shared/tools/plain_timing.py",
                                             HERE.parent / ".plain/plain_timing.py")
                                 if p.exists()), None)
@@ -236,9 +241,6 @@ def main() -> None:
     plain_rows = run_plain(plain, staged, args.runs, args.out / "plain.log")
     plain_s = time.perf_counter() - started
     table = compare(staged, rows, plain_rows)
-    import torch
-    import triton
-
     facts = {"date": time.strftime("%Y-%m-%d %H:%M"), "gpu": torch.cuda.get_device_name(0),
              "torch": torch.__version__, "triton": triton.__version__, "suite_s": suite_s,
              "plain_s": plain_s, "runs": args.runs, "host": os.uname().nodename}
