@@ -40,6 +40,7 @@ def _load(path: str, name: str):
 
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # torch.compile looks the module up by name
     spec.loader.exec_module(module)
     return module
 
@@ -172,6 +173,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--modes", default="compile,free,pinned",
+                        help="which of compile, free, pinned to run")
     parser.add_argument("pairs", nargs="+")
     args = parser.parse_args()
     out = Path(args.out)
@@ -179,7 +182,9 @@ def main() -> None:
     facts = {"start": machine()}
     rows = []
     pairs = list(zip(args.pairs[::2], args.pairs[1::2]))
-    modes = ["compile"] + ["free", "pinned"] * args.runs
+    wanted = args.modes.split(",")
+    modes = (["compile"] if "compile" in wanted else []) + [
+        m for _ in range(args.runs) for m in ("free", "pinned") if m in wanted]
     with (out / "rows.jsonl").open("w") as sink:
         for mode in modes:
             for task, cand in pairs:

@@ -18,8 +18,35 @@ def evaluate(judge):
     return judge.evaluate(load_candidate(SOFTMAX / "triton_candidate.py"))
 
 
-def test_the_first_worker_times_the_baselines_and_every_candidate_reads_them_beside_a_probe():
+@pytest.fixture(scope="module")
+def long_softmax(tmp_path_factory):
+    """The softmax example at 8x its rows: over a millisecond a call, so its baselines are stored."""
+    source = (SOFTMAX / "task.py").read_text()
+    assert "batch_size = 4096" in source
+    path = tmp_path_factory.mktemp("long") / "task.py"
+    path.write_text(source.replace("batch_size = 4096", "batch_size = 32768"))
+    return str(path)
+
+
+def test_a_short_tasks_baselines_are_timed_beside_each_candidate_with_paired_rounds():
     judge = Judge(load_task(str(SOFTMAX / "task.py")), CONFIG, standby=True)
+    try:
+        first, second = evaluate(judge), evaluate(judge)
+    finally:
+        judge.close()
+    for verdict in (first, second):
+        assert verdict.reason == "passed", verdict.message
+        assert verdict.environment["baselines"] == "timed beside the candidate"
+        for measure in ("gpu", "call"):
+            low, high = verdict.speedup_ranges[measure]["eager"]
+            gain = (verdict.measures[measure]["eager"].median_ms
+                    / verdict.measures[measure]["candidate"].median_ms)
+            assert low < gain < high
+
+
+def test_the_first_worker_times_the_baselines_and_every_candidate_reads_them_beside_a_probe(
+        long_softmax):
+    judge = Judge(load_task(long_softmax), CONFIG, standby=True)
     try:
         first, second = evaluate(judge), evaluate(judge)
     finally:
@@ -38,8 +65,9 @@ def test_the_first_worker_times_the_baselines_and_every_candidate_reads_them_bes
     assert first.phases_s["warmup_baselines_store"] > 5 * second.phases_s["warmup_baselines_store"]
 
 
-def test_a_drifted_probe_times_every_baseline_beside_the_candidate_and_drops_the_entry():
-    judge = Judge(load_task(str(SOFTMAX / "task.py")), CONFIG)
+def test_a_drifted_probe_times_every_baseline_beside_the_candidate_and_drops_the_entry(
+        long_softmax):
+    judge = Judge(load_task(long_softmax), CONFIG)
     try:
         assert evaluate(judge).reason == "passed"
         stored = judge.baseline_store.get(judge.baseline_key)

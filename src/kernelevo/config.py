@@ -42,9 +42,13 @@ class TimingConfig:
     # multi-kernel tasks the gpu measure called kernels faster that a user
     # calling them finds slower (bench/RESULTS.md, issue 19).
     measure: Annotated[str, OneOf(TIMING_MEASURES)] = "call"
-    call_loop_ms: Annotated[float, POSITIVE] = 2.0  # length of one loop of back-to-back calls
-    # call-time loops wanted per contestant, in all
-    call_target_ms: Annotated[float, POSITIVE] = 100.0
+    # length of one loop of back-to-back calls: long enough that the loop's
+    # own start and end (a synchronisation, the first launch's latency) are
+    # a small part of it
+    call_loop_ms: Annotated[float, POSITIVE] = 10.0
+    # call-time loops wanted per contestant, in all (each a round that pairs
+    # the contestants' times for a speedup's interval)
+    call_target_ms: Annotated[float, POSITIVE] = 150.0
     # TF32 for fp32 convolutions in the timed contestants: PyTorch's own
     # default, so on, as users run (off, eager convolutions timed 1.7-2.2x
     # slower than in a user's process on an H100: bench/RESULTS.md). Timed

@@ -48,12 +48,19 @@ def print_verdict(console: Console, name: str, verdict: Verdict, brief: bool = F
 
 def _print_speedups(console: Console, verdict: Verdict) -> None:
     """One line of speedups, when the verdict has any."""
-    gains = [f"{value:.2f}x vs {baseline}" for baseline, value in
-             (("eager", verdict.speedup_vs_eager), ("torch.compile", verdict.speedup_vs_compile))
+    ranges = verdict.speedup_ranges.get(verdict.timing_measure, {})
+    gains = [f"{value:.2f}x vs {baseline}{_range_text(ranges.get(key))}" for baseline, key, value in
+             (("eager", "eager", verdict.speedup_vs_eager),
+              ("torch.compile", "compile", verdict.speedup_vs_compile))
              if value]
     if gains:
         measure = _MEASURE_TITLES.get(verdict.timing_measure, verdict.timing_measure)
         console.print("speedup: " + ", ".join(gains) + (f" ({measure})" if measure else ""))
+
+
+def _range_text(interval: list[float] | None) -> str:
+    """' (0.95-1.10x)': the speedups a rerun can show; '' without one."""
+    return f" ({interval[0]:.2f}-{interval[1]:.2f}x)" if interval else ""
 
 
 def _print_timings(console: Console, verdict: Verdict) -> None:
@@ -65,12 +72,13 @@ def _print_timings(console: Console, verdict: Verdict) -> None:
                       title=f"{_MEASURE_TITLES.get(measure, measure)}{used}", title_justify="left")
         table.add_column("contestant")
         table.add_column("median time")
-        table.add_column("speedup of candidate")
+        table.add_column("speedup of candidate (a rerun's range)")
         own = stats.get("candidate")
+        ranges = verdict.speedup_ranges.get(measure, {})
         for contestant, values in stats.items():
             gain = speedup(values, own) if own is not None and contestant != "candidate" else None
             table.add_row(escape(contestant), _timing_text(values),
-                          f"{gain:.2f}x" if gain else "")
+                          f"{gain:.2f}x{_range_text(ranges.get(contestant))}" if gain else "")
         console.print(table)
     timed_under = verdict.environment.get("timed_under")
     if timed_under and measures:

@@ -38,6 +38,12 @@ from kernelevo.config import TimingConfig
 _FORMAT = "trusted-warmup-1"
 # A probe this far from its stored time, either way, on any measure it checks: drift.
 DRIFT = 0.10
+# Stored times stand in only for baselines this slow a call (by the call
+# measure): timed beside the candidate they cost the most, and host time,
+# which moves between processes by up to 40 % on launch-bound calls, is the
+# least of theirs. Quicker baselines are timed beside every candidate, their
+# rounds paired with its rounds (a speedup's interval comes from them).
+STORED_MIN_MS = 1.0
 PROBE_MEASURES = ("gpu", "call")  # KernelBench's protocol is not probed: its mean drifts with them
 # Samples a probe takes per measure: few, as it only has to tell drift from none.
 PROBE_GPU_SAMPLES = 20

@@ -49,9 +49,22 @@ def compare_candidates(task: Task, a: Candidate, b: Candidate, config: EvalConfi
 
 
 def _decide(a: Verdict, b: Verdict) -> ComparisonResult:
+    """Which is faster, and whether by more than a rerun can move either.
+
+    Both were timed in one process, interleaved, against the same eager
+    baseline: their speedup intervals over it (what a rerun can show) must
+    not overlap for the difference to count; inside them it is a tie.
+    """
     time_a, time_b = a.timings["candidate"], b.timings["candidate"]
     faster = "a" if time_a.median_ms <= time_b.median_ms else "b"
     fast, slow = sorted((time_a.median_ms, time_b.median_ms))
-    noise = time_a.iqr_ms / (2 * time_a.median_ms) + time_b.iqr_ms / (2 * time_b.median_ms)
     ratio = slow / fast
+    range_a = a.speedup_ranges.get(a.timing_measure, {}).get("eager")
+    range_b = b.speedup_ranges.get(b.timing_measure, {}).get("eager")
+    if range_a and range_b:
+        # the relative width of the two intervals, either side: a difference must clear it
+        noise = (range_a[1] / range_a[0] + range_b[1] / range_b[0]) / 2 - 1
+        separate = range_a[0] > range_b[1] or range_b[0] > range_a[1]
+        return ComparisonResult(a, b, faster, ratio, noise, separate)
+    noise = time_a.iqr_ms / (2 * time_a.median_ms) + time_b.iqr_ms / (2 * time_b.median_ms)
     return ComparisonResult(a, b, faster, ratio, noise, ratio - 1 > noise)

@@ -337,6 +337,8 @@ class Timing(Message):
     stored_at: str = ""  # when the stored times were taken
     profile_s: float = 0.0
     backend: str = ""
+    # candidate index -> measure -> baseline -> [low, high] of its speedup (timing.speedup_range)
+    ranges: dict[str, dict[str, dict[str, list[float]]]] = field(default_factory=dict)
     tampered: tuple[str, ...] = ()
     device_name: str = ""
     versions: dict[str, str] = field(default_factory=dict)

@@ -205,6 +205,7 @@ def _timed(base: Verdict, state: Any, judge: Any, index: int, candidate: Any) ->
                                f"under the floor of {floor.floor_ms:.4f} ms ({floor.bound}-bound)")
     eager, compiled = timings.get("eager"), timings.get("compile")
     return replace(base, timings=timings, measures=measures, timing_measure=measure,
+                   speedup_ranges=timing.ranges.get(str(index), {}),
                    profile=timed_profile(share),
                    notes=tuple(notes), flags=base.flags + timing.flags,
                    speedup_vs_eager=speedup(eager, own), speedup_vs_compile=speedup(compiled, own))

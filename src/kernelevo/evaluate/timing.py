@@ -57,6 +57,9 @@ class TimingRun:
     seconds: dict[str, float] = field(default_factory=dict)
     # contestants sampled briefly: name -> (gpu samples, call loops) at most
     brief: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # by measure and contestant: round index -> time on a counted set, so two
+    # contestants' times of one round (adjacent in time) can be paired
+    rounds: dict[str, dict[str, dict[int, float]]] = field(default_factory=dict)
 
     def enough(self, name: str, measure: int, samples: list[tuple[int, float]],
                rotation: "_Rotation") -> bool:
@@ -70,9 +73,44 @@ class TimingRun:
             del calls[name]
             self.dropped[name] = problem
 
+    def keep_round(self, measure: str, name: str, index: int, set_index: int, ms: float,
+                   rotation: "_Rotation") -> None:
+        if set_index in rotation.counted:
+            self.rounds.setdefault(measure, {}).setdefault(name, {})[index] = ms
+
     def count_launches(self, measure: str, name: str, per_call: float) -> None:
         by_name = self.launches.setdefault(measure, {})
         by_name[name] = min(by_name.get(name, per_call), per_call)
+
+
+# The least a speedup's interval spans either side of it: the same pair timed
+# in fresh processes minutes apart moved by up to 4.5 % (medians of 15
+# interleaved rounds, H100, bench/RESULTS.md "Speedups users can reproduce").
+RANGE_FLOOR = 0.03
+
+
+def speedup_range(baseline: TimingStats, own: TimingStats,
+                  baseline_rounds: dict[int, float] | None = None,
+                  own_rounds: dict[int, float] | None = None) -> list[float]:
+    """[low, high] of the speedup baseline/own that a rerun can show.
+
+    From rounds timed together (each round times both, adjacent in time):
+    the middle half of the round-by-round speedups. Without such rounds (a
+    stored baseline), from each contestant's own quartiles. Never narrower
+    than RANGE_FLOOR either side of the speedup of the medians.
+    """
+    point = baseline.median_ms / own.median_ms
+    common = sorted(set(baseline_rounds or {}) & set(own_rounds or {}))
+    if len(common) >= 4:
+        assert baseline_rounds is not None and own_rounds is not None
+        ratios = [baseline_rounds[r] / own_rounds[r] for r in common]
+        low, _, high = statistics.quantiles(ratios, n=4)
+    else:
+        half_b = baseline.iqr_ms / (2 * baseline.median_ms)
+        half_o = own.iqr_ms / (2 * own.median_ms)
+        low = point * max(1 - half_b, 0.0) / (1 + half_o)
+        high = point * (1 + half_b) / max(1 - half_o, 1e-9)
+    return [min(low, point / (1 + RANGE_FLOOR)), max(high, point * (1 + RANGE_FLOOR))]
 
 
 def summarize(samples_ms: list[float], method: str) -> TimingStats:
@@ -313,6 +351,7 @@ def _gpu_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, 
             run.count_launches("gpu", name, launch_count() - before)
             events[name].append((set_index, event_ms))
             tails[name].append((set_index, tail_ms))
+            run.keep_round("gpu", name, index, set_index, event_ms)
             run.drop(calls, name, after(name, "gpu", set_index, output))
     stats = {}
     for name in calls:
@@ -346,6 +385,7 @@ def _call_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float,
             per_call_ms, output = sampler.loop(calls[name], set_index, per_loop[name])
             run.count_launches("call", name, (launch_count() - before) / per_loop[name])
             samples[name].append((set_index, per_call_ms))
+            run.keep_round("call", name, index, set_index, per_call_ms)
             run.drop(calls, name, after(name, "call", set_index, output))
     return {name: summarize(rotation.split(samples[name])[0], "call_loop") for name in calls}
 

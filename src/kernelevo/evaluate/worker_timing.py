@@ -12,20 +12,23 @@ import inspect
 import random
 import re
 import time
-from typing import Any, Callable, Protocol, Sequence
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Protocol, Sequence
 
 import torch
 
 from kernelevo.evaluate import guards
 from kernelevo.evaluate import inputs as task_inputs
-from kernelevo.evaluate.baseline_store import (PROBE_CALL_LOOPS, PROBE_GPU_SAMPLES, drift,
-                                                steady, with_stored)
+from kernelevo.evaluate.baseline_store import (PROBE_CALL_LOOPS, PROBE_GPU_SAMPLES, STORED_MIN_MS,
+                                                drift, steady, with_stored)
+from kernelevo.evaluate.cores import on_timing_core, timing_core, visible_gpu_ordinal
 from kernelevo.evaluate.messages import (BaselinesReply, BaselineTimes, Progress, ReadyReply,
                                          Sender, StoredBaselines, Timed, Timing, WorkerJob)
 from kernelevo.evaluate.oom import is_out_of_memory
 from kernelevo.evaluate.profile_take import attach_profiles
-from kernelevo.evaluate.timing import TimingRun, load_set, time_contestants
+from kernelevo.evaluate.timing import TimingRun, load_set, speedup_range, time_contestants
 from kernelevo.evaluate.tolerance import compare_tensor
+from kernelevo.evaluate.verdict import TimingStats
 
 _LAUNCH_BOUNDS = re.compile(r"__launch_bounds__\s*\([^)]*\)")
 _CUDA_KERNEL = re.compile(r"__global__\s+(?:[\w:<>,\s\*]+?\s+)?(\w+)\s*\(")
@@ -161,7 +164,8 @@ def stored_or_timed(task: Any, job: WorkerJob, baselines: Baselines,
     device, dtype = job.device, getattr(torch, job.dtype)
     seeds = random.SystemRandom().sample(range(1, 1 << 30), _STORE_SETS)
     sets = [task_inputs.make_inputs(task, seed, device, dtype) for seed in seeds]
-    with torch.no_grad():
+    with torch.no_grad(), on_timing_core(timing_core(visible_gpu_ordinal())), \
+            _compiled_as_in_a_model():
         run = time_contestants(dict(baselines.contestants), sets, job.timing,
                                lambda *_: None)
     del sets
@@ -226,7 +230,8 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any, job: Wor
         # differs from its verified fp32 one by that much
         tolerances = [[max(atol, 1e-2), max(rtol, 1e-2)] for atol, rtol in tolerances]
     how, ratios = "beside", {}
-    with torch.no_grad():
+    core = timing_core(visible_gpu_ordinal())
+    with torch.no_grad(), on_timing_core(core), _compiled_as_in_a_model():
         if probe is None:
             run = time_contestants(contestants, sets, config, after, counted or None, launches)
         else:
@@ -273,6 +278,7 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any, job: Wor
         notes += stored.notes
     channel.send(Timing(
         measures=measures, notes=notes, flags=tuple(run.flags),
+        ranges=speedup_ranges(measures, run.rounds if how != "stored" else {}),
         inconsistent=inconsistent, shares=shares, compile_s=baselines.compile_s,
         timing_s=timing_s, timing_steps=run.seconds, baselines=how, drift=ratios,
         stored_at=stored.measured_at if stored and probe else "",
@@ -280,6 +286,49 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any, job: Wor
         tampered=tuple(snapshot.tampered()), device_name=torch.cuda.get_device_name(0),
         versions={"torch": torch.__version__, "triton": _triton_version(),
                   "cuda": str(torch.version.cuda)}))
+
+
+@contextmanager
+def _compiled_as_in_a_model() -> Iterator[None]:
+    """torch.compile's guards unchecked while timing, as inside a whole compiled model.
+
+    A compile user compiles the model, and dynamo checks its guards once per
+    model call, not once per small module in it; timed alone, a small
+    task's compiled module paid them on every call. Every input set timed
+    has the shapes, dtypes and devices the module was compiled and checked
+    on, so the graph the guards would pick is the one that runs.
+    """
+    stance = getattr(torch.compiler, "set_stance", None)
+    if stance is None:  # an older PyTorch: guards checked as before
+        yield
+        return
+    with stance("default", skip_guard_eval_unsafe=True):
+        yield
+
+
+def speedup_ranges(measures: dict[str, dict[str, dict[str, Any]]],
+                   rounds: dict[str, dict[str, dict[int, float]]]
+                   ) -> dict[str, dict[str, dict[str, list[float]]]]:
+    """Candidate index -> measure -> baseline -> [low, high] of its speedup.
+
+    `rounds` pairs the times of contestants timed together; baselines from
+    the store come without them and are bounded by their stored quartiles.
+    """
+    ranges: dict[str, dict[str, dict[str, list[float]]]] = {}
+    for measure, by_name in measures.items():
+        paired = rounds.get(measure, {})
+        for name, own in by_name.items():
+            if not name.startswith("candidate_"):
+                continue
+            index = name.removeprefix("candidate_")
+            for baseline, stats in by_name.items():
+                if baseline.startswith("candidate_"):
+                    continue
+                ranges.setdefault(index, {}).setdefault(measure, {})[baseline] = [
+                    round(x, 4) for x in speedup_range(
+                        TimingStats(**stats), TimingStats(**own), paired.get(baseline),
+                        paired.get(name))]
+    return ranges
 
 
 def uses_convolution(task: Any, reference: Any) -> bool:
@@ -303,7 +352,11 @@ def _probe(stored: BaselinesReply | None, contestants: dict[str, Any]) -> str | 
     if stored is None or not stored.measures:
         return None
     names = list(next(iter(stored.measures.values()), {}))
-    return next((name for name in names if name in contestants), None)
+    probe = next((name for name in names if name in contestants), None)
+    call = stored.measures.get("call", {}).get(probe or "", {})
+    if call.get("median_ms", 0.0) < STORED_MIN_MS:
+        return None  # short: timed beside the candidates, in rounds paired with theirs
+    return probe
 
 
 def skipped_work(launches: dict[str, dict[str, float]], name: str) -> str | None:

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Every GPU stretch's first run (< 9 minutes on an H100 or H200): the GPU tests,
+# the speed agreement with a plain process, Nsight Compute profiles of the
+# bundled examples, the model example end to end, and a summary printed last.
+#
+#   device run, carry [".kb0", ".plain"], timeout_s 600:
+#       bash bench/gpu_accept.sh
+#
+# .kb0 is KernelBench before its July 2025 resize (bench/kernelbench/README.md
+# says how to make it); .plain holds a copy of ../shared/tools/plain_timing.py.
+# Steps run under their own limits, so one that hangs leaves the others'
+# results. Everything lands in $OUT (default /tmp/gpu_accept): summary.txt,
+# gpu_tests.txt, agreement.md/.json, profiles.txt, model_e2e.md/.json,
+# and logs.tgz with every log.
+set -u
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1 PYTHONPATH=src
+export KERNELEVO_CACHE_DIR=${KERNELEVO_CACHE_DIR:-/tmp/ke-accept-cache}
+OUT=${OUT:-/tmp/gpu_accept}
+LOGS=/tmp/gpu_accept_logs
+mkdir -p "$OUT" "$LOGS"
+summary="$OUT/summary.txt"
+started=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - started )) s] $*" | tee -a "$summary"; }
+
+: > "$summary"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader \
+    | tee -a "$summary"
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" \
+    | tee -a "$summary"
+
+# 1. GPU tests: one pytest run over every gpu-marked test
+stamp "gpu tests"
+timeout ${TESTS_S:-330} python3 -m pytest -m gpu -q -p no:cacheprovider --durations=15 \
+    -o addopts="" tests > "$OUT/gpu_tests.txt" 2>&1
+code=$?
+stamp "gpu tests exit $code: $(grep -E '^[0-9]+ (passed|failed)|passed|failed' "$OUT/gpu_tests.txt" | tail -1)"
+
+# 2. speed agreement with plain_timing.py (a subset of bench/speed_agreement.py's pairs)
+stamp "speed agreement"
+timeout ${AGREE_S:-170} python3 bench/speed_agreement.py --kb .kb0 --out "$LOGS/agree" \
+    --plain .plain/plain_timing.py --runs 3 \
+    --only ${AGREE_ONLY:-l1_19,l1_23,l1_95,l2_81,l2_88,l2_20,l2_71} > "$LOGS/agree.log" 2>&1
+stamp "speed agreement exit $?"
+cp "$LOGS/agree/agreement.md" "$LOGS/agree/agreement.json" "$OUT/" 2>/dev/null
+grep -E "^- " "$OUT/agreement.md" 2>/dev/null | tee -a "$summary"
+
+# 3. Nsight Compute on every bundled example with a Triton candidate
+stamp "profiles"
+: > "$OUT/profiles.txt"
+for task in examples/*/task.py; do
+    folder=$(dirname "$task")
+    candidate=$(ls "$folder"/triton_candidate*.py 2>/dev/null | head -1)
+    [ -n "$candidate" ] || continue
+    timeout 120 python3 -m kernelevo.cli.app profile "$task" "$candidate" \
+        >> "$OUT/profiles.txt" 2>&1
+    code=$?
+    ncu_line=$(grep -iE "nsight compute" "$OUT/profiles.txt" | tail -1)
+    stamp "profile $folder exit $code: ${ncu_line:0:140}"
+done
+
+# 4. the model example end to end
+if [ -f bench/model_e2e_accept.py ]; then
+    stamp "model end to end"
+    timeout ${MODEL_S:-150} python3 bench/model_e2e_accept.py --out "$LOGS/model" \
+        > "$LOGS/model.log" 2>&1
+    stamp "model end to end exit $?"
+    cp "$LOGS/model"/*.md "$LOGS/model"/*.json "$OUT/" 2>/dev/null
+fi
+
+tar czf "$OUT/logs.tgz" -C "$LOGS" . 2>/dev/null
+stamp "done"
+echo
+cat "$summary"
