@@ -351,7 +351,7 @@ def _gpu_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, 
             run.count_launches("gpu", name, launch_count() - before)
             events[name].append((set_index, event_ms))
             tails[name].append((set_index, tail_ms))
-            run.keep_round("gpu", name, index, set_index, event_ms)
+            run.keep_round("gpu", name, index, set_index, event_ms, rotation)
             run.drop(calls, name, after(name, "gpu", set_index, output))
     stats = {}
     for name in calls:
@@ -385,7 +385,7 @@ def _call_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float,
             per_call_ms, output = sampler.loop(calls[name], set_index, per_loop[name])
             run.count_launches("call", name, (launch_count() - before) / per_loop[name])
             samples[name].append((set_index, per_call_ms))
-            run.keep_round("call", name, index, set_index, per_call_ms)
+            run.keep_round("call", name, index, set_index, per_call_ms, rotation)
             run.drop(calls, name, after(name, "call", set_index, output))
     return {name: summarize(rotation.split(samples[name])[0], "call_loop") for name in calls}
 

@@ -12,8 +12,7 @@ import inspect
 import random
 import re
 import time
-from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
@@ -164,8 +163,7 @@ def stored_or_timed(task: Any, job: WorkerJob, baselines: Baselines,
     device, dtype = job.device, getattr(torch, job.dtype)
     seeds = random.SystemRandom().sample(range(1, 1 << 30), _STORE_SETS)
     sets = [task_inputs.make_inputs(task, seed, device, dtype) for seed in seeds]
-    with torch.no_grad(), on_timing_core(timing_core(visible_gpu_ordinal())), \
-            _compiled_as_in_a_model():
+    with torch.no_grad(), on_timing_core(timing_core(visible_gpu_ordinal())):
         run = time_contestants(dict(baselines.contestants), sets, job.timing,
                                lambda *_: None)
     del sets
@@ -231,7 +229,7 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any, job: Wor
         tolerances = [[max(atol, 1e-2), max(rtol, 1e-2)] for atol, rtol in tolerances]
     how, ratios = "beside", {}
     core = timing_core(visible_gpu_ordinal())
-    with torch.no_grad(), on_timing_core(core), _compiled_as_in_a_model():
+    with torch.no_grad(), on_timing_core(core):
         if probe is None:
             run = time_contestants(contestants, sets, config, after, counted or None, launches)
         else:
@@ -286,24 +284,6 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any, job: Wor
         tampered=tuple(snapshot.tampered()), device_name=torch.cuda.get_device_name(0),
         versions={"torch": torch.__version__, "triton": _triton_version(),
                   "cuda": str(torch.version.cuda)}))
-
-
-@contextmanager
-def _compiled_as_in_a_model() -> Iterator[None]:
-    """torch.compile's guards unchecked while timing, as inside a whole compiled model.
-
-    A compile user compiles the model, and dynamo checks its guards once per
-    model call, not once per small module in it; timed alone, a small
-    task's compiled module paid them on every call. Every input set timed
-    has the shapes, dtypes and devices the module was compiled and checked
-    on, so the graph the guards would pick is the one that runs.
-    """
-    stance = getattr(torch.compiler, "set_stance", None)
-    if stance is None:  # an older PyTorch: guards checked as before
-        yield
-        return
-    with stance("default", skip_guard_eval_unsafe=True):
-        yield
 
 
 def speedup_ranges(measures: dict[str, dict[str, dict[str, Any]]],
