@@ -271,6 +271,11 @@ class Briefs:
             "SELECT COUNT(*) FROM candidate WHERE origin = 'seed'")  # index candidate_seed
         return int(everything - seeds)
 
+    def by_origin(self) -> dict[str, int]:
+        """How many candidates came from each origin (seed, llm, repair, tuner)."""
+        rows = self._database.query("SELECT origin, COUNT(*) FROM candidate GROUP BY origin")
+        return {row[0]: int(row[1]) for row in rows}
+
     def spend_over_time(self) -> list[tuple[float, int, float]]:
         """(finished_at, tokens, dollars) of every finished call, in finishing order."""
         rows = self._database.query(

@@ -153,6 +153,12 @@ INDEXES = {
     "llm_call_estimated": "CREATE INDEX IF NOT EXISTS llm_call_estimated ON llm_call(state,"
                           " input_tokens, output_tokens, cost_usd, error)"
                           " WHERE state = 'finished' AND error IS NOT NULL",
+    # Failed calls the server answered unusably (an empty answer; few rows):
+    # their tokens are billed, not estimated; summed with the totals too.
+    "llm_call_billed_failure": "CREATE INDEX IF NOT EXISTS llm_call_billed_failure ON"
+                               " llm_call(state, input_tokens, output_tokens, cost_usd,"
+                               " response_text) WHERE state = 'failed'"
+                               " AND response_text IS NOT NULL",
     # The run's last `stop` event says how it ended (RunStore.run_info).
     "events_kind": "CREATE INDEX IF NOT EXISTS events_kind ON events(kind, id)",
     # Covering: a verdict's figures by its candidate, so the archive, the
