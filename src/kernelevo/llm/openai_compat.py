@@ -280,7 +280,9 @@ class OpenAICompatClient:
         started_s = time.monotonic()
         try:
             body = await self._post(endpoint + "/chat/completions", payload, field, progress)
-            _check_content(body)
+            empty = replies.no_text(body)
+            if empty:
+                raise _AttemptFailed("empty", empty, usage=replies.reported_usage(body))
         except _AttemptFailed as failure:
             attempts.append(self._record(len(attempts) + 1, failure.kind, failure.status_code,
                                          str(failure), started_s))
@@ -418,13 +420,10 @@ class OpenAICompatClient:
         choice = body["choices"][0]
         message = choice.get("message")
         text = replies.content_text(message.get("content") if isinstance(message, dict) else None)
-        usage = body.get("usage") or {}
-        input_tokens = usage.get("prompt_tokens")
-        output_tokens = usage.get("completion_tokens")
-        estimated = not isinstance(input_tokens, int) or not isinstance(output_tokens, int)
-        if estimated:
-            input_tokens = estimate_tokens(messages_text(messages))
-            output_tokens = estimate_tokens(text)
+        reported = replies.reported_usage(body)
+        estimated = reported is None
+        input_tokens, output_tokens = reported or (estimate_tokens(messages_text(messages)),
+                                                   estimate_tokens(text))
         return Completion(
             text=text,
             model=self.config.model,
@@ -437,18 +436,3 @@ class OpenAICompatClient:
             finish_reason=str(choice.get("finish_reason") or ""),
             attempt_log=attempts,
         )
-
-
-
-def _check_content(body: dict[str, Any]) -> None:
-    """Raise an `empty` _AttemptFailed when the answer holds no text; its usage goes with it."""
-    choice = body["choices"][0]
-    message = choice.get("message")
-    text = replies.content_text(message.get("content") if isinstance(message, dict) else None)
-    if text.strip():
-        return
-    usage = body.get("usage") or {}
-    reported = (usage.get("prompt_tokens"), usage.get("completion_tokens"))
-    finish = choice.get("finish_reason")
-    raise _AttemptFailed("empty", "no content" + (f" (finish_reason {finish})" if finish else ""),
-                         usage=reported if all(isinstance(n, int) for n in reported) else None)
