@@ -18,7 +18,8 @@ from kernelevo.config import EvalConfig
 from kernelevo.evaluate.judge import child_environment
 from kernelevo.evaluate.judge import Judge
 from kernelevo.evaluate.sandbox import redact
-from kernelevo.evaluate.sandbox.environment import candidate_environment, is_allowed
+from kernelevo.evaluate.sandbox.environment import (ALLOWED_NAMES, ALLOWED_PREFIXES,
+                                                    candidate_environment, is_allowed)
 from kernelevo.evaluate.worker import cache_environment
 from kernelevo.task import load_task
 from tests.conftest import ROOT
@@ -66,6 +67,13 @@ def test_what_the_judge_itself_hands_its_children_is_all_allowed(tmp_path):
               "TRITON_INTERPRET": "1", "PYTHONPYCACHEPREFIX": str(tmp_path),
               "KERNELEVO_PYCACHE": str(tmp_path), "KERNELEVO_PCH_BACKGROUND": "1"}
     assert candidate_environment(handed) == handed
+
+
+def test_the_documentation_lists_every_name_and_prefix_passed_on():
+    text = " ".join((ROOT / "docs/evaluation.md").read_text().split())
+    missing = [name for name in sorted(ALLOWED_NAMES) + list(ALLOWED_PREFIXES)
+               if f"`{name}`" not in text]
+    assert not missing, f"docs/evaluation.md does not list {missing}"
 
 
 @pytest.fixture(scope="module")
