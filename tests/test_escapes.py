@@ -33,6 +33,9 @@ ESCAPES = ROOT / "tests/fixtures/escapes"
 TASK = ROOT / "tests/fixtures/tasks/add.py"
 KEY = f"sk-test-{uuid.uuid4().hex}"
 TOKEN = f"service-token-{uuid.uuid4().hex}"
+# A user's secrets under names that do not look secret: only the allow-list keeps them out.
+DATABASE_URL = f"postgres://admin:{uuid.uuid4().hex}@db.internal/production"
+GITHUB_PAT = f"ghp_{uuid.uuid4().hex}"
 
 # Acceptable reasons with every check on, and with the static checks off.
 EXPECTED = {
@@ -50,7 +53,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the judge here runs a
 
 @pytest.fixture(scope="module")
 def secrets_around():
-    """An API key in the judge's environment and a service's token file in its cache folder.
+    """An API key and a user's secrets in the judge's environment, a service's token file in its cache.
 
     The forkserver starts again, so that it starts from an environment holding the key.
     """
@@ -61,6 +64,8 @@ def secrets_around():
     record.write_text(json.dumps({"url": "http://127.0.0.1:9", "token": TOKEN, "pid": 0}))
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("OPENAI_API_KEY", KEY)
+        patch.setenv("DATABASE_URL", DATABASE_URL)
+        patch.setenv("GITHUB_PAT", GITHUB_PAT)
         patch.setenv("KERNELEVO_TEST_OUTSIDE", str(outside))
         forkserver._forkserver._stop()
         yield outside
@@ -146,6 +151,7 @@ def test_proc_shows_no_secret_and_no_process_of_the_judge(judges, monkeypatch):
     assert verdict.reason in EXPECTED["proc_reads.py"][1], verdict.message
     assert "PATH=" in verdict.message  # its own environment was read and sent back
     assert KEY not in _text(verdict) and "[redacted]" not in _text(verdict)
+    assert DATABASE_URL not in _text(verdict) and GITHUB_PAT not in _text(verdict)
     # The parent (its keeper, root's) is not in its /proc: neither environment nor command line.
     assert "multiprocessing.forkserver" not in verdict.message
     assert "FileNotFoundError" in verdict.message
@@ -157,7 +163,7 @@ def test_the_verdict_names_every_layer_in_force(judges, monkeypatch):
                   "every process the job starts dies with it",
                   f"runs as an unprivileged user (uid {confine.SANDBOX_ID})",
                   "signals and traces only within the job (Landlock)",
-                  "secrets out of the environment"):
+                  "an allow-listed environment, no secrets"):
         assert layer in verdict.isolation
 
 

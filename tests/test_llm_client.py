@@ -228,13 +228,6 @@ def test_missing_usage_is_estimated_from_characters():
     assert completion.output_tokens == math.ceil(9 / 4)
 
 
-@pytest.mark.parametrize("content", ["", None])
-def test_empty_answer_is_an_empty_completion(content):
-    with FakeOpenAIServer([Reply(content, finish_reason="length")]) as server:
-        completion = ask(make_client(server))
-    assert (completion.text, completion.finish_reason) == ("", "length")
-
-
 def test_cost_comes_from_the_price_table():
     with FakeOpenAIServer([Reply("x", prompt_tokens=1000, completion_tokens=2000)]) as server:
         completion = ask(make_client(server, model="gpt-4o-mini-2024-07-18"))

@@ -336,7 +336,8 @@ def test_a_run_whose_calls_all_failed_is_llm_failed(tmp_path):
                                           budget=Budget(wall_s=2.5))
         outcome = finish(evolution, pool)
     assert outcome.status == "llm_failed"
-    assert outcome.reason.startswith("all ") and "LLM calls failed" in outcome.reason
+    assert outcome.reason.startswith("the LLM never answered: ")
+    assert " calls failed, the last with: " in outcome.reason
     assert "HTTP 500" in outcome.reason
     # Every call was answered with an error and no usage: nothing billed. A call
     # whose request was out when the time ran out (on a loaded machine) is

@@ -6,11 +6,10 @@ import sys
 from kernelevo.evaluate.sandbox import redact
 
 
-def test_secret_variables_are_left_out_by_name_and_by_registration():
-    environment = {"OPENAI_API_KEY": "k", "HF_TOKEN": "t", "DB_PASSWORD": "p",
-                   "MY_LLM": "m", "PATH": "/usr/bin", "TRITON_CACHE_DIR": "/c"}
+def test_secret_variables_are_told_by_name_and_by_registration():
+    names = ["OPENAI_API_KEY", "HF_TOKEN", "DB_PASSWORD", "MY_LLM", "PATH", "TRITON_CACHE_DIR"]
     redact.hide_variable("MY_LLM")
-    assert redact.without_secrets(environment) == {"PATH": "/usr/bin", "TRITON_CACHE_DIR": "/c"}
+    assert [name for name in names if redact.is_secret(name)] == names[:4]
 
 
 def test_secret_values_and_the_service_token_are_redacted_everywhere(tmp_path):

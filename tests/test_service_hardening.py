@@ -33,10 +33,11 @@ HUNG_TIMEOUT_S = 300.0  # a hung job's own limit, far beyond what any test waits
 class Service:
     """A `kernelevo serve` child process, its address, token and output."""
 
-    def __init__(self, cache: Path) -> None:
+    def __init__(self, cache: Path, extra_environment: dict[str, str] | None = None) -> None:
         environment = {k: v for k, v in os.environ.items()
                        if k not in ("KERNELEVO_SERVICE_URL", "KERNELEVO_SERVICE_TOKEN")}
-        environment.update(KERNELEVO_CACHE_DIR=str(cache), TRITON_INTERPRET="1")
+        environment.update(KERNELEVO_CACHE_DIR=str(cache), TRITON_INTERPRET="1",
+                           **(extra_environment or {}))
         self.output = cache / "serve.log"
         self.process = subprocess.Popen(
             [sys.executable, "-m", "kernelevo.cli.app", "serve", "--lanes", "2",

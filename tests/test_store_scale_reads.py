@@ -11,6 +11,7 @@ candidate (each holds kilobytes of JSON or source).
 from __future__ import annotations
 
 import itertools
+import json
 import random
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import pytest
 import kernelevo.report.server as server
 from kernelevo.candidate import Candidate
 from kernelevo.evaluate.verdict import NO_CUSTOM_KERNEL_FLAG, verdict_for
+from kernelevo.run.setup import make_budget
 from kernelevo.search.archive import Archive
 from kernelevo.store.briefs import _ALL, _KERNEL
 from kernelevo.store.records import RankEntry, is_kernel, rank
@@ -236,3 +238,62 @@ def test_the_archive_s_offers_read_no_verdict_and_their_scan_reads_indexes_only(
         plans = [[row[3] for row in connection.execute("EXPLAIN QUERY PLAN " + sql)]
                  for sql in sent]
     assert plans and all(steps and reads_rows(steps) == [] for steps in plans), plans
+
+
+def with_events(folder: Path, count: int) -> RunStore:
+    """A run whose events log holds `count` events, a third of them `elapsed`."""
+    store = RunStore.create(folder, "add", "# task", {})
+    rows = [(1_000.0 + index, ("elapsed", "busy", "llm_attempt")[index % 3],
+             json.dumps({"elapsed_s": index * 0.5, "error": "x" * 300}))
+            for index in range(count)]
+    with store._database.transaction() as db:
+        db.executemany("INSERT INTO events (at, kind, payload_json) VALUES (?, ?, ?)", rows)
+    return store
+
+
+def steps_of(store: RunStore, read) -> tuple[int, object]:
+    """The SQLite virtual machine's steps that `read()` takes, and what it returned."""
+    counted = [0]
+
+    def tick() -> int:
+        counted[0] += 1
+        return 0
+
+    connection = store._database._connection
+    connection.set_progress_handler(tick, 1)
+    try:
+        value = read()
+    finally:
+        connection.set_progress_handler(None, 1)
+    return counted[0], value
+
+
+LIMITS = {"tokens": None, "usd": None, "candidates": None, "wall_s": None}
+
+
+def test_the_run_page_and_resume_read_the_events_log_in_work_that_does_not_grow(
+        tmp_path: Path) -> None:
+    """The latest event and the longest clock: one index entry each, at 300 events or 30,000."""
+    reads = {"run page": lambda store: store.briefs.event_summary(),
+             "resume": lambda store: make_budget(LIMITS, store).usage().elapsed_s}
+    taken = {}
+    for count in (300, 30_000):
+        with with_events(tmp_path / str(count), count) as store:
+            for name, read in reads.items():
+                taken[name, count] = steps_of(store, lambda: read(store))
+    summary = taken["run page", 30_000][1]
+    assert (summary.last_at, summary.elapsed_s) == (30_999.0, 14_998.5)
+    assert taken["resume", 30_000][1] == pytest.approx(14_998.5, abs=5.0)
+    for name in reads:
+        assert taken[name, 30_000][0] == taken[name, 300][0], (name, taken)
+
+
+def test_the_latest_event_and_the_longest_clock_are_read_from_their_indexes(
+        tmp_path: Path) -> None:
+    with with_events(tmp_path, 30) as store:
+        sent = spied(store, lambda briefs: (briefs.event_summary(), briefs.longest_elapsed_s()))
+        plans = [" ".join(row[3] for row in store._database.query("EXPLAIN QUERY PLAN " + sql))
+                 for sql, _ in sent]
+    assert len(plans) == 2 and all("SCAN events" not in plan for plan in plans), plans
+    assert "COVERING INDEX events_at" in plans[0]
+    assert all("INDEX events_elapsed" in plan for plan in plans), plans

@@ -30,6 +30,9 @@ def assert_matches_scan(store: RunStore) -> None:
     assert kept.cost_usd == pytest.approx(scan.cost_usd, abs=1e-9)
     assert kept.in_flight_cost_bound_usd == pytest.approx(scan.in_flight_cost_bound_usd, abs=1e-9)
     assert kept.candidates_by_status == scan.candidates_by_status
+    # Worst cases and guesses apart from billed usage, an empty answer's included.
+    assert kept.estimated_tokens == scan.estimated_tokens
+    assert kept.estimated_usd == pytest.approx(scan.estimated_usd, abs=1e-9)
 
 
 def random_run(store: RunStore, rng: random.Random, steps: int) -> None:
@@ -37,17 +40,21 @@ def random_run(store: RunStore, rng: random.Random, steps: int) -> None:
     started: list[int] = []
     candidates: list[str] = []
     for step in range(steps):
-        action = rng.choice(["start", "start", "finish", "fail", "candidate", "verdict"])
+        action = rng.choice(["start", "start", "finish", "fail", "empty", "candidate",
+                             "verdict"])
         if action == "start":
             bound = rng.choice([None, round(rng.uniform(0.001, 0.2), 4)])
             started.append(store.start_llm_call("m", {"n": step}, max_output_tokens=4000,
                                                 cost_bound_usd=bound))
-        elif action in ("finish", "fail") and started:
+        elif action in ("finish", "fail", "empty") and started:
             call = started.pop(rng.randrange(len(started)))
             tokens_in, tokens_out = rng.randrange(5000), rng.randrange(4000)
             cost = round(rng.uniform(0, 0.1), 5)
             if action == "finish":
                 store.finish_llm_call(call, "reply", tokens_in, tokens_out, cost, 1.0)
+            elif action == "empty":  # answered with no content: billed, yet failed
+                store.fail_llm_call(call, "no content", tokens_in, tokens_out, cost,
+                                    response_text="")
             else:
                 store.fail_llm_call(call, "HTTP 500", tokens_in, 0, cost)
         elif action == "candidate":
@@ -97,3 +104,16 @@ def test_a_version_1_database_gains_tallies_filled_from_its_rows(tmp_path: Path)
         assert upgraded.totals().tokens_in == expected.tokens_in
         random_run(upgraded, random.Random(8), 60)
         assert_matches_scan(upgraded)
+
+
+def test_an_empty_answer_s_billed_usage_is_no_estimate_but_a_cut_off_call_s_is(
+        tmp_path: Path) -> None:
+    with RunStore.create(tmp_path, "t", "src", {}) as store:
+        empty = store.start_llm_call("m", {}, max_output_tokens=100, cost_bound_usd=0.01)
+        store.fail_llm_call(empty, "no content", 30, 5, 0.001, response_text="")
+        cut = store.start_llm_call("m", {}, max_output_tokens=100, cost_bound_usd=0.01)
+        store.fail_llm_call(cut, "timeout (charged the call's worst case)", 900, 100, 0.01)
+        totals = store.totals()
+        assert totals.tokens_in + totals.tokens_out == 1_035
+        assert (totals.estimated_tokens, totals.estimated_usd) == (1_000, 0.01)
+        assert_matches_scan(store)

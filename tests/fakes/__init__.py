@@ -4,20 +4,24 @@ from .openai_server import (
     Delay,
     Drop,
     FakeOpenAIServer,
+    Hang,
     QUOTA_SPENT,
     Malformed,
     RecordedRequest,
     Reply,
     Status,
+    Trickle,
 )
 
 __all__ = [
     "Delay",
     "Drop",
     "FakeOpenAIServer",
+    "Hang",
     "Malformed",
     "QUOTA_SPENT",
     "RecordedRequest",
     "Reply",
     "Status",
+    "Trickle",
 ]

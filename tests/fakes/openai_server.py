@@ -14,6 +14,8 @@ A step is one of:
     Status(code, ...)        an HTTP error, optionally with Retry-After
     Delay(seconds, step)     wait, then answer `step` (a slow server, or a timeout)
     Drop()                   close the socket without any response
+    Hang()                   take the request and never answer (until the server stops)
+    Trickle(seconds, step)   send `step`'s whole answer one byte every `seconds`
     Malformed(body)          200 with a body that is not the promised JSON
     callable(request_json)   called with the request body; returns any step above
 
@@ -39,6 +41,7 @@ waits were honoured.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import socket
@@ -95,13 +98,31 @@ class Drop:
 
 
 @dataclass(frozen=True)
+class Hang:
+    """Take the request and send nothing back, ever (until the server stops)."""
+
+
+@dataclass(frozen=True)
+class Trickle:
+    """Send the answer `then` (a reply or a status) one byte every `seconds`, status line first.
+
+    Each byte arrives well within a client's idle limit, so only a deadline
+    for the whole answer ends the call.
+    """
+
+    seconds: float
+    then: Step = "trickled answer"
+
+
+@dataclass(frozen=True)
 class Malformed:
     """A 200 answer whose body is not valid chat completion JSON."""
 
     body: str = '{"id": "chatcmpl-fake", "choices": [{"index": 0, "mess'
 
 
-Step = Union[str, int, Reply, Status, Delay, Drop, Malformed, Callable[[dict], Any]]
+Step = Union[str, int, Reply, Status, Delay, Drop, Hang, Trickle, Malformed,
+             Callable[[dict], Any]]
 
 
 @dataclass(frozen=True)
@@ -283,6 +304,11 @@ class _Handler(BaseHTTPRequestHandler):
         elif isinstance(step, Drop):
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
+        elif isinstance(step, Hang):
+            self.state.stopping.wait()
+            self.close_connection = True
+        elif isinstance(step, Trickle):
+            self._trickle(step, body)
         elif isinstance(step, Malformed):
             self._send_raw(200, step.body.encode())
         elif isinstance(step, (Status, int)):
@@ -292,6 +318,21 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(200, _completion_body(reply, body))
         else:
             raise TypeError(f"unknown script step {step!r}: see the FakeOpenAIServer docstring")
+
+    def _trickle(self, step: Trickle, body: dict) -> None:
+        """The answer of `step.then`, written whole into a buffer, then sent a byte at a time."""
+        real, self.wfile = self.wfile, io.BytesIO()
+        try:
+            self._play(step.then, body)
+            answer = self.wfile.getvalue()
+        finally:
+            self.wfile = real
+        self.close_connection = True
+        for offset in range(len(answer)):
+            if self.state.stopping.wait(step.seconds):
+                return
+            real.write(answer[offset:offset + 1])
+            real.flush()
 
     def _send_status(self, status: Status) -> None:
         headers = {"Retry-After": status.retry_after} if status.retry_after is not None else {}

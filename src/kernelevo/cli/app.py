@@ -313,6 +313,9 @@ def _print_summary(result: Any) -> None:
               + (f" at {result.best_vs_eager:.2f}x vs eager" if result.best_vs_eager else "")
               + (f" ({result.by_status['ok']} correct; no timings without a GPU)"
                  if untimed else ""))
+    if result.by_origin:
+        out.print(f"candidates {result.origins_text()} (the candidate budget counts all "
+                  "but seeds)")
 
 
 _RUN_ARGUMENT = typer.Argument(..., metavar="RUN", help="run id, part of it, or its folder")

@@ -18,6 +18,7 @@ from kernelevo.report.units import duration
 from kernelevo.run.driver import UNRECORDED_STOP, EvolveResult  # noqa: F401 (re-exported)
 from kernelevo.run.driver import run_evolve as drive
 from kernelevo.run.setup import EvolveOptions
+from kernelevo.run.view import tokens_text
 from kernelevo.search.outcome import Progress
 
 
@@ -32,7 +33,10 @@ def progress_table(progress: Progress, run_id: str, mode: str) -> Table:
     table.add_row("best", best)
     table.add_row("candidates", ", ".join(f"{k} {v}" for k, v in
                                           sorted(progress.by_status.items())) or "-")
-    table.add_row("tokens / cost", f"{progress.tokens:,} / ${progress.cost_usd:.4f}")
+    if progress.by_origin:
+        table.add_row("of which", progress.origins_text())
+    table.add_row("tokens / cost", f"{tokens_text(progress.tokens, progress.estimated_tokens)}"
+                  f" / ${progress.cost_usd:.4f}")
     table.add_row("elapsed", f"{duration(progress.elapsed_s)}; judges busy "
                   f"{progress.gpu_busy_share:.0%}; queued {progress.queued}; "
                   f"LLM calls in flight {progress.llm_in_flight}")

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Iterable
 
 from kernelevo.evaluate.profile import NcuKernel
-from kernelevo.evaluate.sandbox.redact import without_secrets
+from kernelevo.evaluate.sandbox.environment import candidate_environment
 
 # short name -> ncu metric; percents are of the peak the metric names.
 METRICS = {
@@ -73,12 +73,12 @@ def command(ncu: str, kernel_names: Iterable[str], target: list[str], log_file: 
 
 
 def target_environment(environ: dict[str, str]) -> dict[str, str]:
-    """The watched process's environment: no secrets, and this package importable.
+    """The watched process's environment: a candidate's (no secrets), and this package importable.
 
     ncu starts it in a temporary folder, so a relative PYTHONPATH (`src`, as
     a checkout runs) would no longer find kernelevo: its folder goes first.
     """
-    environment = without_secrets(environ)
+    environment = candidate_environment(environ)
     home = str(Path(__file__).resolve().parents[2])
     paths = [home] + [os.path.abspath(path) for path in
                       environment.get("PYTHONPATH", "").split(os.pathsep) if path]

@@ -7,6 +7,8 @@ The budget and the run store both charge a call by these rules, so they agree:
   bound or max_tokens allow) is charged the call's worst case, with a note:
   a server's numbers cannot drive the budget below zero or past its limit;
 - an answer without usage is charged an estimate from its text, with a note;
+- an empty answer is a failed call, charged the usage the server reported
+  by the rules above (nothing when it reported none);
 - a call failed with an error and no usage, or stopped before a request
   reached the server, costs nothing;
 - a call one of whose requests went out and got no answer (a timeout, a
@@ -22,7 +24,7 @@ import asyncio
 import dataclasses
 from dataclasses import dataclass
 
-from kernelevo.llm.protocol import CallStart, Completion
+from kernelevo.llm.protocol import CallStart, Completion, LLMEmptyAnswer
 
 CUT_OFF_NOTE = "a request went out and got no answer: charged the call's worst case (an estimate)"
 NO_USAGE_NOTE = "the server reported no usage: tokens estimated from the text's length"
@@ -60,13 +62,25 @@ def stopped(plan: CallStart, error: BaseException) -> Charge:
         billed = plan.progress.maybe_billed
     else:
         billed = plan.progress.cut_off
-    return worst_case(plan, CUT_OFF_NOTE) if billed else NOTHING
+    if billed:
+        return worst_case(plan, CUT_OFF_NOTE)
+    if isinstance(error, LLMEmptyAnswer) and error.usage is not None:
+        return _reported(plan, *error.usage)
+    return NOTHING
 
 
 def _answer_charge(completion: Completion, plan: CallStart) -> Charge:
     if plan.progress.cut_off:
         return worst_case(plan, CUT_OFF_NOTE)
-    reported_in, reported_out = completion.input_tokens, completion.output_tokens
+    charge = _reported(plan, completion.input_tokens, completion.output_tokens,
+                       completion.cost_usd)
+    if charge.note or not completion.estimated:
+        return charge
+    return dataclasses.replace(charge, note=NO_USAGE_NOTE)
+
+
+def _reported(plan: CallStart, reported_in: int, reported_out: int, cost_usd: float) -> Charge:
+    """What the server reported, when the call could have used it; else its worst case."""
     within = (0 <= reported_in <= plan.max_input_tokens
               and 0 <= reported_out <= plan.max_output_tokens)
     if not within:
@@ -74,5 +88,4 @@ def _answer_charge(completion: Completion, plan: CallStart) -> Charge:
             f"the server reported {reported_in:,} input and {reported_out:,} output tokens, "
             f"outside what the call could use (0 to {plan.max_input_tokens:,} and 0 to "
             f"{plan.max_output_tokens:,}): charged its worst case (an estimate)"))
-    note = NO_USAGE_NOTE if completion.estimated else ""
-    return Charge(reported_in, reported_out, completion.cost_usd, note)
+    return Charge(reported_in, reported_out, cost_usd)

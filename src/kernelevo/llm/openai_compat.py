@@ -1,12 +1,16 @@
 """A client for any OpenAI-compatible chat completions endpoint, over httpx.
 
 OpenRouter, vLLM, SGLang, Ollama and the providers' own APIs all speak this
-protocol. Transient failures (429, 5xx, timeouts, dropped connections,
-garbled bodies) are retried with exponential backoff and full jitter, or
+protocol. Every request ends on its own: with no byte from the server for
+`idle_timeout_s`, or no complete answer within `timeout_s`. Transient
+failures (429, 5xx, timeouts, dropped connections, garbled bodies) are
+retried with exponential backoff and full jitter, or
 after the wait a server asks for in Retry-After (for every call to it), and
 counted by a circuit breaker shared across calls; failures that retrying
 cannot fix (a bad key, an unknown model, a bad request, a spent quota)
 raise LLMRequestError at once with the server's message and what to change.
+An answer with no content is a failed call (LLMEmptyAnswer), counted by the
+breaker and charged the usage the server reported.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from kernelevo.llm.protocol import (
     Attempt,
     CallProgress,
     Completion,
+    LLMEmptyAnswer,
     LLMError,
     LLMRequestError,
     LLMUnavailable,
@@ -63,7 +68,8 @@ class ClientConfig:
     model: str
     api_key_env: str = "OPENAI_API_KEY"
     temperature: Annotated[float, NON_NEGATIVE] = 0.7
-    timeout_s: Annotated[float, POSITIVE] = 300.0
+    timeout_s: Annotated[float, POSITIVE] = 300.0  # for the whole answer of one request
+    idle_timeout_s: Annotated[float, POSITIVE] = 60.0  # with no byte from the server
     max_attempts: Annotated[int, AT_LEAST_ONE] = 6
     backoff_base_s: Annotated[float, NON_NEGATIVE] = 1.0
     backoff_max_s: Annotated[float, NON_NEGATIVE] = 60.0
@@ -101,21 +107,24 @@ class _AttemptFailed(Exception):
     """One request failed; `kind` (an Attempt kind) says whether another may succeed."""
 
     def __init__(self, kind: str, reason: str, status_code: int | None = None,
-                 retry_after_s: float | None = None, detail: str = "", field: str = "") -> None:
+                 retry_after_s: float | None = None, detail: str = "", field: str = "",
+                 usage: tuple[int, int] | None = None) -> None:
         super().__init__(reason)
         self.kind, self.status_code = kind, status_code
         self.retry_after_s, self.detail, self.field = retry_after_s, detail, field
+        self.usage = usage  # (input, output) tokens the server reported with an empty answer
 
     @property
     def retryable(self) -> bool:
-        return self.kind not in ("refused", "field_refused")
+        # An empty answer is not asked again within the call: each one may be billed.
+        return self.kind not in ("refused", "field_refused", "empty")
 
     @property
     def endpoint_failed(self) -> bool:
         """A failure of the endpoint itself, which the circuit breaker counts."""
         # A 429 counts: a server that refuses every request for its rate or
         # quota serves no more than one that is down.
-        return self.kind in ("retryable_status", "timeout", "connection", "malformed")
+        return self.kind in ("retryable_status", "timeout", "connection", "malformed", "empty")
 
 
 class OpenAICompatClient:
@@ -201,6 +210,8 @@ class OpenAICompatClient:
             except _AttemptFailed as failure:
                 if failure.kind == "field_refused":
                     raise
+                if failure.kind == "empty":
+                    raise self._empty_error(endpoint, failure, attempts) from None
                 if not failure.retryable:
                     raise self._status_error(endpoint, failure, attempts) from None
                 self._honour_retry_after(endpoint, failure)
@@ -246,9 +257,13 @@ class OpenAICompatClient:
         if self._http is None:
             import httpx
 
+            # Each connect, read and write waits at most idle_timeout_s for
+            # the server (a byte every few seconds keeps a request going until
+            # timeout_s, _post); only a free connection of the pool is waited for longer.
+            idle_s = min(self.config.idle_timeout_s, self.config.timeout_s)
             self._http = httpx.AsyncClient(
-                transport=self._transport, timeout=httpx.Timeout(self.config.timeout_s)
-            )
+                transport=self._transport,
+                timeout=httpx.Timeout(idle_s, pool=self.config.timeout_s))
         return self._http
 
     def _headers(self) -> dict[str, str]:
@@ -265,6 +280,9 @@ class OpenAICompatClient:
         started_s = time.monotonic()
         try:
             body = await self._post(endpoint + "/chat/completions", payload, field, progress)
+            empty = replies.no_text(body)
+            if empty:
+                raise _AttemptFailed("empty", empty, usage=replies.reported_usage(body))
         except _AttemptFailed as failure:
             attempts.append(self._record(len(attempts) + 1, failure.kind, failure.status_code,
                                          str(failure), started_s))
@@ -294,9 +312,12 @@ class OpenAICompatClient:
             # so a server that trickles bytes cannot hold a call forever.
             # (wait_for, not asyncio.timeout: Python 3.10 is supported.)
             response = await asyncio.wait_for(post, self.config.timeout_s)
-        except (asyncio.TimeoutError, httpx.TimeoutException):
+        except asyncio.TimeoutError:
             raise self._unanswered(progress, "timeout", f"no answer within timeout_s="
-                                   f"{self.config.timeout_s}") from None
+                                   f"{self.config.timeout_s:g} s") from None
+        except httpx.TimeoutException:
+            raise self._unanswered(progress, "timeout", f"no byte from the server for "
+                                   f"idle_timeout_s={self.config.idle_timeout_s:g} s") from None
         except httpx.TransportError as exc:
             raise self._unanswered(progress, "connection", f"connection failed: "
                                    f"{type(exc).__name__}: {exc}") from None
@@ -366,6 +387,19 @@ class OpenAICompatClient:
         key = os.environ.get(self.config.api_key_env, "")
         return text.replace(key, "***") if len(key) >= 8 else text
 
+    def _empty_error(self, endpoint: str, failure: _AttemptFailed,
+                     attempts: list[Attempt]) -> LLMEmptyAnswer:
+        usage = None
+        if failure.usage is not None:
+            input_tokens, output_tokens = failure.usage
+            usage = (input_tokens, output_tokens,
+                     self.price.cost_usd(input_tokens, output_tokens))
+        hint = ("; raise max_output_tokens: the limit was reached before any text (a "
+                "reasoning model may spend it all on reasoning)"
+                if "finish_reason length" in str(failure) else "")
+        return LLMEmptyAnswer(f"{self.config.model} at {endpoint} answered with {failure}: a "
+                              f"failed call{hint}", None, tuple(attempts), usage)
+
     def _exhausted_error(self, endpoint: str, failure: _AttemptFailed,
                          attempts: list[Attempt]) -> LLMError:
         return LLMError(
@@ -386,13 +420,10 @@ class OpenAICompatClient:
         choice = body["choices"][0]
         message = choice.get("message")
         text = replies.content_text(message.get("content") if isinstance(message, dict) else None)
-        usage = body.get("usage") or {}
-        input_tokens = usage.get("prompt_tokens")
-        output_tokens = usage.get("completion_tokens")
-        estimated = not isinstance(input_tokens, int) or not isinstance(output_tokens, int)
-        if estimated:
-            input_tokens = estimate_tokens(messages_text(messages))
-            output_tokens = estimate_tokens(text)
+        reported = replies.reported_usage(body)
+        estimated = reported is None
+        input_tokens, output_tokens = reported or (estimate_tokens(messages_text(messages)),
+                                                   estimate_tokens(text))
         return Completion(
             text=text,
             model=self.config.model,
@@ -405,4 +436,3 @@ class OpenAICompatClient:
             finish_reason=str(choice.get("finish_reason") or ""),
             attempt_log=attempts,
         )
-

@@ -21,7 +21,7 @@ CHARS_PER_TOKEN = 4
 
 # Attempt.kind values: what one HTTP request of a call came to.
 ATTEMPT_KINDS = ("ok", "retryable_status", "refused", "field_refused", "timeout",
-                 "connection", "malformed")
+                 "connection", "malformed", "empty")
 
 
 @dataclass(frozen=True)
@@ -128,6 +128,23 @@ class LLMError(KernelEvoError):
 
     def __reduce__(self):  # keep status_code and attempts across process boundaries
         return (type(self), (str(self), self.status_code, self.attempts))
+
+
+class LLMEmptyAnswer(LLMError):
+    """The server answered with no content: a failed call, never a success.
+
+    `usage` is (input tokens, output tokens, USD) as the server reported them,
+    None when it reported none: what the call is charged (charges.py).
+    """
+
+    def __init__(self, message: str, status_code: int | None = None,
+                 attempts: tuple[Attempt, ...] = (),
+                 usage: tuple[int, int, float] | None = None) -> None:
+        super().__init__(message, status_code, attempts)
+        self.usage = usage
+
+    def __reduce__(self):
+        return (type(self), (str(self), self.status_code, self.attempts, self.usage))
 
 
 class LLMRequestError(LLMError):

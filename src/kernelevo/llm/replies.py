@@ -87,6 +87,26 @@ def content_text(content: Any) -> str:
     return ""
 
 
+def no_text(body: dict[str, Any]) -> str:
+    """Why a chat completion's first choice holds no text, e.g. 'no content (finish_reason
+    length)'; "" when it holds some."""
+    choice = body["choices"][0]
+    message = choice.get("message")
+    if content_text(message.get("content") if isinstance(message, dict) else None).strip():
+        return ""
+    finish = choice.get("finish_reason")
+    return "no content" + (f" (finish_reason {finish})" if finish else "")
+
+
+def reported_usage(body: dict[str, Any]) -> tuple[int, int] | None:
+    """(input, output) tokens as the server reported them; None when it reported none."""
+    usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
+    found = (usage.get("prompt_tokens"), usage.get("completion_tokens"))
+    if all(isinstance(tokens, int) for tokens in found):
+        return found[0], found[1]
+    return None
+
+
 def retry_after_s(value: str | None) -> float | None:
     """Seconds to wait from a Retry-After header: a number or an HTTP date."""
     if not value:

@@ -60,7 +60,9 @@ def evolve_json(run_id: str, run_dir: Path, progress: Any) -> dict[str, Any]:
             "reason": outcome.reason if outcome else progress.message,
             "best_id": progress.best_id, "best_vs_eager": progress.best_vs_eager,
             "best_vs_compile": progress.best_vs_compile,
-            "candidates_by_status": dict(progress.by_status), "tokens": progress.tokens,
+            "candidates_by_status": dict(progress.by_status),
+            "candidates_by_origin": dict(progress.by_origin), "tokens": progress.tokens,
+            "estimated_tokens": progress.estimated_tokens,
             "cost_usd": progress.cost_usd, "elapsed_s": progress.elapsed_s}
 
 

@@ -256,8 +256,9 @@ def spent_notice(store: RunStore, limits: dict[str, Any]) -> str | None:
     if not spent:
         return None
     budget = f" of a budget of {limits['tokens']:,}" if limits.get("tokens") is not None else ""
-    estimated = (f", {totals.estimated_tokens:,} of them estimated (calls cut off, charged their "
-                 "worst case; raise --tokens if they were billed less)"
+    estimated = (f", {totals.estimated_tokens:,} of them estimated (not reported by the server: "
+                 "guessed from the text, or a cut-off call's worst case; raise --tokens if "
+                 "they were billed less)"
                  if totals.estimated_tokens else "")
     return f"run {store.run_id} has been charged {spent:,} tokens{budget}{estimated}"
 

@@ -159,10 +159,8 @@ def make_budget(limits: dict[str, Any], store: RunStore | None) -> Budget:
         store.settle_interrupted_llm_calls()
         totals = store.totals()
         produced = store.briefs.proposed_count()
-        elapsed = max((e.payload.get("elapsed_s", 0.0) for e in store.events("elapsed")),
-                      default=0.0)
         budget.restore(totals.tokens_in + totals.tokens_out, totals.cost_usd, produced,
-                       elapsed)
+                       store.briefs.longest_elapsed_s())
     return budget
 
 

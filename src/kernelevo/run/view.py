@@ -122,7 +122,7 @@ def migrate_run(runs_dir: Path, run: str) -> str:
 
 
 def tokens_text(tokens: int, estimated_tokens: int) -> str:
-    """Tokens charged, with the part that is an estimate (calls cut off) named apart."""
+    """Tokens charged, with the part that is an estimate (not the server's count) named apart."""
     return f"{tokens:,}" + (f" ({estimated_tokens:,} est.)" if estimated_tokens else "")
 
 
@@ -149,8 +149,9 @@ def show_run(console: Console, runs_dir: Path, run: str) -> None:
     if totals.estimated_tokens or totals.estimated_usd:
         console.print(f"  of which billed {totals.billed_tokens:,} tokens; estimated "
                       f"{totals.estimated_tokens:,} tokens, {_usd(totals.estimated_usd)} "
-                      "(calls cut off after sending, charged their worst case, or usage a "
-                      "server reported wrong)")
+                      "(usage the server did not report, estimated from the text; calls cut "
+                      "off after sending, charged their worst case; or usage a server "
+                      "reported wrong)")
     by_status = ", ".join(f"{status} {count}"
                           for status, count in sorted(totals.candidates_by_status.items()))
     count = sum(totals.candidates_by_status.values())

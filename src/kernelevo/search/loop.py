@@ -10,7 +10,8 @@ A run ends with a RunOutcome. An error inside any of its tasks is never
 swallowed: it is logged, stored as an event and ends the run as `error`; an
 LLM failure that retrying cannot fix (a refused request, an endpoint that is
 down, or no call succeeding for [llm] give_up_s) ends it as `llm_failed`, as
-does a run whose LLM calls all failed. A run whose candidates were all judged
+does a run whose LLM calls all failed, whatever the seeds and the tuner
+did meanwhile ("the LLM never answered"). A run whose candidates were all judged
 and all failed, none left to repair, ends as `error`: proposals need a
 passing parent, which can no longer come. A run store that cannot be written (a
 full disk) is not an outcome: `run` raises its StoreError, as nothing more
@@ -239,15 +240,27 @@ class Evolution:
 
     def _outcome(self, budget_reason: str | None) -> RunOutcome:
         """How a run that ran out of work or budget ended."""
-        if self.proposer is not None and self.llm_failures and not self.llm_answers:
-            return RunOutcome("llm_failed", f"all {self.llm_failures} LLM calls failed, the "
-                              f"last with: {self.last_llm_error}")
         reason = budget_reason or self.budget_stop
         if reason:
             return RunOutcome("budget_spent", reason)
         return RunOutcome("finished", "nothing left to try")
 
+    def _never_answered(self, outcome: RunOutcome) -> RunOutcome:
+        """`outcome`, unless every LLM call failed: then the run failed, whatever else it did.
+
+        Seeds and tuner variants may have spent the candidate budget or
+        reached the roofline; a run meant to search with an LLM that never
+        answered still did not do what it was asked.
+        """
+        if (outcome.status == "error" or self.proposer is None or not self.llm_failures
+                or self.llm_answers):
+            return outcome
+        return RunOutcome("llm_failed", f"the LLM never answered: {self.llm_failures} calls "
+                          f"failed, the last with: {self.last_llm_error}")
+
     def _finish(self, outcome: RunOutcome) -> None:
+        outcome = self._never_answered(outcome)
+        self.progress.by_origin = self.store.briefs.by_origin()
         # Recorded first: a store that cannot record it raises, and says why, only once.
         self.store.log_event("stop", {"status": outcome.status, "reason": outcome.reason})
         if outcome.failed:
@@ -461,6 +474,7 @@ class Evolution:
         progress = self.progress
         progress.by_status = dict(totals.candidates_by_status)
         progress.tokens = totals.tokens_in + totals.tokens_out
+        progress.estimated_tokens = totals.estimated_tokens
         progress.cost_usd = totals.cost_usd
         # The run's own clock (a resumed run's earlier time included), the one
         # stored below and shown by show, the report and the UI.

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from kernelevo.candidate import Candidate
 from kernelevo.llm import charges
-from kernelevo.llm.protocol import Attempt, CallStart, Completion, LLMError
+from kernelevo.llm.protocol import Attempt, CallStart, Completion, LLMEmptyAnswer, LLMError
 from kernelevo.propose.parse import parse_answer
 from kernelevo.propose.prompt import (Exemplar, PromptRequest, Remembered, build_messages,
                                       choose_mode)
@@ -118,8 +118,11 @@ class _CallRecord:
                    else f"{type(error).__name__}: {error}")
         if charge.note:
             message += f" ({charge.note})"
+        # An empty answer's usage, as the server reported it, is billed: no estimate.
+        answered = isinstance(error, LLMEmptyAnswer) and not charge.note
         self.store.fail_llm_call(self.call_id, message[-2000:], charge.input_tokens,
-                                 charge.output_tokens, charge.cost_usd)
+                                 charge.output_tokens, charge.cost_usd,
+                                 response_text="" if answered else None)
 
     def finished(self, completion: Completion) -> int:
         assert self.call_id is not None and self.plan is not None, "on_start was not called"

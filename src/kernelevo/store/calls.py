@@ -80,14 +80,21 @@ class LlmCallLog:
         input_tokens: int = 0,
         output_tokens: int = 0,
         cost_usd: float = 0.0,
+        response_text: str | None = None,
     ) -> None:
-        """Record a failed request; pass the tokens if the provider billed them."""
+        """Record a failed call and what it is charged (a worst case: an estimate).
+
+        `response_text` is given for a call the server answered unusably (an
+        empty answer, ""): its tokens are then the usage the server reported,
+        billed, not an estimate (store_tally).
+        """
         with self._database.transaction() as db:
             cursor = db.execute(
                 "UPDATE llm_call SET state = 'failed', error = ?, input_tokens = ?,"
-                " output_tokens = ?, cost_usd = ?, finished_at = ?"
+                " output_tokens = ?, cost_usd = ?, finished_at = ?, response_text = ?"
                 " WHERE id = ? AND state = 'started'",
-                (error, input_tokens, output_tokens, cost_usd, time.time(), call_id),
+                (error, input_tokens, output_tokens, cost_usd, time.time(), response_text,
+                 call_id),
             )
             require_row(cursor, "started LLM call", call_id)
 

@@ -126,6 +126,8 @@ def read_totals(connection: sqlite3.Connection) -> Totals:
     failed = by_state.get("failed", (0, 0, 0, 0.0, 0.0))
     noted = connection.execute(_NOTED_SUMS.format(index="INDEXED BY llm_call_estimated")
                                ).fetchone()
+    billed = connection.execute(_BILLED_FAILURE_SUMS.format(
+        index="INDEXED BY llm_call_billed_failure")).fetchone()
     return Totals(
         tokens_in=sum(row[1] for row in by_state.values()),
         tokens_out=sum(row[2] for row in by_state.values()),
@@ -134,15 +136,24 @@ def read_totals(connection: sqlite3.Connection) -> Totals:
         llm_calls=sum(row[0] for row in by_state.values()),
         llm_calls_in_flight=started[0],
         in_flight_cost_bound_usd=round(float(started[4]), _USD_DIGITS),
-        # A failed call carries tokens only when charged its worst case: an estimate.
-        estimated_tokens=failed[1] + failed[2] + noted[0],
-        estimated_usd=round(float(failed[3] + noted[1]), _USD_DIGITS),
+        # A failed call carries tokens when charged its worst case (an estimate),
+        # or when the server answered unusably and reported what it billed.
+        estimated_tokens=failed[1] + failed[2] - billed[0] + noted[0],
+        estimated_usd=round(float(failed[3] - billed[1] + noted[1]), _USD_DIGITS),
     )
 
 
 # Finished calls whose charge is an estimate: their `error` holds the note.
 _NOTED_SUMS = ("SELECT COALESCE(SUM(input_tokens + output_tokens), 0), COALESCE(SUM(cost_usd), 0)"
                " FROM llm_call {index} WHERE state = 'finished' AND error IS NOT NULL")
+# Failed calls the server answered (an empty answer): their tokens are billed usage.
+_BILLED_FAILURE_SUMS = ("SELECT COALESCE(SUM(input_tokens + output_tokens), 0),"
+                        " COALESCE(SUM(cost_usd), 0) FROM llm_call {index}"
+                        " WHERE state = 'failed' AND response_text IS NOT NULL")
+
+
+_ESTIMATED = ("(state = 'failed' AND response_text IS NULL)"
+              " OR (state = 'finished' AND error IS NOT NULL)")
 
 
 def scan_totals(connection: sqlite3.Connection) -> Totals:
@@ -151,10 +162,8 @@ def scan_totals(connection: sqlite3.Connection) -> Totals:
         "SELECT COALESCE(SUM(input_tokens), 0), COALESCE(SUM(output_tokens), 0),"
         " COALESCE(SUM(cost_usd), 0), COUNT(*), COALESCE(SUM(state = 'started'), 0),"
         " COALESCE(SUM(CASE WHEN state = 'started' THEN cost_bound_usd END), 0),"
-        " COALESCE(SUM(CASE WHEN state = 'failed' OR (state = 'finished' AND error IS NOT NULL)"
-        " THEN input_tokens + output_tokens END), 0),"
-        " COALESCE(SUM(CASE WHEN state = 'failed' OR (state = 'finished' AND error IS NOT NULL)"
-        " THEN cost_usd END), 0)"
+        f" COALESCE(SUM(CASE WHEN {_ESTIMATED} THEN input_tokens + output_tokens END), 0),"
+        f" COALESCE(SUM(CASE WHEN {_ESTIMATED} THEN cost_usd END), 0)"
         " FROM llm_call"
     ).fetchone()
     statuses = connection.execute(

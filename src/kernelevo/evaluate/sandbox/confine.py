@@ -19,8 +19,9 @@ not be applied with its reason, is named in the verdict's `isolation`:
   with hidepid, shows it only what it may trace.
 - Landlock's scope: it signals and traces only processes it started.
 - A keeper process (keeper.py) that kills every process the job started.
-- No secret in its environment (redact.py); the judge's forkserver starts
-  without them too, so /proc/self/environ holds none.
+- An allow-list of the judge's environment (environment.py), without any
+  secret; the judge's forkserver starts with it too, so /proc/self/environ
+  holds nothing else.
 
 KERNELEVO_CONFINE=0 (a debug switch, read at call time) turns all but the
 network namespace off.
@@ -201,7 +202,7 @@ def confine(plan: Plan) -> tuple[list[str], bool]:
             namespaces.prctl(namespaces.PR_SET_PDEATHSIG, 9)  # after the change of user
         if os.getppid() != keeper_pid:
             os._exit(1)  # the keeper is already gone
-    layers.append("secrets out of the environment")
+    layers.append("an allow-listed environment, no secrets")
     return layers, keeper_pid is not None
 
 

@@ -7,8 +7,9 @@ process group also ends compilers and anything it spawned. Messages from a
 child are JSON only: unpickling what an untrusted process wrote would hand
 it the judge. A judge that dies without cleaning up leaves no child running
 (lifeline.py says how). Before any of its code runs, a child is confined
-(confine.py: its own root, user and keeper) and starts without secrets;
-whatever it reports has them redacted (redact.py).
+(confine.py: its own root, user and keeper) and starts with an allow-list
+of the judge's environment (environment.py); whatever it reports has
+secrets redacted (redact.py).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import Any, Callable, Iterator
 
 from kernelevo.cache_dir import default_cache_dir
 from kernelevo.evaluate.sandbox import confine
+from kernelevo.evaluate.sandbox import environment as allowed
 from kernelevo.evaluate.sandbox import namespaces
 from kernelevo.evaluate.sandbox import redact
 from kernelevo.evaluate.sandbox.lifeline import (
@@ -103,7 +105,7 @@ def _ensure_forkserver() -> None:
         if _forkserver_interpret not in (None, wanted):
             forkserver._forkserver._stop()  # started for the other mode: a new one starts
         _forkserver_interpret = wanted
-        with _main_module_hidden(), redact.spawning_without_secrets():
+        with _main_module_hidden(), allowed.spawning_with_candidate_environment():
             forkserver.ensure_running()
 
 
@@ -312,7 +314,7 @@ def run_job(target: Callable[..., None], payload: dict[str, Any], scratch: Path,
     marker = f"{getattr(target, '__name__', 'job')}-{uuid.uuid4().hex}"
     parent_end, child_end = context.Pipe()
     lifeline_read, lifeline_hold = context.Pipe(duplex=False)
-    child_environment = redact.without_secrets({**os.environ, **(environment or {})})
+    child_environment = allowed.candidate_environment({**os.environ, **(environment or {})})
     # CUDA IPC hands a GPU worker's outputs over: reference counts in /dev/shm.
     cuda = payload.get("device") == "cuda" and child_environment.get("CUDA_VISIBLE_DEVICES") != ""
     plan = confine.plan_for(scratch, child_environment, str(payload.get("task_folder", "")), cuda)

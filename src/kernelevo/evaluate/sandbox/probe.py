@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from kernelevo.evaluate.sandbox import confine
-from kernelevo.evaluate.sandbox.redact import without_secrets
+from kernelevo.evaluate.sandbox.environment import candidate_environment
 
 
 def describe_here(isolate_network: bool = True, timeout_s: float = 30.0) -> str:
@@ -35,7 +35,7 @@ def probe_main(isolate_network: bool) -> None:
     """A child confined like the judge's, printing its layers as JSON (for describe_here)."""
     scratch = Path(tempfile.mkdtemp(prefix="kernelevo-probe-"))
     try:
-        environment = without_secrets(os.environ)
+        environment = candidate_environment(os.environ)
         plan = confine.plan_for(scratch, environment)
         pid = os.fork()
         if pid == 0:

@@ -1,32 +1,30 @@
-"""What a sandboxed child may be given and may say back: no secret, no judge's code.
+"""What a sandboxed child may say back: no secret, no judge's code.
 
 Secrets are environment variables whose names say so (keys, tokens,
 passwords; plus any name registered with `hide_variable`, such as the
 configured API-key variable) and the evaluation service's token. Children
-start without them, and their values are replaced in everything a child
+start with an allow-list of variables that leaves them out
+(environment.py), and their values are replaced in everything a child
 reports, as a second line behind the filesystem confinement (confine.py):
 in `evolve` a verdict's message and log go to the LLM's provider.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
-import subprocess
 import sys
 import sysconfig
 import traceback
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Mapping
 
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH", re.IGNORECASE)
 _MIN_SECRET_CHARS = 16  # keys and tokens are longer; shorter values are ordinary words
 SHOWN = "[redacted]"
 _hidden: set[str] = set()
 _HARNESS = str(Path(__file__).resolve().parent.parent) + os.sep  # kernelevo's own code
-_spawned: list[subprocess.Popen] = []  # forkservers, kept so that no Popen reaps one
 
 
 def hide_variable(name: str) -> None:
@@ -37,33 +35,6 @@ def hide_variable(name: str) -> None:
 
 def is_secret(name: str) -> bool:
     return name in _hidden or bool(_SECRET_NAME.search(name))
-
-
-def without_secrets(environment: Mapping[str, str]) -> dict[str, str]:
-    return {name: value for name, value in environment.items() if not is_secret(name)}
-
-
-@contextlib.contextmanager
-def spawning_without_secrets() -> Iterator[None]:
-    """Processes multiprocessing starts inside (the forkserver) get no secret in their environment.
-
-    A forkserver's children are forked from it: the environment it was
-    started with is what their /proc/self/environ shows, whatever they set.
-    """
-    from multiprocessing import util
-
-    def spawn(path: str, args: list[str], passfds: Any) -> int:
-        process = subprocess.Popen(args, executable=path, pass_fds=tuple(passfds),
-                                   env=without_secrets(os.environ), restore_signals=False)
-        _spawned.append(process)  # multiprocessing reaps it
-        return process.pid
-
-    original = util.spawnv_passfds
-    util.spawnv_passfds = spawn
-    try:
-        yield
-    finally:
-        util.spawnv_passfds = original
 
 
 def secret_values(environment: Mapping[str, str], folders: Iterable[Path] = ()) -> list[str]:
