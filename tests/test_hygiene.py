@@ -112,6 +112,6 @@ def test_verbose_shows_diagnostics_and_quiet_keeps_errors(tmp_path):
     assert "settings: EvalConfig(" in verbose.stderr
     assert "settings:" not in plain.stderr and "settings:" not in quiet.stderr
     for done in (plain, verbose, quiet):
-        assert done.returncode == 2 and "task file not found" in done.stderr
+        assert done.returncode == 2 and f"task {missing} does not exist" in done.stderr
     both = kernelevo_cli("-v", "-q", "runs")
     assert both.returncode == 2 and "contradict" in both.stderr

@@ -36,7 +36,7 @@ def judge_with(tmp_path, source):
 
 
 def test_missing_file_names_the_path(tmp_path):
-    with pytest.raises(TaskError, match="not found: .*nope.py"):
+    with pytest.raises(TaskError, match="task .*nope.py does not exist: give a KernelBench"):
         load_task(str(tmp_path / "nope.py"))
 
 

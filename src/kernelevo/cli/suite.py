@@ -15,6 +15,7 @@ from kernelevo.cli.options import (CONFIG_OPTION, DEVICE_OPTION, KERNELBENCH_OPT
                                    Policy, Precision, Timing, console, eval_overrides,
                                    eval_settings, fail, out)
 from kernelevo.errors import KernelEvoError
+from kernelevo.paths import check_folder
 
 
 def suite_command(
@@ -99,11 +100,8 @@ def suite_command(
 
 def _check_out(out_dir: Path) -> None:
     """--out must be a folder, or a path where one can be made."""
-    blocking = next((path for path in (out_dir, *out_dir.parents)
-                     if path.exists() and not path.is_dir()), None)
-    if blocking is not None:
-        raise KernelEvoError(f"--out {out_dir}: {blocking} is a file, not a folder: give "
-                             "--out a folder for the suite's results (made if missing)")
+    check_folder(out_dir, "--out", "give --out a folder for the suite's results (made if "
+                 "missing)", missing_ok=True)
 
 
 def _gpu_indexes(gpus: str | None) -> tuple[int, ...]:

@@ -18,6 +18,7 @@ from types import ModuleType
 from typing import Any
 
 from kernelevo.errors import ConfigError, TaskError
+from kernelevo.paths import read_text_file
 
 # KernelBench seeds Model's parameters with this value; model files are built under it too.
 DEFAULT_SEED = 42
@@ -59,10 +60,8 @@ class BuiltModel:
 def model_file(path: str | Path, seed: int = DEFAULT_SEED) -> ModelFile:
     """A ModelFile after checking the file exists and follows the contract."""
     path = Path(path)
-    if not path.is_file():
-        raise TaskError(f"model file not found: {path} (give a .py file that defines "
-                        "build() -> (model, inputs), or Model/get_inputs/get_init_inputs)")
-    text = path.read_text()
+    text = read_text_file(path, "model file", "give a .py file that defines build() -> "
+                          "(model, inputs), or Model/get_inputs/get_init_inputs", TaskError)
     if "def build" not in text and "class Model" not in text:
         raise TaskError(f"{path} defines neither build() nor class Model: a model file "
                         "defines build() -> (nn.Module, inputs) (docs/model.md)")

@@ -128,10 +128,13 @@ def reference_seed(task: Task) -> Candidate:
     return Candidate(source=source, backend="pytorch", name="reference", origin="seed")
 
 
+SEED_ROLE = "starting candidate (--seed)"
+
+
 def user_seeds(paths: list[Path], backend: str) -> list[Candidate]:
     seeds = []
     for path in paths:
-        loaded = load_candidate(path)
+        loaded = load_candidate(path, role=SEED_ROLE)
         if loaded.backend not in (backend, "pytorch"):
             raise ConfigError(f"starting candidate {path} is {loaded.backend}, but the run's "
                               f"backend is {backend}: pass --backend {loaded.backend}")
@@ -375,5 +378,6 @@ def refuse_changes(store: RunStore, task: Task | None, options: EvolveOptions) -
         problems.append(f"TASK {task.name} (not the run's task, {info.task_name})")
     # Each seed given is looked up by its hash: no other candidate is read.
     problems += [f"--seed {path} (not one of the run's starting candidates)"
-                 for path in options.seeds if not store.briefs.is_seed(load_candidate(path))]
+                 for path in options.seeds
+                 if not store.briefs.is_seed(load_candidate(path, role=SEED_ROLE))]
     refuse(info.id, problems)
