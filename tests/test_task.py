@@ -89,7 +89,8 @@ def test_good_task_judges_a_pytorch_seed_ok(tmp_path):
 
 
 BROKEN = {
-    "the reference raised": GOOD.replace("return x * 2", "raise ValueError('boom')"),
+    r"forward\(\*get_inputs\(\)\) raised ValueError: boom": GOOD.replace(
+        "return x * 2", "raise ValueError('boom')"),
     "must return a list": GOOD.replace("def get_init_inputs():\n    return []",
                                        "def get_init_inputs():\n    return 3"),
     "not deterministic": GOOD.replace("return x * 2", "return x * torch.rand(1)"),

@@ -80,6 +80,9 @@ class EvalConfig:
     policy: Annotated[str, OneOf(POLICIES)] = "default"
     static_checks: bool = True
     timeout_s: Annotated[float, POSITIVE] = 300.0
+    # Importing the task (its top level) has a limit of its own within timeout_s:
+    # a task that loops or downloads at import fails in a minute, not in five.
+    import_timeout_s: Annotated[float, POSITIVE] = 60.0
     # CUDA builds run ahead, in their own process with this limit, so a cold
     # nvcc build never eats into the candidate's own wall-clock limit.
     build_timeout_s: Annotated[float, POSITIVE] = 900.0
