@@ -1,13 +1,17 @@
-"""Servers and runs folders given wrongly: `serve`, `ui` and `runs` say what is wrong, exit 2.
+"""Servers and runs given wrongly: `serve`, `ui`, `runs` and resume say what is wrong, exit 2.
 
 A host that is no address is told as such (not as a missing token, not as
 a port to change); a port in use names the port; a runs folder that is a
-file or missing is refused, and folders without a run.db are named.
+file or missing is refused, folders without a run.db are named, and a run
+that cannot be written is called read-only, not unreadable.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import socket
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -95,3 +99,38 @@ def test_runs_names_folders_that_hold_no_run(tmp_path):
 def test_a_runs_folder_not_made_yet_is_no_error_for_runs(tmp_path):
     done = cli("runs", "--runs-dir", str(tmp_path / "not-yet"))
     assert done.exit_code == 0 and "no runs in" in done.output
+
+
+# -- a run that cannot be written --------------------------------------------------------
+
+
+@pytest.fixture
+def read_only_run(tmp_path: Path) -> Iterator[tuple[Path, str]]:
+    """A stored run whose folder and run.db cannot be written, even by root (chattr +i)."""
+    with RunStore.create(tmp_path, "add", Path(TASK).read_text(), {}) as store:
+        run_id = store.run_id
+    run_dir = tmp_path / run_id
+    frozen = [run_dir / "run.db", run_dir]
+    if os.geteuid() == 0:  # root writes through modes: only the immutable flag stops it
+        if shutil.which("chattr") is None or subprocess.run(
+                ["chattr", "+i", *map(str, frozen)], capture_output=True).returncode:
+            pytest.skip("cannot make a file read-only for root here (no chattr +i)")
+        undo = ["chattr", "-i", *map(str, frozen)]
+    else:
+        for path in frozen:
+            path.chmod(path.stat().st_mode & ~0o222)
+        undo = ["chmod", "-R", "u+w", str(run_dir)]
+    try:
+        yield tmp_path, run_id
+    finally:
+        subprocess.run(undo, check=True)
+
+
+@pytest.mark.parametrize("command", [("evolve", "--resume"), ("migrate",)])
+def test_writing_to_a_read_only_run_says_it_is_read_only(read_only_run, command):
+    runs_dir, run_id = read_only_run
+    done = cli(*command, run_id, "--runs-dir", str(runs_dir))
+    refused(done, f"the run at {runs_dir / run_id} is read-only",
+            "make the run's folder and its run.db writable")
+    assert "not a readable run database" not in done.output
+    assert cli("show", run_id, "--runs-dir", str(runs_dir)).exit_code == 0  # still readable
