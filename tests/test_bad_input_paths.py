@@ -12,12 +12,13 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from kernelevo.errors import KernelEvoError
 from kernelevo.paths import check_file, check_folder, file_problem, folder_problem
 from tests.conftest import ROOT
 from tests.fakes import FakeOpenAIServer
-from tests.test_bad_input import HONEST, TASK, cli, refused
+from tests.test_bad_input import HONEST, TASK, cli, refused, said
 
 
 @pytest.fixture
@@ -149,3 +150,26 @@ def test_the_helpers_accept_what_they_should(tmp_path):
     assert check_folder(tmp_path, "--out", "give a folder") == tmp_path
     with pytest.raises(KernelEvoError, match=r"^thing .*missing does not exist: give one$"):
         check_file(tmp_path / "missing", "thing", "give one")
+
+
+# -- profile --ncu-path ------------------------------------------------------------------
+
+
+def test_profile_refuses_an_ncu_path_that_is_no_program(tmp_path):
+    missing = tmp_path / "ncu"
+    refused(cli("profile", TASK, HONEST, "--ncu-path", str(missing)),
+            f"--ncu-path {missing} does not exist", "leave out --ncu-path to use ncu from PATH")
+    missing.write_text("not a program")
+    refused(cli("profile", TASK, HONEST, "--ncu-path", str(missing)),
+            f"--ncu-path {missing} is not executable")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
+def test_profile_says_why_nsight_compute_did_not_run_without_a_gpu(tmp_path):
+    fake = tmp_path / "ncu"
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(0o755)
+    done = cli("profile", TASK, HONEST, "--ncu-path", str(fake))
+    assert done.exit_code == 0, done.output
+    assert f"--ncu-path {fake}: Nsight Compute was not run" in said(done)
+    assert "no kernel breakdown to measure (judged without a GPU)" in said(done)
