@@ -55,7 +55,7 @@ def test_a_candidate_that_is_no_file_says_what_it_is(odd_paths, kind):
             "give a .py file that defines class ModelNew")
 
 
-@pytest.mark.parametrize("kind", ["folder", "fifo", "null"])
+@pytest.mark.parametrize("kind", ["folder", "fifo", "zero", "null"])
 def test_a_seed_that_is_no_file_says_what_it_is_and_stores_no_run(tmp_path, odd_paths, kind):
     path, words = odd_paths[kind]
     runs = tmp_path / "runs"

@@ -1,4 +1,4 @@
-"""A task whose own code fails is told as the user's problem: their file and line, the step, the fix.
+"""A task whose own code fails is the user's to fix: told with their file and line, and the step.
 
 The reference runs in a child process from a copy of the task; what the
 user sees names their own file, never that copy nor KernelEvo's frames, and

@@ -79,9 +79,11 @@ EVOLVE = ("evolve", ADD_TASK)
 
 @pytest.mark.parametrize("command, flag, value, message", [
     (EVAL, "--timeout", "0", "--timeout ([eval] timeout_s): expected a number > 0, got 0.0"),
-    (EVAL, "--sets", "1", "--sets ([eval] input_sets): expected a whole number from 2 to 64, got 1"),
+    (EVAL, "--sets", "1",
+     "--sets ([eval] input_sets): expected a whole number from 2 to 64, got 1"),
     (EVAL, "--atol", "-1", "--atol ([eval] atol): expected a number > 0, got -1.0"),
-    (EVOLVE, "--islands", "0", "--islands ([search] islands): expected a whole number from 1 to 100"),
+    (EVOLVE, "--islands", "0",
+     "--islands ([search] islands): expected a whole number from 1 to 100"),
     (EVOLVE, "--llm-in-flight", "0", "--llm-in-flight ([search] llm_in_flight): expected a "
                                      "whole number >= 1, got 0"),
     (EVOLVE, "--candidates", "-1", "--candidates ([budget] candidates): expected a whole "
