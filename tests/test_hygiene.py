@@ -89,6 +89,10 @@ def test_choices_are_the_values_the_settings_accept():
     assert values(cli.SearchBackend) == SEARCH_BACKENDS
     assert values(cli.Timing) == TIMING_MEASURES
     assert values(cli.Device) == ("auto", "cuda", "cpu")
+    from kernelevo.cli.model import ModelDevice
+    from kernelevo.model.contract import MODEL_DEVICES
+
+    assert values(ModelDevice) == MODEL_DEVICES
 
 
 def test_a_bad_choice_exits_2_listing_the_valid_ones():

@@ -20,14 +20,17 @@ model_app = typer.Typer(no_args_is_help=True, add_completion=False,
                         help="Profile a model, extract its hot submodules as tasks, put "
                              "kernels back as custom ops and verify (docs/model.md).")
 
-_MODEL = typer.Argument(..., help="a .py file defining build() -> (nn.Module, inputs), or "
-                        "a KernelBench file (Model, get_inputs, get_init_inputs)")
-_SEED = typer.Option(42, help="seed set before build(): the weights tasks are made with")
+
 class ModelDevice(str, Enum):
+    """Where a model runs (typer lists the choices and refuses others with exit 2)."""
+
     cpu = "cpu"
     cuda = "cuda"
 
 
+_MODEL = typer.Argument(..., help="a .py file defining build() -> (nn.Module, inputs), or "
+                        "a KernelBench file (Model, get_inputs, get_init_inputs)")
+_SEED = typer.Option(42, help="seed set before build(): the weights tasks are made with")
 _DEVICE = typer.Option(None, help="where the model runs (default: cuda when there is a GPU)")
 _PRECISION = typer.Option("fp32", help="fp32, fp16 or bf16: the model's dtype")
 _JSON = typer.Option(False, "--json", help="print JSON on stdout")

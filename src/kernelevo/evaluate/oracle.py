@@ -66,13 +66,13 @@ def _compute(job: OracleJob, channel: Sender) -> OracleDone:
                                                         variant, outputs)
         if structure is not None and structure_now != structure:
             raise TaskProblem(f"the reference returns {structure_now} for one input set and "
-                               f"{structure} for another")
+                              f"{structure} for another")
         structure = structure_now
         if result is None:
             continue  # no stress scale keeps the reference finite: drop that set
         if variant is None:
             _check_checkable(result)
-        if variant is not None:
+        else:
             stress[str(len(outputs))] = task_inputs.describe_stress(
                 task_inputs.kept_inputs(module, seed, device, dtype, variant), variant)
         outputs.append(result)
@@ -227,7 +227,7 @@ def _run_set(model: Any, module: Any, seed: int, device: str, dtype: torch.dtype
     for position, value in enumerate(values):
         if not isinstance(value, torch.Tensor):
             raise TaskProblem(f"the reference's output {position} is {type(value).__name__}; "
-                               "outputs must be tensors")
+                              "outputs must be tensors")
     return [v.detach().clone() for v in values], structure
 
 
@@ -242,8 +242,8 @@ def _check_deterministic(model: Any, module: Any, job: OracleJob,
             same = torch.equal(a, b)
         if not same:
             raise TaskProblem(f"the reference is not deterministic: output {position} differs "
-                               "between two runs on the same inputs (seed its randomness or "
-                               "remove it from forward)")
+                              "between two runs on the same inputs (seed its randomness or "
+                              "remove it from forward)")
 
 
 def _profile(model: Any, module: Any, seed: int, device: str,

@@ -38,6 +38,7 @@ log = get_logger(__name__)
 
 DEFAULT_RUNS_DIR = "runs"
 DEFAULT_KEY_VARIABLE = "OPENAI_API_KEY"
+SEED_ROLE = "starting candidate (--seed)"  # how errors name a --seed file
 # The [llm] keys that tune each model's client: ClientConfig's fields but where and who.
 CLIENT_SETTINGS = tuple(f.name for f in dataclasses.fields(ClientConfig)
                         if f.name not in ("base_url", "model", "api_key_env"))
@@ -72,8 +73,8 @@ def evolve_options(effective: Effective, *, runs_dir: str | Path = DEFAULT_RUNS_
     On resume, the settings the file or the flags give are split as
     run_resume.py says: `overrides` to apply, `fixed` that must match the run's.
     """
-    # [memory] is not a run setting: a resume may give any (it recalls from the run's event).
     config_file.check_settings(effective)  # what spans keys, as `kernelevo config` checks it
+    # [memory] is not a run setting: a resume may give any (it recalls from the run's event).
     run_settings = Effective({k: v for k, v in effective.values.items() if k != "memory"},
                              {k: v for k, v in effective.sources.items() if k != "memory"})
     overrides, fixed = split_given(run_settings) if resume else ({}, [])
@@ -128,9 +129,6 @@ def reference_seed(task: Task) -> Candidate:
     """The task's own Model, renamed ModelNew: the PyTorch starting point of every run."""
     source = re.sub(r"\bModel\b", "ModelNew", task.source)
     return Candidate(source=source, backend="pytorch", name="reference", origin="seed")
-
-
-SEED_ROLE = "starting candidate (--seed)"
 
 
 def user_seeds(paths: list[Path], backend: str) -> list[Candidate]:
@@ -298,11 +296,11 @@ def select_gpus(gpus: str, visible: int) -> list[int]:
     """The GPU indexes `--gpus` names ('all' or a list like 0,1), each one a visible GPU."""
     if gpus.strip() == "all":
         return list(range(visible))
-    where = (f"this machine shows {visible} GPU(s), 0 to {visible - 1}" if visible else
-             "no GPU is visible here; leave out --gpus to judge on the CPU")
     if not gpus.strip():
         raise ConfigError(f"--gpus {gpus!r} names no GPU: write 'all' or GPU indexes like "
                           "0,1, or leave out --gpus")
+    where = (f"this machine shows {visible} GPU(s), 0 to {visible - 1}" if visible else
+             "no GPU is visible here; leave out --gpus to judge on the CPU")
     try:
         indexes = [int(part) for part in gpus.split(",")]
     except ValueError:
