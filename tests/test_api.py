@@ -122,7 +122,7 @@ def test_tasks_and_candidates_come_as_paths_text_or_objects(tmp_path):
     from_text = api.as_task(source)
     assert isinstance(from_text, Task) and from_text.constants["dim"] == 1000
     assert api.as_task(from_text) is from_text
-    with pytest.raises(TaskError, match="not found"):
+    with pytest.raises(TaskError, match="missing.py does not exist"):
         api.as_task(str(tmp_path / "missing.py"))
     candidate = api.as_candidate(HONEST.read_text())
     assert candidate.backend == "triton" and api.as_candidate(candidate) is candidate

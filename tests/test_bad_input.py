@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import math
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+import torch
+
 from kernelevo.store import schema as store_schema
+from kernelevo.candidate import load_candidate
 from kernelevo.cli.app import app
+from kernelevo.config import EvalConfig
 from kernelevo.config_file import TABLES, read_config_file
 from kernelevo.errors import ConfigError
 from kernelevo.store.lock import status_now
@@ -24,6 +29,7 @@ from kernelevo.schema import _split
 from kernelevo.search.config import SearchConfig
 from kernelevo.store.run_store import RunStore, StoreError
 from kernelevo.suite.tasks import parse_ranges
+from kernelevo.task import load_task
 from tests.conftest import ROOT
 from tests.fakes import FakeOpenAIServer
 
@@ -113,9 +119,134 @@ def test_an_empty_run_name_picks_no_run(tmp_path):
     ('[llm]\nmodels = {"" = 1}\n', "model name '' is blank"),
     ("[llm]\ntimeout_s = 900\n", "give_up_s (600 s) is below timeout_s (900 s)"),
     ('[search]\ncluster = "notanaddress"\n', "'notanaddress' is not a scheduler's address"),
+    ("[eval]\ninput_sets = 1000000000\n",
+     "[eval] input_sets: expected a whole number from 2 to 64, got 1000000000"),
+    ("[eval.timing]\nmax_samples = 1000000000000\n",
+     "max_samples: expected a whole number from 1 to 100000"),
+    ("[search]\nislands = 100000000\n", "islands: expected a whole number from 1 to 100"),
+    ('[llm]\napi_key_env = ""\n', "api_key_env '' is no environment variable's name"),
 ])
 def test_config_refuses_what_a_run_would(tmp_path, text, message):
     refused(cli("config", "--config", toml(tmp_path, text)), message)
+
+
+def evolve_refused(tmp_path: Path, *args: str, words: tuple[str, ...]) -> None:
+    """`evolve` with these flags exits 2 with every word and stores no run."""
+    runs = tmp_path / "runs"
+    done = cli("evolve", TASK, "--device", "cpu", "--runs-dir", str(runs), *args)
+    refused(done, *words)
+    assert not runs.exists() or not list(runs.iterdir())
+
+
+@pytest.mark.parametrize("args, words", [
+    (("--islands", "100000000"), ("--islands ([search] islands)", "from 1 to 100")),
+    (("--model", "a="), ("--model 'a=' gives no weight after '='", "--model a=2")),
+    (("--model", "a=x"), ("the weight 'x' is no number",)),
+    (("--model", "m", "--api-key-env", ""), ("--api-key-env ([llm] api_key_env)",
+                                             "give the variable that holds the key")),
+    (("--model", "m", "--api-key-env", "KERNELEVO_NO_SUCH_VARIABLE"),
+     ("the key's environment variable KERNELEVO_NO_SUCH_VARIABLE", "is not set",
+      "export KERNELEVO_NO_SUCH_VARIABLE=YOUR_KEY")),
+    (("--model", "m", "--gpus", ""), ("--gpus '' names no GPU", "leave out --gpus")),
+    (("--model", "m", "--base-url", "http://[::1"),
+     ("--base-url ([llm] base_url)", "is no valid URL (Invalid IPv6 URL)")),
+    (("--model", "m", "--base-url", "http://127.0.0.1:99999/v1"),
+     ("'http://127.0.0.1:99999/v1' is no valid URL (Port out of range",)),
+], ids=["islands", "empty-weight", "bad-weight", "empty-key-variable",
+        "unset-key-variable", "empty-gpus", "broken-url", "port-out-of-range"])
+def test_evolve_refuses_flags_that_cannot_work_before_storing_a_run(tmp_path, monkeypatch,
+                                                                   args, words):
+    monkeypatch.delenv("KERNELEVO_NO_SUCH_VARIABLE", raising=False)
+    base = () if "--base-url" in args else ("--base-url", "http://127.0.0.1:9/v1")
+    evolve_refused(tmp_path, *args, *base, words=words)
+
+
+def test_eval_refuses_a_hundred_million_input_sets_at_once():
+    started = time.monotonic()
+    refused(cli("eval", TASK, HONEST, "--local", "--sets", "100000000"),
+            "--sets ([eval] input_sets): expected a whole number from 2 to 64, got 100000000")
+    assert time.monotonic() - started < 10  # refused, not judged until memory runs out
+
+
+def test_evolve_checks_what_spans_keys_as_config_does(tmp_path):
+    """give_up_s below timeout_s: refused by both, also when no model makes a client."""
+    settings = toml(tmp_path, "[llm]\ngive_up_s = 10\n")
+    words = ("give_up_s (10 s) is below timeout_s (300 s)",)
+    refused(cli("config", "--config", settings), *words)
+    evolve_refused(tmp_path, "--config", settings, "--seed", HONEST, words=words)
+
+
+def test_a_named_key_variable_that_is_set_is_taken(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERNELEVO_TEST_KEY", "sk-test")
+    with FakeOpenAIServer(default="no code here") as server:
+        done = cli("evolve", TASK, "--model", "gpt-4o", "--base-url", server.base_url,
+                   "--api-key-env", "KERNELEVO_TEST_KEY", "--candidates", "1", "--device",
+                   "cpu", "--no-compile", "--runs-dir", str(tmp_path / "runs"))
+    assert done.exit_code in (0, 1) and "KERNELEVO_TEST_KEY" not in done.output, done.output
+
+
+def test_a_serve_job_asking_for_a_trillion_samples_is_refused():
+    from kernelevo.evaluate.protocol import JudgeJob
+
+    job = JudgeJob.of(load_task(TASK), [load_candidate(HONEST)], EvalConfig()).to_dict()
+    job["eval"]["timing"]["max_samples"] = 10 ** 12
+    with pytest.raises(ConfigError, match=r"eval\.timing\.max_samples: expected a whole "
+                                          r"number from 1 to 100000"):
+        JudgeJob.from_dict(job)
+
+
+# -- commands that search later: suite --evolve, model optimize ---------------------------
+
+
+def test_suite_refuses_search_flags_without_evolve(tmp_path):
+    done = cli("suite", TASK, "--model", "m", "--solutions", str(tmp_path), "--out",
+               str(tmp_path / "out"))
+    refused(done, "--model only applies with --evolve", "add --evolve, or leave it out")
+    done = cli("suite", TASK, "--tokens", "1M", "--time", "1h", "--solutions", str(tmp_path),
+               "--out", str(tmp_path / "out"))
+    refused(done, "--tokens, --time only apply with --evolve", "leave them out")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("flag, value, words", [
+    ("--tokens", "nan", "--tokens ([budget] tokens): cannot read 'nan' as a token count"),
+    ("--usd", "nan", "--usd ([budget] usd): cannot read 'nan' as dollars"),
+    ("--time", "soon", "--time ([budget] time): cannot read 'soon' as a duration"),
+    ("--model", "a=", "--model 'a=' gives no weight"),
+])
+def test_suite_evolve_refuses_a_bad_budget_before_any_task(tmp_path, flag, value, words):
+    done = cli("suite", TASK, "--evolve", flag, value, "--out", str(tmp_path / "out"))
+    refused(done, words)
+    assert not (tmp_path / "out").exists()
+
+
+def test_model_optimize_refuses_a_bad_budget_before_profiling(tmp_path):
+    done = cli("model", "optimize", TASK, "-o", str(tmp_path / "out"), "--tokens", "nan",
+               "--device", "cpu")
+    refused(done, "--tokens ([budget] tokens): cannot read 'nan' as a token count")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", ["profile", "extract", "optimize"])
+def test_model_commands_refuse_a_device_they_cannot_use(tmp_path, command):
+    out = () if command == "profile" else ("-o", str(tmp_path / "out"))
+    done = cli("model", command, TASK, *out, "--device", "tpu")
+    refused(done, "Invalid value for '--device'", "'cpu', 'cuda'")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without a GPU")
+def test_model_profile_on_cuda_without_a_gpu_says_so():
+    refused(cli("model", "profile", TASK, "--device", "cuda"),
+            "--device cuda: no CUDA GPU is visible here", "give --device cpu")
+
+
+@pytest.mark.parametrize("command", ["extract", "optimize"])
+def test_model_output_that_is_a_file_is_refused_before_profiling(tmp_path, command):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    refused(cli("model", command, TASK, "-o", str(afile), "--device", "cpu"),
+            f"-o {afile} is a file, not a folder", "give -o a folder")
+    assert afile.read_text() == "x"
 
 
 def test_a_file_base_url_flag_is_refused():

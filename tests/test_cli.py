@@ -37,7 +37,7 @@ def test_eval_of_a_wrong_candidate_exits_1_and_says_where():
 
 def test_bad_inputs_exit_2_with_the_fix(tmp_path):
     done = kernelevo("eval", str(tmp_path / "missing.py"), str(HONEST))
-    assert done.returncode == 2 and "not found" in done.stderr
+    assert done.returncode == 2 and "missing.py does not exist" in done.stderr
     done = kernelevo("eval", str(ADD_TASK), str(write(tmp_path, "c.py", "x = 1\n")))
     assert done.returncode == 2 and "defines no ModelNew" in done.stderr
     done = kernelevo("eval", str(ADD_TASK), str(HONEST), "--precision", "fp8")

@@ -38,7 +38,7 @@ BAD_FILES = [
     ("[eval]\ntimeout_s = 0\n", "[eval] timeout_s: expected a number > 0, got 0"),
     ("[eval]\ntimeout_s = \"30\"\n", "[eval] timeout_s: expected a number > 0, got '30'"),
     ("[eval]\ntimeout = 5\n", "[eval] timeout: unknown key (did you mean timeout_s?)"),
-    ("[eval]\ninput_sets = 1\n", "[eval] input_sets: expected a whole number >= 2, got 1"),
+    ("[eval]\ninput_sets = 1\n", "[eval] input_sets: expected a whole number from 2 to 64, got 1"),
     ("[eval]\nprecision = \"fp8\"\n", "[eval] precision: expected one of fp32, fp16, bf16"),
     ("[eval]\nvary_shapes = 1\n", "[eval] vary_shapes: expected true or false, got 1"),
     ("[eval.timing]\nmeasure = \"wall\"\n", "[eval.timing] measure: expected one of gpu"),
@@ -47,7 +47,7 @@ BAD_FILES = [
     ("[eval.timing]\nwarm_ms = 5\n", "[eval.timing] warm_ms: unknown key"),
     ("[evl]\nx = 1\n", "unknown table [evl] (did you mean eval?)"),
     ("timeout_s = 5\n", "timeout_s = 5 is outside any table"),
-    ("[search]\nislands = 0\n", "[search] islands: expected a whole number >= 1, got 0"),
+    ("[search]\nislands = 0\n", "[search] islands: expected a whole number from 1 to 100, got 0"),
     ("[search]\nbackend = \"pytorch\"\n", "[search] backend: expected one of triton, cuda"),
     ("[search]\ndiff_probability = 1.5\n", "[search] diff_probability: expected a number "
                                           "from 0 to 1, got 1.5"),
@@ -79,9 +79,11 @@ EVOLVE = ("evolve", ADD_TASK)
 
 @pytest.mark.parametrize("command, flag, value, message", [
     (EVAL, "--timeout", "0", "--timeout ([eval] timeout_s): expected a number > 0, got 0.0"),
-    (EVAL, "--sets", "1", "--sets ([eval] input_sets): expected a whole number >= 2, got 1"),
+    (EVAL, "--sets", "1",
+     "--sets ([eval] input_sets): expected a whole number from 2 to 64, got 1"),
     (EVAL, "--atol", "-1", "--atol ([eval] atol): expected a number > 0, got -1.0"),
-    (EVOLVE, "--islands", "0", "--islands ([search] islands): expected a whole number >= 1"),
+    (EVOLVE, "--islands", "0",
+     "--islands ([search] islands): expected a whole number from 1 to 100"),
     (EVOLVE, "--llm-in-flight", "0", "--llm-in-flight ([search] llm_in_flight): expected a "
                                      "whole number >= 1, got 0"),
     (EVOLVE, "--candidates", "-1", "--candidates ([budget] candidates): expected a whole "

@@ -53,7 +53,7 @@ def test_amounts_in_the_budget_table_read_as_the_flags_do(tmp_path):
 def test_api_settings_are_checked_like_flags():
     with pytest.raises(ConfigError, match=r"\[eval\] timeout_s\): expected a number > 0"):
         load_eval_config(None, timeout_s=0)
-    with pytest.raises(ConfigError, match="islands: expected a whole number >= 1"):
+    with pytest.raises(ConfigError, match="islands: expected a whole number from 1 to 100"):
         SearchConfig(islands=0)
 
 

@@ -89,6 +89,10 @@ def test_choices_are_the_values_the_settings_accept():
     assert values(cli.SearchBackend) == SEARCH_BACKENDS
     assert values(cli.Timing) == TIMING_MEASURES
     assert values(cli.Device) == ("auto", "cuda", "cpu")
+    from kernelevo.cli.model import ModelDevice
+    from kernelevo.model.contract import MODEL_DEVICES
+
+    assert values(ModelDevice) == MODEL_DEVICES
 
 
 def test_a_bad_choice_exits_2_listing_the_valid_ones():
@@ -112,6 +116,6 @@ def test_verbose_shows_diagnostics_and_quiet_keeps_errors(tmp_path):
     assert "settings: EvalConfig(" in verbose.stderr
     assert "settings:" not in plain.stderr and "settings:" not in quiet.stderr
     for done in (plain, verbose, quiet):
-        assert done.returncode == 2 and "task file not found" in done.stderr
+        assert done.returncode == 2 and f"task {missing} does not exist" in done.stderr
     both = kernelevo_cli("-v", "-q", "runs")
     assert both.returncode == 2 and "contradict" in both.stderr

@@ -28,9 +28,9 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[1] / "src" / "kernelevo"
 # so `kernelevo.store*` takes the whole store/ package.
 LAYERS: tuple[tuple[str, ...], ...] = (
     # settings, inputs and the small things every layer uses
-    ("kernelevo.version", "kernelevo.errors", "kernelevo.logs", "kernelevo.cache_dir",
-     "kernelevo.schema", "kernelevo.candidate", "kernelevo.task", "kernelevo.config",
-     "kernelevo.budget"),
+    ("kernelevo.version", "kernelevo.errors", "kernelevo.paths", "kernelevo.logs",
+     "kernelevo.cache_dir", "kernelevo.schema", "kernelevo.candidate", "kernelevo.task",
+     "kernelevo.config", "kernelevo.budget"),
     # the judge and the model client, each knowing nothing of runs
     ("kernelevo.evaluate*", "kernelevo.llm*"),
     # what is kept of a run, and the prompts made from it

@@ -35,4 +35,5 @@ def test_extract_writes_the_named_submodules_as_tasks(tmp_path):
 def test_a_missing_model_file_exits_2_with_the_contract(tmp_path):
     done = cli("model", "profile", str(tmp_path / "nope.py"))
     assert done.exit_code == 2
-    assert "model file not found" in done.output and "build() -> (model, inputs)" in done.output
+    assert "model file" in done.output and "nope.py does not exist" in done.output
+    assert "build() -> (model, inputs)" in done.output

@@ -187,7 +187,9 @@ def test_resume_applies_spending_settings_and_holds_the_rest_to_the_run(tmp_path
     assert config["budget"]["tokens"] == 1_000_000  # the stored config is not mutated
 
 
-def test_resume_applies_budget_model_key_and_pace_flags_and_records_the_change(tmp_path):
+def test_resume_applies_budget_model_key_and_pace_flags_and_records_the_change(tmp_path,
+                                                                               monkeypatch):
+    monkeypatch.setenv("OTHER_KEY", "sk-test")  # a key variable named must be set
     runs = tmp_path / "runs"
     run_dir = stored_run(runs)
     done = kernelevo("evolve", "--resume", "run-r", "--runs-dir", str(runs), "--tokens", "2M",

@@ -68,7 +68,7 @@ def test_specs_name_levels_ranges_folders_and_files(bench):
         expand_specs(["kernelbench:level1/2-9"], kb)
     with pytest.raises(TaskError, match="bad suite spec"):
         expand_specs(["kernelbench:levelX"], kb)
-    with pytest.raises(TaskError, match="no such task file or folder"):
+    with pytest.raises(TaskError, match="nowhere does not exist: give a task file, a folder"):
         expand_specs([str(bench / "nowhere")], kb)
 
 

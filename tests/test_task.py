@@ -36,7 +36,7 @@ def judge_with(tmp_path, source):
 
 
 def test_missing_file_names_the_path(tmp_path):
-    with pytest.raises(TaskError, match="not found: .*nope.py"):
+    with pytest.raises(TaskError, match="task .*nope.py does not exist: give a KernelBench"):
         load_task(str(tmp_path / "nope.py"))
 
 
@@ -89,7 +89,8 @@ def test_good_task_judges_a_pytorch_seed_ok(tmp_path):
 
 
 BROKEN = {
-    "the reference raised": GOOD.replace("return x * 2", "raise ValueError('boom')"),
+    r"forward\(\*get_inputs\(\)\) raised ValueError: boom": GOOD.replace(
+        "return x * 2", "raise ValueError('boom')"),
     "must return a list": GOOD.replace("def get_init_inputs():\n    return []",
                                        "def get_init_inputs():\n    return 3"),
     "not deterministic": GOOD.replace("return x * 2", "return x * torch.rand(1)"),

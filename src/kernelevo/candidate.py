@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from kernelevo.errors import CandidateError
+from kernelevo.paths import read_text_file
 
 BACKENDS = ("triton", "cuda", "pytorch")
 ORIGINS = ("user", "seed", "llm", "repair", "tuner")
@@ -47,15 +48,15 @@ def detect_backend(source: str) -> str:
     return "pytorch"
 
 
-def load_candidate(path: str | Path, backend: str | None = None) -> Candidate:
-    """Read a candidate file; the backend is detected unless given."""
+def load_candidate(path: str | Path, backend: str | None = None,
+                   role: str = "candidate") -> Candidate:
+    """Read a candidate file; the backend is detected unless given.
+
+    `role` names the file in errors: "candidate", "starting candidate (--seed)".
+    """
     file = Path(path)
-    if not file.is_file():
-        raise CandidateError(f"candidate file not found: {file} (give the path to a .py file)")
-    try:
-        source = file.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CandidateError(f"cannot read candidate {file}: {exc}") from exc
+    source = read_text_file(file, role, "give a .py file that defines class ModelNew",
+                            CandidateError)
     if "ModelNew" not in source:
         raise CandidateError(
             f"{file} defines no ModelNew: a candidate must define `class ModelNew(nn.Module)`"

@@ -14,6 +14,10 @@ POLICIES = ("strict", "default", "permissive")
 DEVICES = ("auto", "cuda", "cpu")
 TIMING_MEASURES = ("gpu", "call", "kernelbench")
 BASELINES = ("eager", "compile")
+# Upper bounds that keep a typo (1e8 input sets, 1e12 samples) from running out of memory
+# or time instead of being refused.
+MAX_INPUT_SETS = 64
+MAX_SAMPLES = 100_000
 # (atol, rtol) by output dtype: strict enough that TF32 or bf16 shortcuts in an
 # fp32 task fail, loose enough for honest reordering of fp32 sums.
 DEFAULT_TOLERANCES = {
@@ -30,8 +34,9 @@ class TimingConfig:
 
     warmup_ms: Annotated[float, POSITIVE] = 50.0
     target_ms: Annotated[float, POSITIVE] = 300.0  # measured time wanted per contestant
-    min_samples: Annotated[int, AT_LEAST_ONE] = 20
-    max_samples: Annotated[int, AT_LEAST_ONE] = 200
+    # Bounded: a job asking for 1e12 samples would time one contestant forever.
+    min_samples: Annotated[int, Bound(1, MAX_SAMPLES)] = 20
+    max_samples: Annotated[int, Bound(1, MAX_SAMPLES)] = 200
     cuda_graph: bool = False
     baselines: tuple[Annotated[str, OneOf(BASELINES)], ...] = BASELINES
     # The measure that speedups, fast_p and the search's fitness use: call
@@ -80,12 +85,16 @@ class EvalConfig:
 
     device: Annotated[str, OneOf(DEVICES)] = "auto"
     precision: Annotated[str, OneOf(tuple(PRECISIONS))] = "fp32"
-    input_sets: Annotated[int, Bound(2)] = 3  # one of them a stress set, so 2 at least
+    # One of them a stress set, so 2 at least; each set's outputs are kept in memory.
+    input_sets: Annotated[int, Bound(2, MAX_INPUT_SETS)] = 3
     atol: Annotated[float | None, POSITIVE] = None
     rtol: Annotated[float | None, POSITIVE] = None
     policy: Annotated[str, OneOf(POLICIES)] = "default"
     static_checks: bool = True
     timeout_s: Annotated[float, POSITIVE] = 300.0
+    # Importing the task (its top level) has a limit of its own within timeout_s:
+    # a task that loops or downloads at import fails in a minute, not in five.
+    import_timeout_s: Annotated[float, POSITIVE] = 60.0
     # CUDA builds run ahead, in their own process with this limit, so a cold
     # nvcc build never eats into the candidate's own wall-clock limit.
     build_timeout_s: Annotated[float, POSITIVE] = 900.0

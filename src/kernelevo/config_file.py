@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,8 +79,26 @@ def _model_names(models: Mapping[str, float]) -> None:
                           "serves, e.g. gpt-4o (GET /models lists them)")
 
 
+def check_url(base_url: str) -> str:
+    """`base_url` if empty or an http(s) URL that parses, its port in range; else ConfigError."""
+    if base_url:
+        try:
+            urllib.parse.urlsplit(base_url).port  # out of range or not a number: ValueError
+        except ValueError as exc:
+            raise ConfigError(f"base_url {base_url!r} is no valid URL ({exc}): give e.g. "
+                              "https://api.openai.com/v1 or http://localhost:8000/v1") from None
+    return check_base_url(base_url)
+
+
+def _key_variable(name: str) -> None:
+    if not name.strip() or "=" in name or "\0" in name:
+        raise ConfigError(f"api_key_env {name!r} is no environment variable's name: give the "
+                          "variable that holds the key, e.g. OPENAI_API_KEY")
+
+
 LLM_VALIDATORS: dict[str, Callable[[Any], Any]] = {
-    "base_url": check_base_url,
+    "base_url": check_url,
+    "api_key_env": _key_variable,
     "prices": PriceTable.with_overrides,
     "models": _model_names,
 }

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Callable
 
 from kernelevo.errors import TaskError
+from kernelevo.paths import read_text_file
 
 _REFERENCE = re.compile(r"^(?:kernelbench:)?(?:level|L)(\d+)/(\d+)$", re.IGNORECASE)
 _REQUIRED = ("Model", "get_inputs", "get_init_inputs")
@@ -62,12 +63,8 @@ def load_task(spec: str, kernelbench_dir: str | None = None) -> Task:
         path = resolve_kernelbench(spec, kernelbench_dir)
     else:
         path = Path(spec)
-    if not path.is_file():
-        raise TaskError(f"task file not found: {path} (give a KernelBench-format .py file)")
-    try:
-        source = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise TaskError(f"cannot read task {path}: {exc}") from exc
+    source = read_text_file(path, "task", "give a KernelBench-format .py file (Model, "
+                            "get_inputs, get_init_inputs)", TaskError)
     # examples/softmax/task.py is "softmax": a file named task.py says nothing.
     name = path.resolve().parent.name if path.stem == "task" and path.resolve().parent.name \
         else path.stem

@@ -333,17 +333,22 @@ def runs_command(runs_dir: Optional[Path] = _RUNS_DIR,
     killed outright (SIGKILL, out of memory) shows `interrupted`, as a stopped
     run does, and continues with --resume.
     """
-    from kernelevo.run.view import default_runs_dir, list_runs_table
+    from kernelevo.run.view import (check_runs_dir, default_runs_dir, list_runs_table,
+                                    not_runs_note)
 
     try:
+        folder = check_runs_dir(runs_dir or default_runs_dir(), missing_ok=True)
         if as_json:
             from kernelevo.run.as_json import runs_json
 
-            _print_json(runs_json(runs_dir or default_runs_dir()))
+            _print_json(runs_json(folder))
         else:
-            list_runs_table(out, runs_dir or default_runs_dir())
+            list_runs_table(out, folder)
     except KernelEvoError as exc:
         _fail(exc)
+    note = not_runs_note(folder)
+    if note:  # on stderr: the list itself stays what a script reads
+        console.print(f"note: {escape(note)}")
 
 
 @app.command("show")
@@ -440,14 +445,14 @@ def ui_command(
 ) -> None:
     """Serve a local web UI that lists runs and follows them live."""
     from kernelevo.report import serve
-    from kernelevo.run.view import default_runs_dir
+    from kernelevo.run.view import check_runs_dir, default_runs_dir
 
     try:
-        serve(runs_dir or default_runs_dir(), host, port, open_browser)
+        # A folder given must be one; the default may not exist yet (runs appear as they start).
+        serve(check_runs_dir(runs_dir or default_runs_dir(), missing_ok=runs_dir is None),
+              host, port, open_browser)
     except KernelEvoError as exc:
         _fail(exc)
-    except OSError as exc:
-        _fail(KernelEvoError(f"cannot serve on {host}:{port}: {exc} (pick another --port)"))
 
 
 @app.command("migrate")

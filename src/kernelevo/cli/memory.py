@@ -13,6 +13,7 @@ from rich.table import Table
 
 from kernelevo.cli.options import CONFIG_OPTION, EXIT_BAD_INPUT, fail, out
 from kernelevo.errors import KernelEvoError
+from kernelevo.paths import read_text_file
 
 memory_app = typer.Typer(no_args_is_help=True, help="What runs remember for similar tasks "
                          "(docs/memory.md): list, show, forget, export, import.")
@@ -128,17 +129,25 @@ def forget_command(task: str = TASK_ARGUMENT, store: Optional[Path] = STORE_OPTI
 @memory_app.command("export")
 def export_command(output: Path = typer.Option(..., "-o", "--output", help="JSON file to write"),
                    tasks: list[str] = typer.Argument(None, help="tasks to export (default: all)"),
+                   force: bool = typer.Option(False, "--force", help="overwrite the output "
+                                              "file if it exists"),
                    store: Optional[Path] = STORE_OPTION,
                    config_file: Optional[str] = CONFIG_OPTION) -> None:
     """Write the memory (or some tasks of it) to a JSON file, for `memory import` elsewhere."""
     from kernelevo.memory.transfer import write_export
+    from kernelevo.run.view import refuse_to_overwrite
 
     try:
+        if not force:
+            refuse_to_overwrite(output)
         with _open(store, config_file) as memory:
             keys = [t.key for name in tasks for t in _matches(memory, name)] if tasks else None
             count = write_export(memory, output, keys)
-    except (KernelEvoError, OSError) as exc:
+    except KernelEvoError as exc:
         fail(exc)
+    except OSError as exc:
+        fail(KernelEvoError(f"cannot write {output}: {exc.strerror or exc}: give -o a file "
+                            "path you can write to"))
     out.print(f"exported {count} task(s) to {output}", markup=False)
 
 
@@ -149,11 +158,17 @@ def import_command(path: Path = typer.Argument(..., help="a file `memory export`
     """Merge an exported memory into this one (what is here already stays)."""
     from kernelevo.memory.transfer import import_memory
 
+    fix = "give a file written by `kernelevo memory export`"
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        fail(KernelEvoError(f"cannot read {path}: {exc}: give a file written by "
-                            "`kernelevo memory export`"))
+        # Checked first: a named pipe would block the read, a folder fail it obscurely.
+        data = json.loads(read_text_file(path, "memory export", fix))
+    except KernelEvoError as exc:
+        fail(exc)
+    except ValueError as exc:
+        fail(KernelEvoError(f"memory export {path} is not JSON ({exc}): {fix}"))
+    except RecursionError:
+        fail(KernelEvoError(f"memory export {path} nests its JSON too deeply to be an export: "
+                            f"{fix}"))
     try:
         with _open(store, config_file) as memory:
             counts = import_memory(memory, data, str(path))

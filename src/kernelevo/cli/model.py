@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from enum import Enum
 from pathlib import Path
 from typing import Any, Optional
 
@@ -11,24 +12,33 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from kernelevo.cli.options import EXIT_FAILED, console, fail, out
+from kernelevo.cli.options import (EXIT_FAILED, check_search_flags, choice_value, console,
+                                   fail, out)
 from kernelevo.errors import KernelEvoError
 
 model_app = typer.Typer(no_args_is_help=True, add_completion=False,
                         help="Profile a model, extract its hot submodules as tasks, put "
                              "kernels back as custom ops and verify (docs/model.md).")
 
+
+class ModelDevice(str, Enum):
+    """Where a model runs (typer lists the choices and refuses others with exit 2)."""
+
+    cpu = "cpu"
+    cuda = "cuda"
+
+
 _MODEL = typer.Argument(..., help="a .py file defining build() -> (nn.Module, inputs), or "
                         "a KernelBench file (Model, get_inputs, get_init_inputs)")
 _SEED = typer.Option(42, help="seed set before build(): the weights tasks are made with")
-_DEVICE = typer.Option(None, help="cpu or cuda (default: cuda when there is a GPU)")
+_DEVICE = typer.Option(None, help="where the model runs (default: cuda when there is a GPU)")
 _PRECISION = typer.Option("fp32", help="fp32, fp16 or bf16: the model's dtype")
 _JSON = typer.Option(False, "--json", help="print JSON on stdout")
 
 
 @model_app.command("profile")
 def profile_command(model: Path = _MODEL, seed: int = _SEED,
-                    device: Optional[str] = _DEVICE, precision: str = _PRECISION,
+                    device: Optional[ModelDevice] = _DEVICE, precision: str = _PRECISION,
                     repeats: int = typer.Option(3, min=1, help="forwards profiled"),
                     limit: int = typer.Option(20, min=1, help="rows shown"),
                     as_json: bool = _JSON) -> None:
@@ -36,8 +46,8 @@ def profile_command(model: Path = _MODEL, seed: int = _SEED,
     from kernelevo.model.profile import profile_model, profile_table
 
     try:
-        profile = profile_model(str(model), seed=seed, device=device, precision=precision,
-                                repeats=repeats)
+        profile = profile_model(str(model), seed=seed, device=choice_value(device),
+                                precision=precision, repeats=repeats)
     except KernelEvoError as exc:
         fail(exc)
     if as_json:
@@ -58,14 +68,16 @@ def extract_command(model: Path = _MODEL,
                                                         "comma-separated, instead of --top"),
                     fixed_shapes: bool = typer.Option(False, help="write every size as a "
                                                       "literal (the judge varies none)"),
-                    seed: int = _SEED, device: Optional[str] = _DEVICE,
+                    seed: int = _SEED, device: Optional[ModelDevice] = _DEVICE,
                     precision: str = _PRECISION, as_json: bool = _JSON) -> None:
     """Write the hottest submodules as KernelBench tasks that `eval`, `evolve` and `suite` take."""
-    from kernelevo.model.extract import extract, select_hot
+    from kernelevo.model.extract import check_out_folder, extract, select_hot
     from kernelevo.model.profile import profile_model
 
     try:
-        profile = profile_model(str(model), seed=seed, device=device, precision=precision)
+        check_out_folder(output)  # before the profile, which takes a while
+        profile = profile_model(str(model), seed=seed, device=choice_value(device),
+                                precision=precision)
         spots = select_hot(profile, top, paths=paths.split(",") if paths else None,
                            leaves=leaves)
         extract(profile, spots, output, fixed_shapes=fixed_shapes)
@@ -93,18 +105,17 @@ def apply_command(model: Path = _MODEL,
                       "aot_eager on CPU)"),
                   report: Optional[Path] = typer.Option(None, "-o", "--report",
                                                         help="folder for model_report.*"),
-                  seed: int = _SEED, device: Optional[str] = _DEVICE,
+                  seed: int = _SEED, device: Optional[ModelDevice] = _DEVICE,
                   precision: str = _PRECISION, as_json: bool = _JSON) -> None:
     """Swap submodules for kernels (custom ops) and verify the model end to end."""
-    _interpret_without_gpu(device)
+    _interpret_without_gpu(choice_value(device))
     from kernelevo.model.apply import apply
-    from kernelevo.model.contract import build_model, default_device, dtype_of, model_file, \
-        moved
+    from kernelevo.model.contract import build_model, device_for, dtype_of, model_file, moved
     from kernelevo.model.report import report_data, report_markdown, write_report
     from kernelevo.model.verify import verify
 
     try:
-        where = device or default_device()
+        where = device_for(choice_value(device))
         built = moved(build_model(model_file(model, seed)), where, dtype_of(precision))
         original = copy.deepcopy(built.module)
         applied = apply(built.module, kernels, tasks=tasks, guard=guard)
@@ -144,10 +155,10 @@ def optimize_command(model: Path = _MODEL,
                      candidates: Optional[int] = typer.Option(None, help="candidates, shared"),
                      compile_backend: Optional[str] = typer.Option(None, help="torch.compile "
                                                                    "backend for the check"),
-                     seed: int = _SEED, device: Optional[str] = _DEVICE,
+                     seed: int = _SEED, device: Optional[ModelDevice] = _DEVICE,
                      precision: str = _PRECISION, as_json: bool = _JSON) -> None:
     """Profile, extract, evolve each task with a share of the budget, apply, verify."""
-    _interpret_without_gpu(device)
+    _interpret_without_gpu(choice_value(device))
     from kernelevo.model.optimize import OptimizeOptions, optimize
     from kernelevo.model.report import report_markdown
 
@@ -155,11 +166,14 @@ def optimize_command(model: Path = _MODEL,
                               paths=tuple(paths.split(",")) if paths else (),
                               seeds_dir=str(seeds) if seeds else None, models=tuple(llm),
                               base_url=base_url, tokens=tokens, usd=usd, time=time,
-                              candidates=candidates, precision=precision, device=device,
-                              seed=seed, compile_backend=compile_backend)
-    if not llm:
-        console.print("no --model: the tuner searches alone, from the --seeds kernels")
+                              candidates=candidates, precision=precision,
+                              device=choice_value(device), seed=seed,
+                              compile_backend=compile_backend)
     try:
+        # The budget's flags as evolve checks them: a bad one fails before the profile.
+        check_search_flags(llm, base_url, tokens, usd, time, candidates)
+        if not llm:
+            console.print("no --model: the tuner searches alone, from the --seeds kernels")
         data = optimize(options, say=lambda text: console.print(escape(text)))
     except KernelEvoError as exc:
         fail(exc)

@@ -152,6 +152,19 @@ TIMING_OPTION = typer.Option(None, "--timing", help="the measure speedups use: c
                              "or kernelbench (KernelBench's harness protocol)")
 
 
+def check_search_flags(models: Any = (), base_url: str | None = None,
+                       tokens: str | None = None, usd: str | None = None,
+                       time_limit: str | None = None, candidates: int | None = None) -> None:
+    """The search's flags checked as `evolve` checks them, for commands that search later
+    (suite --evolve, model optimize): a bad --tokens fails now, not in every task's run."""
+    from kernelevo.config_file import resolve
+    from kernelevo.run.setup import evolve_overrides
+
+    resolve(None, evolve_overrides(models=list(models or ()), base_url=base_url, tokens=tokens,
+                                   usd=usd, time_limit=time_limit, candidates=candidates),
+            FLAGS)
+
+
 def eval_settings(config_file: str | None, overrides: dict[str, dict[str, Any]]) -> Any:
     """The EvalConfig of defaults, then the config file, then the flags given."""
     from kernelevo.config_file import eval_config, resolve

@@ -8,6 +8,7 @@ Compute then measures the top kernels in a process of its own.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 from pathlib import Path
 from typing import Optional
@@ -20,7 +21,8 @@ from rich.table import Table
 from kernelevo.cli.options import (CONFIG_OPTION, KERNELBENCH_OPTION, PRECISION_OPTION,
                                    TASK_ARGUMENT, Precision, choice_value, console,
                                    eval_overrides, eval_settings, fail, out)
-from kernelevo.errors import KernelEvoError
+from kernelevo.errors import ConfigError, KernelEvoError
+from kernelevo.paths import check_file
 from kernelevo.evaluate.profile import Profile, pct, table_lines
 
 NCU_TOP_KERNELS = 3
@@ -68,6 +70,8 @@ def profile_command(
     from kernelevo.task import load_task
 
     try:
+        if ncu_path is not None and ncu is not False:
+            _check_ncu_path(ncu_path)
         config = eval_settings(config_file, eval_overrides(precision))
         loaded_task = load_task(task, kernelbench_dir)
         loaded = load_candidate(candidate)
@@ -80,6 +84,11 @@ def profile_command(
         fail(KernelEvoError(f"no profile: the candidate is {verdict.status} ({verdict.reason}): "
                             f"{verdict.message[:300]}; only a passing candidate is profiled"))
     wanted = ncu if ncu is not None else bool(ncu_path or shutil.which("ncu"))
+    if wanted and profile.breakdown is None:
+        asked = "--ncu" if ncu else f"--ncu-path {ncu_path}" if ncu_path else ""
+        if asked:  # asked for by name: say why it did not run
+            console.print(f"{escape(asked)}: Nsight Compute was not run: the profile has no "
+                          "kernel breakdown to measure (judged without a GPU)")
     if wanted and profile.breakdown is not None:
         profile = _with_ncu(profile, loaded_task.path, str(candidate),
                             choice_value(precision) or config.precision, ncu_path)
@@ -87,6 +96,15 @@ def profile_command(
         out.print_json(json.dumps(profile.to_dict()))
         return
     print_profile(out, profile, full=True)
+
+
+def _check_ncu_path(ncu_path: str) -> None:
+    """--ncu-path must be a program this process may run."""
+    fix = "give the path of Nsight Compute's ncu program, or leave out --ncu-path to use ncu "\
+          "from PATH"
+    path = check_file(ncu_path, "--ncu-path", fix, ConfigError)
+    if not os.access(path, os.X_OK):
+        raise ConfigError(f"--ncu-path {path} is not executable: {fix}")
 
 
 def _with_ncu(profile: Profile, task_path: str, candidate_path: str, precision: str,

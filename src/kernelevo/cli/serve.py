@@ -89,4 +89,4 @@ def _served_gpus(gpus: str | None) -> list[int]:
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if not count and gpus is None:
         return []
-    return select_gpus(gpus or "all", count)
+    return select_gpus("all" if gpus is None else gpus, count)

@@ -12,9 +12,10 @@ from kernelevo.cli.options import (CONFIG_OPTION, DEVICE_OPTION, KERNELBENCH_OPT
                                    NO_COMPILE_OPTION,
                                    POLICY_OPTION, PRECISION_OPTION, TIMEOUT_OPTION,
                                    TIMING_OPTION, Device,
-                                   Policy, Precision, Timing, console, eval_overrides,
-                                   eval_settings, fail, out)
+                                   Policy, Precision, Timing, check_search_flags, console,
+                                   eval_overrides, eval_settings, fail, out)
 from kernelevo.errors import KernelEvoError
+from kernelevo.paths import check_folder
 
 
 def suite_command(
@@ -78,6 +79,13 @@ def suite_command(
         _check_out(out_dir)
         config = eval_settings(config_file, eval_overrides(
             precision, device, policy, timeout=timeout, no_compile=no_compile, measure=timing))
+        searching = {"--model": model, "--base-url": base_url, "--tokens": tokens,
+                     "--usd": usd, "--time": time_limit, "--candidates": candidates,
+                     "--no-memory": no_memory or None}
+        if evolve:
+            check_search_flags(model, base_url, tokens, usd, time_limit, candidates)
+        else:
+            _refuse_without_evolve(searching)
         search = SearchBudget(tuple(model or ()), base_url, tokens, usd, time_limit,
                               candidates, memory=not no_memory) if evolve else None
         plan = SuitePlan(tuple(tasks), solutions, out_dir, config, kernelbench_dir,
@@ -97,13 +105,20 @@ def suite_command(
                   highlight=False)
 
 
+def _refuse_without_evolve(flags: dict[str, object]) -> None:
+    """The search's flags mean nothing when solutions are judged: say so, never ignore them."""
+    given = [flag for flag, value in flags.items() if value]
+    if given:
+        one = len(given) == 1
+        raise KernelEvoError(f"{', '.join(given)} only appl{'ies' if one else 'y'} with "
+                             "--evolve (a search per task): add --evolve, or leave "
+                             f"{'it' if one else 'them'} out to judge --solutions")
+
+
 def _check_out(out_dir: Path) -> None:
     """--out must be a folder, or a path where one can be made."""
-    blocking = next((path for path in (out_dir, *out_dir.parents)
-                     if path.exists() and not path.is_dir()), None)
-    if blocking is not None:
-        raise KernelEvoError(f"--out {out_dir}: {blocking} is a file, not a folder: give "
-                             "--out a folder for the suite's results (made if missing)")
+    check_folder(out_dir, "--out", "give --out a folder for the suite's results (made if "
+                 "missing)", missing_ok=True)
 
 
 def _gpu_indexes(gpus: str | None) -> tuple[int, ...]:

@@ -114,6 +114,7 @@ class OracleJob(Message):
     seeds: tuple[int, ...]
     variants: tuple[float | None, ...]  # None for the task's own distribution
     task_folder: str = ""
+    task_path: str = ""  # the user's file, named in the task's tracebacks ("" for source text)
 
 
 @dataclass(frozen=True)

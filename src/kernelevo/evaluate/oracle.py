@@ -8,7 +8,6 @@ candidate never shares a process with them.
 
 from __future__ import annotations
 
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -20,24 +19,26 @@ from kernelevo.evaluate.messages import (Gpu, OracleDone, OracleJob, Progress, R
                                          TaskFailed)
 from kernelevo.evaluate.oplog import record_ops
 from kernelevo.evaluate.sandbox.jobs import Channel
+from kernelevo.evaluate.task_code import (ANY, BUILD, FORWARD, IMPORT, INIT_INPUTS, INPUTS,
+                                          TaskProblem, TaskRaised, task_code)
 from kernelevo.evaluate.tolerance import compare_tensor
 from kernelevo.evaluate.transfer import export_bundle
 
-
-class _TaskProblem(Exception):
-    """The task itself is broken; the message says how to fix it."""
+TASK_MODULE = "kernelevo_task"  # the task's copy in the scratch folder: kernelevo_task.py
 
 
 def run_oracle(payload: dict[str, Any], channel: Channel) -> None:
     """Child entry point; reports `done` with metadata or `task_error`."""
     sender, job = Sender(channel), OracleJob.from_json(payload)
     try:
-        meta = _compute(job, sender)
-    except _TaskProblem as exc:
+        with task_code(ANY):  # the steps below name their own; this catches the rest
+            meta = _compute(job, sender)
+    except TaskProblem as exc:
         sender.send(TaskFailed(str(exc)))
         return
-    except Exception:  # the task's own code raised: report it as the task's fault
-        sender.send(TaskFailed("the reference raised:\n" + _trimmed_traceback()))
+    except TaskRaised as exc:  # the task's own code raised: told with its own lines
+        copy = str(Path(job.scratch) / f"{TASK_MODULE}.py")
+        sender.send(TaskFailed(exc.describe(copy, job.task_path or "the task")))
         return
     sender.send(meta)
 
@@ -51,23 +52,27 @@ def _compute(job: OracleJob, channel: Sender) -> OracleDone:
         torch.empty(1, device=device)
     channel.ask(Gpu())
     channel.send(Progress("reference"))
-    init_inputs = module.get_init_inputs()
+    with task_code(INIT_INPUTS):
+        init_inputs = module.get_init_inputs()
     if not isinstance(init_inputs, (list, tuple)):
-        raise _TaskProblem(f"get_init_inputs() returned {type(init_inputs).__name__}; "
-                           "it must return a list of constructor arguments")
-    model = task_inputs.build_model(module.Model, list(init_inputs), device, dtype)
+        raise TaskProblem(f"get_init_inputs() returned {type(init_inputs).__name__}; "
+                          "it must return a list of constructor arguments")
+    with task_code(BUILD):
+        model = task_inputs.build_model(module.Model, list(init_inputs), device, dtype)
     channel.send(Progress("reference outputs"))
     outputs, structure, kept, used, stress = [], None, [], [], {}
     for index, (seed, variant) in enumerate(zip(job.seeds, job.variants)):
         result, structure_now, variant = _run_in_domain(model, module, seed, device, dtype,
                                                         variant, outputs)
         if structure is not None and structure_now != structure:
-            raise _TaskProblem(f"the reference returns {structure_now} for one input set and "
-                               f"{structure} for another")
+            raise TaskProblem(f"the reference returns {structure_now} for one input set and "
+                              f"{structure} for another")
         structure = structure_now
         if result is None:
             continue  # no stress scale keeps the reference finite: drop that set
-        if variant is not None:
+        if variant is None:
+            _check_checkable(result)
+        else:
             stress[str(len(outputs))] = task_inputs.describe_stress(
                 task_inputs.kept_inputs(module, seed, device, dtype, variant), variant)
         outputs.append(result)
@@ -195,14 +200,13 @@ def _same(value: Any, output: torch.Tensor) -> bool:
 
 def _load_task(source: str, folder: Path, task_folder: str) -> Any:
     try:
-        module = task_inputs.import_source(source, "kernelevo_task", folder, task_folder)
+        with task_code(IMPORT, keep=(SyntaxError,)):
+            module = task_inputs.import_source(source, TASK_MODULE, folder, task_folder)
     except SyntaxError as exc:
-        raise _TaskProblem(f"the task is not valid Python: line {exc.lineno}: {exc.msg}") from exc
-    except Exception:
-        raise _TaskProblem("importing the task raised:\n" + _trimmed_traceback()) from None
+        raise TaskProblem(f"the task is not valid Python: line {exc.lineno}: {exc.msg}") from exc
     for name in ("Model", "get_inputs", "get_init_inputs"):
         if not callable(getattr(module, name, None)):
-            raise _TaskProblem(f"the task defines no callable {name}")
+            raise TaskProblem(f"the task defines no callable {name}")
     return module
 
 
@@ -210,19 +214,20 @@ def _run_set(model: Any, module: Any, seed: int, device: str, dtype: torch.dtype
              variant: float | None, reseed: int | None = None) -> tuple[list[torch.Tensor], str]:
     try:
         # Made once and kept; the reference gets a copy, as it may write to its inputs.
-        inputs = task_inputs.clone_inputs(
-            task_inputs.kept_inputs(module, seed, device, dtype, variant))
+        with task_code(INPUTS, keep=(task_inputs.InputError,)):
+            inputs = task_inputs.clone_inputs(
+                task_inputs.kept_inputs(module, seed, device, dtype, variant))
     except task_inputs.InputError as exc:
-        raise _TaskProblem(str(exc)) from exc
+        raise TaskProblem(str(exc)) from exc
     if reseed is not None:
         torch.manual_seed(reseed)  # randomness inside forward must not decide the output
-    with torch.no_grad():
+    with torch.no_grad(), task_code(FORWARD):
         output = model(*inputs)
     values, structure = task_inputs.flatten_outputs(output)
     for position, value in enumerate(values):
         if not isinstance(value, torch.Tensor):
-            raise _TaskProblem(f"the reference's output {position} is {type(value).__name__}; "
-                               "outputs must be tensors")
+            raise TaskProblem(f"the reference's output {position} is {type(value).__name__}; "
+                              "outputs must be tensors")
     return [v.detach().clone() for v in values], structure
 
 
@@ -236,9 +241,9 @@ def _check_deterministic(model: Any, module: Any, job: OracleJob,
         else:
             same = torch.equal(a, b)
         if not same:
-            raise _TaskProblem(f"the reference is not deterministic: output {position} differs "
-                               "between two runs on the same inputs (seed its randomness or "
-                               "remove it from forward)")
+            raise TaskProblem(f"the reference is not deterministic: output {position} differs "
+                              "between two runs on the same inputs (seed its randomness or "
+                              "remove it from forward)")
 
 
 def _profile(model: Any, module: Any, seed: int, device: str,
@@ -250,6 +255,17 @@ def _profile(model: Any, module: Any, seed: int, device: str,
     return ops, flops
 
 
+def _check_checkable(outputs: list[torch.Tensor]) -> None:
+    """An output with no finite value on the task's own inputs leaves nothing to check a
+    candidate by: that is the task's fault, never the candidate's."""
+    for position, value in enumerate(outputs):
+        if value.is_floating_point() and value.numel() and not bool(torch.isfinite(value).any()):
+            raise TaskProblem(f"the reference's output {position} is NaN or Inf everywhere on "
+                              f"the task's own inputs ({value.numel():,} values): no candidate "
+                              "can be checked against it; fix the task's forward or its "
+                              "get_inputs()")
+
+
 def _all_finite(values: list[torch.Tensor]) -> bool:
     return all(bool(torch.isfinite(v).all()) for v in values if v.is_floating_point())
 
@@ -257,8 +273,3 @@ def _all_finite(values: list[torch.Tensor]) -> bool:
 def _float_attr(module: Any, name: str) -> float | None:
     value = getattr(module, name, None)
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _trimmed_traceback(limit_lines: int = 40) -> str:
-    lines = traceback.format_exc().rstrip().splitlines()
-    return "\n".join(lines[-limit_lines:])

@@ -17,7 +17,7 @@ from typing import Any, Callable, Protocol
 
 import torch
 
-from kernelevo.config import tolerances
+from kernelevo.config import EvalConfig, tolerances
 from kernelevo.errors import TaskError
 from kernelevo.evaluate import decide
 from kernelevo.evaluate.gate import Hold
@@ -83,6 +83,7 @@ class OracleRun:
         self._bundle: dict[str, list[Any]] | None = None
         self._job: OracleJob | None = None
         self._done_at: float | None = None
+        self._imported = False  # the oracle asked for the GPU: it has imported the task
 
     def run(self) -> None:
         try:
@@ -113,17 +114,19 @@ class OracleRun:
         variant_scale = 2 ** (5 + secrets.randbelow(2000) / 1000)
         self._job = OracleJob(
             task_source=self.task.source, device=self.judge.device, dtype=config.dtype_name,
-            scratch=str(self.scratch), task_folder=self.task.folder,
+            scratch=str(self.scratch), task_folder=self.task.folder, task_path=self.task.path,
             seeds=tuple(secrets.randbits(62) for _ in range(count)),
             variants=(None,) * (count - 1) + (variant_scale,))
-        result = run_job(run_oracle, self._job.to_json(), self.scratch, config.timeout_s,
+        # Until it has imported the task (its first ask), the oracle has the shorter limit.
+        result = run_job(run_oracle, self._job.to_json(), self.scratch,
+                         min(config.import_timeout_s, config.timeout_s),
                          config.output_limit_bytes, on_message=self._on_message,
                          environment=self.judge.child_environment,
                          isolate_network=config.isolate_network, deadline=self.deadline)
         if self._done_at is not None:  # from its last message until its process had ended
             self.phases["oracle_exit"] = time.monotonic() - self._done_at
         if self.reference is None:
-            _raise_oracle_failure(result)
+            _raise_oracle_failure(result, config, self._imported)
 
     def _on_message(self, raw: dict[str, Any]) -> dict[str, Any] | None:
         reply = self._answer(decode(raw, ORACLE_KINDS))
@@ -131,6 +134,11 @@ class OracleRun:
 
     def _answer(self, message: Message) -> Message | None:
         if isinstance(message, Gpu):
+            if not self._imported:  # the task is imported: the whole limit from the start
+                self._imported = True
+                config = self.judge.config
+                self.deadline.at += config.timeout_s - min(config.import_timeout_s,
+                                                           config.timeout_s)
             self._yield.wait(self.deadline)
             wait_for(self.hold.shared, self.deadline)
             return Granted()
@@ -166,11 +174,34 @@ class OracleRun:
         }
 
 
-def _raise_oracle_failure(result: JobResult) -> None:
+def _raise_oracle_failure(result: JobResult, config: EvalConfig, imported: bool) -> None:
     """The TaskError of an oracle that sent no reference: its own report, or how it ended."""
     errors = [m for m in result.messages if m.get("kind") == TaskFailed.kind]
     if errors:
         raise TaskError(TaskFailed.from_json(errors[0]).message)
-    why = ("ran past the time limit" if result.timed_out else
-           f"died ({result.signal_name or f'exit code {result.exit_code}'})")
-    raise TaskError(f"the reference oracle {why}:\n{result.log_tail[-2000:]}")
+    tail = result.log_tail.strip()[-2000:]
+    raise TaskError(_how_it_ended(result, config, imported)
+                    + (f"; its last output:\n{tail}" if tail else ""))
+
+
+def _how_it_ended(result: JobResult, config: EvalConfig, imported: bool) -> str:
+    """Why an oracle that sent no report of its own ended, and what to do about it."""
+    if result.timed_out and not imported and config.import_timeout_s < config.timeout_s:
+        return (f"importing the task took more than {config.import_timeout_s:g} s ([eval] "
+                "import_timeout_s): a task must import quickly; move slow work (loops, "
+                "downloads, large allocations) out of its top level, or raise import_timeout_s")
+    if result.timed_out:
+        return (f"the task's reference ran past the time limit of {config.timeout_s:g} s "
+                "(--timeout, [eval] timeout_s): give a larger --timeout, or the task smaller "
+                "sizes")
+    if result.output_exceeded:
+        return (f"the task printed more than {config.output_limit_bytes:,} bytes ([eval] "
+                "output_limit_bytes): print less from the task's code")
+    if result.signal_name == "SIGKILL":
+        return ("the reference oracle was killed (SIGKILL), most likely because the machine's "
+                "memory ran out: give the task smaller sizes")
+    how = (f"was killed by {result.signal_name}" if result.signal_name
+           else f"exited with code {result.exit_code}")
+    return (f"the reference oracle {how} with no error of its own: the task's code ended its "
+            "process (os._exit, or a crash in a native library); run the task's Model on its "
+            "get_inputs() in Python to see why")

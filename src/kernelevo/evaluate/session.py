@@ -97,7 +97,7 @@ class Session:
         # A message from the worker that was JSON but not one of the harness's own
         # (a candidate writing to the channel): the job ends with that verdict.
         self.malformed: str | None = None
-        self._threads = [threading.Thread(target=self.oracle.run, name="kernelevo-oracle",
+        self._threads = [threading.Thread(target=self._reference, name="kernelevo-oracle",
                                           daemon=True),
                          threading.Thread(target=self._work, name="kernelevo-worker",
                                           daemon=True)]
@@ -164,6 +164,13 @@ class Session:
         shutil.rmtree(self.scratch, ignore_errors=True)
         with _live_lock:
             _live.discard(self)
+
+    def _reference(self) -> None:
+        self.oracle.run()
+        if self.oracle.error is not None:
+            # No reference, no verdict: the worker goes now, not at its own limit (a task
+            # that hangs at import hangs the worker's import too).
+            self.deadline.kill()
 
     def _work(self) -> None:
         judge = self.judge

@@ -17,7 +17,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from kernelevo.errors import ConfigError, TaskError
+from kernelevo.errors import ConfigError, EnvironmentProblem, TaskError
+from kernelevo.paths import read_text_file
 
 # KernelBench seeds Model's parameters with this value; model files are built under it too.
 DEFAULT_SEED = 42
@@ -59,10 +60,8 @@ class BuiltModel:
 def model_file(path: str | Path, seed: int = DEFAULT_SEED) -> ModelFile:
     """A ModelFile after checking the file exists and follows the contract."""
     path = Path(path)
-    if not path.is_file():
-        raise TaskError(f"model file not found: {path} (give a .py file that defines "
-                        "build() -> (model, inputs), or Model/get_inputs/get_init_inputs)")
-    text = path.read_text()
+    text = read_text_file(path, "model file", "give a .py file that defines build() -> "
+                          "(model, inputs), or Model/get_inputs/get_init_inputs", TaskError)
     if "def build" not in text and "class Model" not in text:
         raise TaskError(f"{path} defines neither build() nor class Model: a model file "
                         "defines build() -> (nn.Module, inputs) (docs/model.md)")
@@ -142,6 +141,25 @@ def default_device() -> str:
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+MODEL_DEVICES = ("cpu", "cuda")
+
+
+def device_for(device: str | None) -> str:
+    """The device a model runs on: `device`, else cuda where a GPU is visible, else cpu."""
+    import torch
+
+    if device is None:
+        return default_device()
+    if device not in MODEL_DEVICES:
+        raise ConfigError(f"--device {device!r} is no device a model runs on here: give cpu "
+                          "or cuda, or leave out --device")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise EnvironmentProblem("--device cuda: no CUDA GPU is visible here "
+                                 "(torch.cuda.is_available() is False): give --device cpu, "
+                                 "or leave out --device")
+    return device
 
 
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}

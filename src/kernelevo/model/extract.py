@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernelevo.errors import TaskError
+from kernelevo.errors import ConfigError, TaskError
 from kernelevo.model.contract import ModelFile, build_model, import_model_file, model_file, \
     module_name_for
 from kernelevo.model.profile import InputSpec, ModelProfile, ModuleStat
+from kernelevo.paths import check_folder
 
 MANIFEST = "manifest.json"
 MANIFEST_FORMAT = 1
@@ -90,10 +91,16 @@ def _overlaps(a: str, b: str) -> bool:
     return a == b or a.startswith(b + ".") or b.startswith(a + ".")
 
 
+def check_out_folder(out_dir: str | Path) -> Path:
+    """The folder extract writes to: one, or a path where one can be made (ConfigError if not)."""
+    return check_folder(out_dir, "-o", "give -o a folder for the tasks (made if missing)",
+                        ConfigError, missing_ok=True)
+
+
 def extract(profile: ModelProfile, spots: list[HotSpot], out_dir: str | Path, *,
             fixed_shapes: bool = False, check: bool = True) -> Path:
     """Write one task per hot spot, the model file's copy and manifest.json; returns out_dir."""
-    out = Path(out_dir)
+    out = check_out_folder(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     file = model_file(profile.model_path, profile.seed)
     copy_text = source_copy(file)

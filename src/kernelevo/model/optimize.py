@@ -19,9 +19,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kernelevo.budget import parse_duration_s, parse_tokens, parse_usd
-from kernelevo.model.contract import build_model, default_device, dtype_of, model_file, moved
+from kernelevo.errors import ConfigError
+from kernelevo.model.contract import build_model, device_for, dtype_of, model_file, moved
 from kernelevo.model.extract import extract, read_manifest, select_hot
 from kernelevo.model.profile import ModelProfile, profile_built
+from kernelevo.paths import check_folder
 
 STATE_NAME = "state.json"
 
@@ -63,10 +65,11 @@ def optimize(options: OptimizeOptions, *, evolve: Evolve | None = None,
     from kernelevo.model.report import report_data, write_report
     from kernelevo.model.verify import verify
 
-    out = Path(options.out_dir)
+    out = check_folder(options.out_dir, "-o", "give -o a folder for the loop's files (made "
+                       "if missing)", ConfigError, missing_ok=True)
+    device = device_for(options.device)
     out.mkdir(parents=True, exist_ok=True)
     state = load_state(out, options)
-    device = options.device or default_device()
     built = moved(build_model(model_file(options.model_path, options.seed)), device,
                   dtype_of(options.precision))
     profile = _profile_once(out, state, built, device, options, say)
@@ -88,8 +91,6 @@ def optimize(options: OptimizeOptions, *, evolve: Evolve | None = None,
 
 def load_state(out: Path, options: OptimizeOptions) -> dict[str, Any]:
     """The folder's state, or a fresh one; a folder made for another model is refused."""
-    from kernelevo.errors import ConfigError
-
     path = out / STATE_NAME
     model = str(Path(options.model_path).resolve())
     if not path.is_file():

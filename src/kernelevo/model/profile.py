@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-from kernelevo.model.contract import BuiltModel, build_model, default_device, dtype_of, \
+from kernelevo.model.contract import BuiltModel, build_model, device_for, dtype_of, \
     model_file, moved
 
 RANGE_PREFIX = "kernelevo.module::"
@@ -84,7 +84,7 @@ def _stat_from_dict(data: dict[str, Any]) -> ModuleStat:
 def profile_model(path: str, *, seed: int = 42, device: str | None = None,
                   precision: str = "fp32", repeats: int = 3) -> ModelProfile:
     """Build the model in `path` and profile `repeats` forwards after one warm-up."""
-    device = device or default_device()
+    device = device_for(device)
     built = moved(build_model(model_file(path, seed)), device, dtype_of(precision))
     return profile_built(built, device=device, precision=precision, repeats=repeats)
 

@@ -38,6 +38,7 @@ from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 import kernelevo.report.html as html
 import kernelevo.report.units as units
 from kernelevo.errors import ConfigError, KernelEvoError
+from kernelevo.evaluate.remote.address import bind_error, check_listen_host
 from kernelevo.report.data import load_run, run_database
 from kernelevo.report.detail import CandidateDetail, load_candidate_detail
 from kernelevo.store.lock import status_now
@@ -291,8 +292,12 @@ def make_server(runs_dir: Path, host: str = "127.0.0.1", port: int = 8765,
     """
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
         raise ConfigError(f"port {port!r} is not a port: give 0 to 65535 (0: any free one)")
+    check_listen_host(host)
     handler = type("RunsHandler", (_Handler,), {"runs_dir": Path(runs_dir), "token": token})
-    server = ThreadingHTTPServer((host, port), handler)
+    try:
+        server = ThreadingHTTPServer((host, port), handler)
+    except OSError as exc:
+        raise bind_error(host, port, exc) from None
     server.daemon_threads = True  # a hung browser connection must not block shutdown
     return server
 
@@ -300,6 +305,7 @@ def make_server(runs_dir: Path, host: str = "127.0.0.1", port: int = 8765,
 def serve(runs_dir: Path, host: str = "127.0.0.1", port: int = 8765,
           open_browser: bool = False) -> None:
     """Serve the UI until interrupted (Ctrl-C); beyond loopback, behind a token."""
+    check_listen_host(host)  # before a token is made for an address that is none
     token = ui_token(host)
     server = make_server(runs_dir, host, port, token)
     bound_host, bound_port = server.server_address[:2]

@@ -37,6 +37,8 @@ from kernelevo.task import Task, task_from_source
 log = get_logger(__name__)
 
 DEFAULT_RUNS_DIR = "runs"
+DEFAULT_KEY_VARIABLE = "OPENAI_API_KEY"
+SEED_ROLE = "starting candidate (--seed)"  # how errors name a --seed file
 # The [llm] keys that tune each model's client: ClientConfig's fields but where and who.
 CLIENT_SETTINGS = tuple(f.name for f in dataclasses.fields(ClientConfig)
                         if f.name not in ("base_url", "model", "api_key_env"))
@@ -71,6 +73,7 @@ def evolve_options(effective: Effective, *, runs_dir: str | Path = DEFAULT_RUNS_
     On resume, the settings the file or the flags give are split as
     run_resume.py says: `overrides` to apply, `fixed` that must match the run's.
     """
+    config_file.check_settings(effective)  # what spans keys, as `kernelevo config` checks it
     # [memory] is not a run setting: a resume may give any (it recalls from the run's event).
     run_settings = Effective({k: v for k, v in effective.values.items() if k != "memory"},
                              {k: v for k, v in effective.sources.items() if k != "memory"})
@@ -131,7 +134,7 @@ def reference_seed(task: Task) -> Candidate:
 def user_seeds(paths: list[Path], backend: str) -> list[Candidate]:
     seeds = []
     for path in paths:
-        loaded = load_candidate(path)
+        loaded = load_candidate(path, role=SEED_ROLE)
         if loaded.backend not in (backend, "pytorch"):
             raise ConfigError(f"starting candidate {path} is {loaded.backend}, but the run's "
                               f"backend is {backend}: pass --backend {loaded.backend}")
@@ -175,7 +178,7 @@ def make_judges(task: Task, eval_config: EvalConfig, gpus: str | None,
     from kernelevo.evaluate.judge import Judge
 
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    indexes = select_gpus(gpus or "all", count)
+    indexes = select_gpus("all" if gpus is None else gpus, count)
     if eval_config.device == "cpu" or not count:
         log.info("one judge on the CPU (device %s, GPUs visible: %d)", eval_config.device, count)
         return [Judge(task, eval_config, standby=True)]
@@ -291,6 +294,9 @@ def select_gpus(gpus: str, visible: int) -> list[int]:
     """The GPU indexes `--gpus` names ('all' or a list like 0,1), each one a visible GPU."""
     if gpus.strip() == "all":
         return list(range(visible))
+    if not gpus.strip():
+        raise ConfigError(f"--gpus {gpus!r} names no GPU: write 'all' or GPU indexes like "
+                          "0,1, or leave out --gpus")
     where = (f"this machine shows {visible} GPU(s), 0 to {visible - 1}" if visible else
              "no GPU is visible here; leave out --gpus to judge on the CPU")
     try:
@@ -322,11 +328,17 @@ def make_pool(llm: dict[str, Any], budget: Budget) -> Any:
         raise ConfigError(f"a model was given without --base-url and {BASE_URL_ENV} is not "
                           "set: give the endpoint, e.g. https://openrouter.ai/api/v1 or "
                           "http://localhost:8000/v1")
+    if not llm.get("base_url"):
+        try:
+            config_file.check_url(os.environ[BASE_URL_ENV])
+        except ConfigError as exc:
+            raise ConfigError(f"{BASE_URL_ENV}: {exc}") from None
+    _check_key_variable(llm.get("api_key_env", DEFAULT_KEY_VARIABLE))
     models = llm["models"]
     log.info("models %s at %s", models, llm.get("base_url") or f"${BASE_URL_ENV}")
     tuning = {key: llm[key] for key in CLIENT_SETTINGS if key in llm}
     base = ClientConfig(base_url=llm.get("base_url") or "", model=next(iter(models)),
-                        api_key_env=llm.get("api_key_env", "OPENAI_API_KEY"), **tuning)
+                        api_key_env=llm.get("api_key_env", DEFAULT_KEY_VARIABLE), **tuning)
     hide_variable(base.api_key_env)  # out of every candidate's environment, whatever its name
     prices = PriceTable.with_overrides(llm.get("prices"))
     unpriced = [model for model in models if not prices.lookup(model).known]
@@ -341,18 +353,31 @@ def make_pool(llm: dict[str, Any], budget: Budget) -> Any:
                                  seed=random.randrange(1 << 30))
 
 
+def _check_key_variable(name: str) -> None:
+    """A key variable the user named must be set; the default may be unset (a local server
+    needs no key, and the client then sends none)."""
+    if name != DEFAULT_KEY_VARIABLE and not os.environ.get(name):
+        raise ConfigError(f"the key's environment variable {name} (--api-key-env, [llm] "
+                          f"api_key_env) is not set, or empty: export {name}=YOUR_KEY, or "
+                          "leave api_key_env out for a server that needs no key")
+
+
 def parse_models(values: list[str]) -> dict[str, float]:
     """`name` or `name=weight` entries into {name: weight}."""
     models: dict[str, float] = {}
     for value in values:
-        name, _, weight = value.partition("=")
+        name, equals, weight = value.partition("=")
         if not name.strip():
             raise ConfigError(f"--model {value!r} names no model: write NAME or NAME=WEIGHT, "
                               "e.g. --model gpt-4o")
+        if equals and not weight.strip():
+            raise ConfigError(f"--model {value!r} gives no weight after '=': write NAME "
+                              f"(weight 1) or NAME=WEIGHT, e.g. --model {name}=2")
         try:
-            models[name] = float(weight) if weight else 1.0
+            models[name] = float(weight) if equals else 1.0
         except ValueError:
-            raise ConfigError(f"--model {value}: write NAME or NAME=WEIGHT") from None
+            raise ConfigError(f"--model {value}: the weight {weight!r} is no number: write "
+                              f"NAME or NAME=WEIGHT, e.g. --model {name}=2") from None
     return models
 
 
@@ -373,5 +398,6 @@ def refuse_changes(store: RunStore, task: Task | None, options: EvolveOptions) -
         problems.append(f"TASK {task.name} (not the run's task, {info.task_name})")
     # Each seed given is looked up by its hash: no other candidate is read.
     problems += [f"--seed {path} (not one of the run's starting candidates)"
-                 for path in options.seeds if not store.briefs.is_seed(load_candidate(path))]
+                 for path in options.seeds
+                 if not store.briefs.is_seed(load_candidate(path, role=SEED_ROLE))]
     refuse(info.id, problems)

@@ -21,10 +21,11 @@ from kernelevo.candidate import Candidate
 from kernelevo.config import EvalConfig, eval_config_from_dict
 from kernelevo.errors import ConfigError
 from kernelevo.export_guard import GUARD_SOURCE, needs_guard
+from kernelevo.paths import check_folder
 from kernelevo.evaluate.verdict import Verdict
 from kernelevo.render import fitted_table, print_verdict
 from kernelevo.store.lock import status_now
-from kernelevo.store.listing import list_runs
+from kernelevo.store.listing import folders_without_runs, list_runs
 from kernelevo.store.resolve import open_run
 from kernelevo.store.run_store import Ranking, RunInfo, RunStore, StoreError, StoredCandidate
 from kernelevo.task import find_constants, task_from_source
@@ -40,6 +41,23 @@ _IMPORTS = (ast.Import, ast.ImportFrom)
 def default_runs_dir() -> Path:
     """KERNELEVO_RUNS_DIR, else ./runs; read at call time so tests and shells can change it."""
     return Path(os.environ.get("KERNELEVO_RUNS_DIR") or "runs")
+
+
+def check_runs_dir(runs_dir: Path, missing_ok: bool = False) -> Path:
+    """`runs_dir` if it is a folder (or, `missing_ok`, none yet); else ConfigError naming it."""
+    return check_folder(runs_dir, "the runs folder", "give --runs-dir (or KERNELEVO_RUNS_DIR) "
+                        "the folder that holds the runs", ConfigError, missing_ok=missing_ok)
+
+
+def not_runs_note(runs_dir: Path, shown: int = 5) -> str | None:
+    """A line naming the folders under `runs_dir` that hold no run.db, or None if there are none."""
+    names = folders_without_runs(runs_dir)
+    if not names:
+        return None
+    listed = ", ".join(names[:shown]) + (f" and {len(names) - shown} more"
+                                         if len(names) > shown else "")
+    return (f"{len(names)} folder(s) in {runs_dir} hold no run.db and are not runs: {listed} "
+            "(a run's folder holds its run.db; a run copied without it cannot be read)")
 
 
 def eval_config_from_run(config: Mapping[str, Any]) -> EvalConfig:

@@ -10,6 +10,8 @@ from kernelevo.schema import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, Annotated, B
 
 # The backends a search can write kernels in.
 SEARCH_BACKENDS = ("triton", "cuda")
+# Each island is an archive of its own; beyond this, no budget fills them.
+MAX_ISLANDS = 100
 
 
 @dataclass(frozen=True)
@@ -17,7 +19,7 @@ class SearchConfig:
     """Settings of the search itself (the judge has its own EvalConfig)."""
 
     backend: Annotated[str, OneOf(SEARCH_BACKENDS)] = "triton"
-    islands: Annotated[int, AT_LEAST_ONE] = 3
+    islands: Annotated[int, Bound(1, MAX_ISLANDS)] = 3
     migration_interval: Annotated[int, NON_NEGATIVE] = 10  # 0: islands never exchange
     inspirations: Annotated[int, NON_NEGATIVE] = 2
     llm_in_flight: Annotated[int, AT_LEAST_ONE] = 8

@@ -19,6 +19,16 @@ def list_runs(runs_dir: str | Path) -> list[RunSummary]:
     return sorted(summaries, key=lambda summary: (summary.created_at, summary.run_id))
 
 
+def folders_without_runs(runs_dir: str | Path) -> list[str]:
+    """Names of the folders under `runs_dir` that hold no run.db: no runs, left out of lists."""
+    root = Path(runs_dir)
+    if not root.is_dir():
+        return []
+    return sorted(path.name for path in root.iterdir()
+                  if path.is_dir() and not path.name.startswith(".")
+                  and not (path / DB_NAME).exists())
+
+
 def _summarise(path: Path) -> RunSummary:
     run_id = path.parent.name
     try:

@@ -21,6 +21,7 @@ use a RunStore inherited through fork: open a new one.
 
 from __future__ import annotations
 
+import os
 import re
 import secrets
 import shutil
@@ -322,10 +323,22 @@ def _database(path_or_run_dir: str | Path, read_only: bool) -> Database:
         raise StoreError(
             f"no run database at {path}: give a run directory listed by `kernelevo runs`"
         )
+    if not read_only:
+        _refuse_read_only(path)
     try:
         return Database(path, read_only=read_only)
     except sqlite3.DatabaseError as exc:
         raise StoreError(f"{path} is not a readable run database: {exc}") from exc
+
+
+def _refuse_read_only(path: Path) -> None:
+    """StoreError when the run cannot be written: SQLite writes run.db and files beside it."""
+    read_only = [str(where) for where in (path, path.parent) if not os.access(where, os.W_OK)]
+    if read_only:
+        raise StoreError(f"the run at {path.parent} is read-only ({' and '.join(read_only)} "
+                         "cannot be written): make the run's folder and its run.db writable, "
+                         "or copy the folder somewhere writable, to resume or migrate it; "
+                         "runs, show, export and report read it as it is")
 
 
 def new_run_id(task_name: str) -> str:

@@ -194,7 +194,11 @@ def _line(row: dict[str, Any]) -> str:
 
 def _open_out(plan: SuitePlan) -> set[tuple[str, int | None]]:
     """The (task, sample) pairs already judged; checks a resumed suite is the same suite."""
-    plan.out.mkdir(parents=True, exist_ok=True)
+    try:
+        plan.out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise TaskError(f"--out {plan.out}: cannot make the folder ({exc.strerror or exc}): "
+                        "give --out a folder you can write to") from None
     plan_file, results = plan.out / PLAN, plan.out / RESULTS
     fingerprint = json.loads(json.dumps(plan.fingerprint()))
     if results.exists() and results.stat().st_size:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kernelevo.errors import TaskError
+from kernelevo.paths import check_folder, file_problem
 from kernelevo.task import Task, load_task, resolve_kernelbench
 
 _LEVEL = re.compile(r"^kernelbench:level(\d+)(?:/([\d,\-\s]+))?$", re.IGNORECASE)
@@ -75,9 +76,11 @@ def _expand(spec: str, kernelbench_dir: str | None) -> list[SuiteTask]:
         if not files:
             raise TaskError(f"{path}: no .py task files in this folder")
         return [_file_task(p) for p in files]
-    if path.is_file():
+    problem = file_problem(path)
+    if problem is None:
         return [_file_task(path)]
-    raise TaskError(f"{spec}: no such task file or folder (or write kernelbench:level1/1-10)")
+    raise TaskError(f"task {spec} {problem}: give a task file, a folder of them, or "
+                    "kernelbench:level1/1-10")
 
 
 def _file_task(path: Path) -> SuiteTask:
@@ -135,8 +138,8 @@ def _check_span(part: str, spec: str, count: int) -> None:
 
 def find_solutions(folder: Path, tasks: list[SuiteTask]) -> dict[str, list[Solution]]:
     """The solution files of each task (by key), samples in order; tasks without any are absent."""
-    if not folder.is_dir():
-        raise TaskError(f"solutions folder {folder} does not exist")
+    check_folder(folder, "--solutions", "give the folder that holds the candidate files",
+                 TaskError)
     by_problem: dict[tuple[int, int], list[Solution]] = {}
     files = sorted(folder.glob("*.py"))
     for path in files:

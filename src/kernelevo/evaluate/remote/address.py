@@ -1,12 +1,15 @@
-"""A Dask scheduler's address, checked before any connection is tried.
+"""Addresses checked before they are used: a Dask scheduler's, and a host to listen on.
 
 `distributed.Client("notanaddress")` waits out its whole timeout, then leaves
 a traceback from its finaliser; a mistyped address should fail at once and
-say what an address looks like.
+say what an address looks like. A host that is no address must be told as
+such before a server asks for a token to guard it, and a failed bind by its
+cause (the port taken, the address not this machine's).
 """
 
 from __future__ import annotations
 
+import errno
 import socket
 import urllib.parse
 
@@ -51,3 +54,32 @@ def _parts(address: str) -> tuple[str, str, int | None]:
     except ValueError:  # a port that is not a number, or out of range
         port = None
     return parts.scheme, parts.hostname or "", port
+
+
+LISTEN_EXAMPLE = "127.0.0.1 (this machine only) or 0.0.0.0 (every interface)"
+
+
+def check_listen_host(host: str) -> str:
+    """`host` if it is an address or a name that resolves; else ConfigError naming --host."""
+    try:
+        socket.getaddrinfo(host, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError, ValueError) as exc:
+        reason = getattr(exc, "strerror", None) or exc
+        raise ConfigError(f"--host {host!r} is no valid address ({reason}): give an address "
+                          f"of this machine, e.g. {LISTEN_EXAMPLE}") from None
+    return host
+
+
+def bind_error(host: str, port: int, exc: OSError) -> ConfigError:
+    """Why a server could not listen on host:port, and what to give instead."""
+    if exc.errno == errno.EADDRINUSE:
+        return ConfigError(f"port {port} on {host} is in use by another program: pick another "
+                           "--port (0: any free one)")
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return ConfigError(f"--host {host} is no address of this machine: give one of its "
+                           f"addresses, e.g. {LISTEN_EXAMPLE}")
+    if exc.errno == errno.EACCES:
+        return ConfigError(f"port {port} needs privileges to listen on: pick a --port above "
+                           "1023 (0: any free one)")
+    return ConfigError(f"cannot listen on {host}:{port} ({exc.strerror or exc}): check --host "
+                       "and --port")

@@ -25,6 +25,7 @@ from kernelevo.errors import KernelEvoError
 from kernelevo.evaluate.sandbox import jobs as sandbox
 from kernelevo.evaluate.gate import GateAbandoned
 from kernelevo.evaluate.protocol import JudgeJob, verdicts_to_data
+from kernelevo.evaluate.remote.address import bind_error
 from kernelevo.evaluate.remote.judge_pool import JobCancelled, JobControl, JudgePool, ServiceSettings
 from kernelevo.evaluate.remote.client import MAX_BODY_BYTES
 from kernelevo.logs import get_logger
@@ -313,9 +314,13 @@ class ServiceServer(ThreadingHTTPServer):
     request_queue_size = MAX_CONNECTIONS
 
     def __init__(self, settings: ServiceSettings, pool: JudgePool) -> None:
-        super().__init__((settings.host, settings.port), _Handler)
-        self.settings, self.pool = settings, pool
+        # Made first: a bind that fails calls server_close(), which stops them.
         self.deadlines = ReadDeadlines(settings.read_timeout_s)
+        try:
+            super().__init__((settings.host, settings.port), _Handler)
+        except OSError as exc:
+            raise bind_error(settings.host, settings.port, exc) from None
+        self.settings, self.pool = settings, pool
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self.jobs = InFlight()
 

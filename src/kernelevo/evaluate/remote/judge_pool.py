@@ -25,6 +25,7 @@ from typing import Any
 from kernelevo.errors import ConfigError
 from kernelevo.evaluate.sandbox import jobs as sandbox
 from kernelevo.evaluate.protocol import JudgeJob
+from kernelevo.evaluate.remote.address import check_listen_host
 from kernelevo.logs import get_logger
 from kernelevo.version import __version__
 
@@ -51,6 +52,7 @@ class ServiceSettings:
     read_timeout_s: float = 10.0  # a client's time to send its whole request
 
     def __post_init__(self) -> None:
+        check_listen_host(self.host)  # before the token it would ask for beyond loopback
         if self.lanes < 1 or self.max_judges < 1:
             raise ConfigError("--lanes and --max-judges must be at least 1")
         for name, flag in (("max_timeout_s", "--max-timeout"),
