@@ -158,7 +158,8 @@ def optimize_command(model: Path = _MODEL,
                               candidates=candidates, precision=precision, device=device,
                               seed=seed, compile_backend=compile_backend)
     if not llm:
-        console.print("no --model: the tuner searches alone, from the --seeds kernels")
+        console.print("no --model: the tuner searches alone, from the --seeds kernels; --top "
+                      "takes the hottest submodules that have one")
     try:
         data = optimize(options, say=lambda text: console.print(escape(text)))
     except KernelEvoError as exc:
