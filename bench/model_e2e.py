@@ -35,12 +35,12 @@ def scaled_model(out: Path, sizes: dict[str, int]) -> Path:
     return path
 
 
-def retargeted_kernels(out: Path, tasks_dir: Path) -> Path:
+def retargeted_kernels(out: Path, tasks_dir: Path, names: tuple[str, ...] = KERNEL_TASKS) -> Path:
     """The example's kernels, importing the scaled model's copy instead of the example's."""
     copy_name = json.loads((tasks_dir / "manifest.json").read_text())["model_source"][:-3]
     kernels = out / "kernels"
     kernels.mkdir(exist_ok=True)
-    for name in KERNEL_TASKS:
+    for name in names:
         text = (EXAMPLE / "kernels" / f"{name}.py").read_text()
         (kernels / f"{name}.py").write_text(re.sub(r"_model_block_[0-9a-f]{10}", copy_name, text))
     return kernels

@@ -1,7 +1,13 @@
-"""`kernelevo model profile|extract` on the command line: the clock named, JSON, bad input."""
+"""`kernelevo model` on the command line: the clock named, JSON, bad input, what to pass;
+the end-to-end bench's refusal without a GPU."""
 
 import json
+import os
+import subprocess
+import sys
 
+import pytest
+import torch
 from typer.testing import CliRunner
 
 from kernelevo.cli.app import app
@@ -37,3 +43,22 @@ def test_a_missing_model_file_exits_2_with_the_contract(tmp_path):
     assert done.exit_code == 2
     assert "model file" in done.output and "nope.py does not exist" in done.output
     assert "build() -> (model, inputs)" in done.output
+
+
+def test_optimize_with_no_seed_for_any_hot_group_stops_with_what_to_pass(tmp_path):
+    done = cli("model", "optimize", BLOCK, "--top", "2", "-o", str(tmp_path), "--device", "cpu")
+    assert done.exit_code == 2, done.output
+    assert "no hot submodule has a seed kernel and no --model is given" in done.output
+    assert "pass --seeds DIR holding" in done.output and "--model/--base-url" in done.output
+    assert (tmp_path / "profile.json").is_file()  # kept: a rerun with --seeds goes on from it
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the bench's answer without a GPU")
+def test_the_end_to_end_bench_refuses_to_run_without_a_gpu(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, str(ROOT / "bench/model_e2e_accept.py"), "--out",
+                           str(tmp_path / "out")], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert done.returncode == 2
+    assert "this bench times kernels on a GPU; no CUDA GPU" in done.stderr
+    assert not (tmp_path / "out").exists()

@@ -5,14 +5,22 @@ that seam returns the seed kernel as the best, so the loop around it runs for re
 profile, extract, apply and verify on the example block.
 """
 
+import copy
+import dataclasses
 import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import torch
 
-from kernelevo.model.optimize import OptimizeOptions, optimize
+import kernelevo
+from kernelevo.errors import ConfigError
+from kernelevo.model.contract import build_model, model_file
+from kernelevo.model.optimize import OptimizeOptions, choose_spots, optimize
+from kernelevo.model.profile import profile_model
+from kernelevo.model.report import report_data, report_markdown
 from kernelevo.search.outcome import Progress
 from tests.conftest import ROOT
 
@@ -75,7 +83,9 @@ def test_the_loop_resumes_after_a_stop_and_shares_the_budget(tmp_path):
     assert len(search.calls) == 3  # ln1 was not searched again; attn_qkv has no seed
     state = json.loads((tmp_path / "state.json").read_text())
     assert state["tasks"]["attn_qkv"]["status"] == "skipped"
-    assert "no LLM configured and no seed kernel" in state["tasks"]["attn_qkv"]["reason"]
+    assert state["tasks"]["attn_qkv"]["reason"] == (
+        f"no seed kernel in --seeds and no --model: add {EXAMPLE / 'kernels/attn_qkv.py'} or "
+        "pass --model/--base-url")
     swapped = {s["path"] for s in data["applied"]["swapped"]}
     assert swapped == {"ln1", "mlp.gelu"}  # --paths takes exactly the named submodules
     assert data["verification"]["correct"] and data["verification"]["graph_breaks"] == 0
@@ -85,8 +95,6 @@ def test_the_loop_resumes_after_a_stop_and_shares_the_budget(tmp_path):
 def test_a_folder_of_another_model_is_refused(tmp_path):
     (tmp_path / "state.json").write_text(json.dumps({"model": "/elsewhere/m.py", "done": [],
                                                      "tasks": {}}))
-    from kernelevo.errors import ConfigError
-
     with pytest.raises(ConfigError, match="holds the loop of /elsewhere/m.py"):
         optimize(_options(tmp_path), evolve=None, export=None, say=print)
 
@@ -105,3 +113,99 @@ def test_a_search_that_ranks_no_best_keeps_the_seed_kernel_which_apply_checks(tm
     assert (tmp_path / "kernels/mlp_gelu.py").read_text() == \
         (EXAMPLE / "kernels/mlp_gelu.py").read_text()
     assert [s["path"] for s in data["applied"]["swapped"]] == ["mlp.gelu"]
+
+
+@pytest.fixture(scope="module")
+def attention_bound_profile():
+    """The block's profile with the times of a GPU's: attention dominates, then the MLP."""
+    profile = profile_model(str(EXAMPLE / "block.py"), device="cpu", repeats=1)
+    shares = {"attn": 0.875, "mlp": 0.08, "mlp.fc1": 0.04, "attn.qkv": 0.03, "attn.softmax": 0.02,
+              "ln1": 0.012, "ln2": 0.012, "mlp.gelu": 0.01}
+    modules = sorted((dataclasses.replace(stat, time_ms=shares.get(stat.path, 0.001),
+                                          share=shares.get(stat.path, 0.001))
+                      for stat in profile.modules), key=lambda stat: -stat.time_ms)
+    return dataclasses.replace(profile, modules=tuple(modules), total_ms=1.0)
+
+
+def _seeds(tmp_path: Path, *names: str) -> str:
+    folder = tmp_path / "seeds"
+    folder.mkdir()
+    for name in names:
+        (folder / f"{name}.py").write_text("# a seed\n")
+    return str(folder)
+
+
+def test_without_an_llm_the_hottest_groups_with_seeds_are_taken_and_the_rest_named(
+        attention_bound_profile, tmp_path):
+    said: list[str] = []
+    options = _options(tmp_path, paths=(), top=2, seeds_dir=_seeds(tmp_path, "attn", "ln1"))
+    state: dict = {}
+    spots = choose_spots(attention_bound_profile, options, state, said.append)
+    assert [spot.name for spot in spots] == ["attn", "ln1"]  # mlp has no seed: passed over
+    hint = (f"no seed kernel in --seeds and no --model: add {tmp_path / 'seeds/mlp.py'} or "
+            "pass --model/--base-url")
+    assert state["passed_over"] == [{"name": "mlp", "paths": ["mlp"], "share": 0.08,
+                                     "reason": hint}]
+    assert said == [f"mlp (8.0% of the forward): passed over, {hint}"]
+
+
+def test_a_seed_inside_a_passed_over_group_is_taken_in_its_place(attention_bound_profile,
+                                                                  tmp_path):
+    options = _options(tmp_path, paths=(), top=1, seeds_dir=_seeds(tmp_path, "attn_softmax"))
+    state: dict = {}
+    spots = choose_spots(attention_bound_profile, options, state, print)
+    assert [spot.name for spot in spots] == ["attn_softmax"]
+    assert [record["name"] for record in state["passed_over"]] == ["attn"]
+
+
+def test_with_an_llm_or_named_paths_the_hottest_are_taken_seeds_or_not(attention_bound_profile,
+                                                                       tmp_path):
+    with_llm = _options(tmp_path, paths=(), top=2, seeds_dir=None, models=("some-model",))
+    assert [s.name for s in choose_spots(attention_bound_profile, with_llm, {}, print)] == \
+        ["attn", "mlp"]
+    named = _options(tmp_path, paths=("mlp.fc1",), seeds_dir=None)
+    assert [s.name for s in choose_spots(attention_bound_profile, named, {}, print)] == \
+        ["mlp_fc1"]
+
+
+def test_no_seed_for_any_hot_group_and_no_llm_stops_with_what_to_pass(attention_bound_profile,
+                                                                      tmp_path):
+    options = _options(tmp_path, paths=(), top=2, seeds_dir=None)
+    said: list[str] = []
+    with pytest.raises(ConfigError) as caught:
+        choose_spots(attention_bound_profile, options, {}, said.append)
+    assert said == []  # the error says it all, once
+    assert str(caught.value) == (
+        "no hot submodule has a seed kernel and no --model is given (the hottest tasks are "
+        "attn, mlp): pass --seeds DIR holding attn.py, or --model/--base-url")
+
+
+def test_optimize_on_the_example_applies_the_attention_kernel_and_outputs_match(tmp_path):
+    """The docs' command, with the real tuner and judge (Triton interpreter, no GPU)."""
+    options = _options(tmp_path, paths=(), top=2, tokens=None, candidates=2)
+    data = optimize(options, say=print)
+    state = json.loads((tmp_path / "state.json").read_text())
+    attention = state["tasks"]["attn"]
+    assert attention["status"] == "done" and "reason" not in attention  # the judge passed it
+    swapped = {s["path"]: s for s in data["applied"]["swapped"]}
+    assert "attn" in swapped and swapped["attn"]["kernel_file"].endswith("kernels/attn.py")
+    assert data["verification"]["correct"] and data["verification"]["graph_breaks"] == 0
+
+    built = build_model(model_file(EXAMPLE / "block.py"))
+    original = copy.deepcopy(built.module)
+    applied = kernelevo.apply(built.module, tmp_path / "kernels", tasks=tmp_path / "tasks",
+                              guard=False)  # the kernels run at any shape, checked or not
+    assert "attn" in {s.path for s in applied.swapped}
+    assert "forward" in built.module.attn.__dict__  # the instance runs the kernel's op
+    x = torch.randn(3, 70, 64)  # another batch, and a length no multiple of the key block
+    with torch.no_grad():
+        torch.testing.assert_close(built.module(x), original(x), atol=1e-5, rtol=1e-5)
+
+
+def test_the_report_lists_the_groups_passed_over():
+    reason = "no seed kernel in --seeds and no --model: add k/mlp.py or pass --model/--base-url"
+    data = report_data(None, {"swapped": [], "skipped": []}, None,
+                       passed_over=[{"name": "mlp", "paths": ["mlp"], "share": 0.08,
+                                     "reason": reason}])
+    assert data["passed_over"][0]["name"] == "mlp"
+    assert f"| mlp | mlp | none | not extracted: {reason} | - | - |" in report_markdown(data)

@@ -173,7 +173,8 @@ def optimize_command(model: Path = _MODEL,
         # The budget's flags as evolve checks them: a bad one fails before the profile.
         check_search_flags(llm, base_url, tokens, usd, time, candidates)
         if not llm:
-            console.print("no --model: the tuner searches alone, from the --seeds kernels")
+            console.print("no --model: the tuner searches alone, from the --seeds kernels; --top "
+                          "takes the hottest submodules that have one")
         data = optimize(options, say=lambda text: console.print(escape(text)))
     except KernelEvoError as exc:
         fail(exc)

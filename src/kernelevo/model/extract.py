@@ -18,7 +18,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from kernelevo.errors import ConfigError, TaskError
 from kernelevo.model.contract import ModelFile, build_model, import_model_file, model_file, \
@@ -51,8 +51,13 @@ class HotSpot:
 
 
 def select_hot(profile: ModelProfile, top: int, *, paths: list[str] | None = None,
-               leaves: bool = False) -> list[HotSpot]:
-    """The `top` hottest extractable groups, none inside another (or exactly `paths`)."""
+               leaves: bool = False,
+               keep: Callable[[HotSpot], bool] | None = None) -> list[HotSpot]:
+    """The `top` hottest extractable groups, none inside another (or exactly `paths`).
+
+    With `keep`, groups it refuses are passed over, so a submodule inside one
+    of them may be taken instead.
+    """
     stats = {s.path: s for s in profile.modules}
     if paths:
         return [_named_spot(stats, path) for path in paths]
@@ -68,6 +73,8 @@ def select_hot(profile: ModelProfile, top: int, *, paths: list[str] | None = Non
     for spot in spots:
         if len(chosen) == top:
             break
+        if keep is not None and not keep(spot):
+            continue
         if not any(_overlaps(a, b) for a in spot.paths for c in chosen for b in c.paths):
             chosen.append(spot)
     return chosen

@@ -21,7 +21,7 @@ from typing import Any, Callable
 from kernelevo.budget import parse_duration_s, parse_tokens, parse_usd
 from kernelevo.errors import ConfigError
 from kernelevo.model.contract import build_model, device_for, dtype_of, model_file, moved
-from kernelevo.model.extract import extract, read_manifest, select_hot
+from kernelevo.model.extract import HotSpot, extract, read_manifest, select_hot
 from kernelevo.model.profile import ModelProfile, profile_built
 from kernelevo.paths import check_folder
 
@@ -83,7 +83,7 @@ def optimize(options: OptimizeOptions, *, evolve: Evolve | None = None,
     verification = verify(original, built.module, built.inputs, device=device,
                           compile_backend=options.compile_backend, timed=options.timed)
     data = report_data(profile.to_dict(), applied.to_dict(), verification.to_dict(),
-                       state["tasks"])
+                       state["tasks"], passed_over=state.get("passed_over"))
     json_path, md_path = write_report(out, data)
     say(f"report: {md_path} and {json_path}")
     return data
@@ -126,8 +126,7 @@ def _extract_once(out: Path, state: dict[str, Any], profile: ModelProfile,
     tasks_dir = out / "tasks"
     if "extract" in state["done"]:
         return tasks_dir
-    spots = select_hot(profile, options.top, paths=list(options.paths) or None,
-                       leaves=options.leaves)
+    spots = choose_spots(profile, options, state, say)
     extract(profile, spots, tasks_dir)
     state["done"].append("extract")
     state["tasks"] = {spot.name: {"status": "pending", "paths": list(spot.paths)}
@@ -135,6 +134,50 @@ def _extract_once(out: Path, state: dict[str, Any], profile: ModelProfile,
     save_state(out, state)
     say(f"extracted {len(spots)} tasks: {', '.join(s.name for s in spots)}")
     return tasks_dir
+
+
+def choose_spots(profile: ModelProfile, options: OptimizeOptions, state: dict[str, Any],
+                 say: Say) -> list[HotSpot]:
+    """The hot spots to search: without an LLM, the hottest that have a seed kernel.
+
+    The tuner alone cannot start without a seed, so a hotter group without one
+    is passed over (and said so, with what would let it in) rather than
+    extracted only to be skipped.
+    """
+    paths = list(options.paths) or None
+    hottest = select_hot(profile, options.top, paths=paths, leaves=options.leaves)
+    if options.models or paths:
+        return hottest
+    workable = select_hot(profile, options.top, leaves=options.leaves,
+                          keep=lambda spot: _seed_kernel(options.seeds_dir, spot.name)
+                          is not None)
+    if hottest and not workable:
+        names = ", ".join(spot.name for spot in hottest)
+        raise ConfigError(f"no hot submodule has a seed kernel and no --model is given (the "
+                          f"hottest tasks are {names}): {_seed_fix(options, hottest[0].name)}")
+    chosen = {spot.name for spot in workable}
+    passed_over = [spot for spot in hottest if spot.name not in chosen
+                   and _seed_kernel(options.seeds_dir, spot.name) is None]
+    state["passed_over"] = [{"name": spot.name, "paths": list(spot.paths),
+                             "share": sum(s.share for s in spot.stats),
+                             "reason": no_seed_reason(options, spot.name)}
+                            for spot in passed_over]
+    for record in state["passed_over"]:
+        say(f"{record['name']} ({record['share']:.1%} of the forward): passed over, "
+            f"{record['reason']}")
+    return workable
+
+
+def no_seed_reason(options: OptimizeOptions, name: str) -> str:
+    """Why a task cannot be searched without an LLM, and what would let it be."""
+    missing = "no seed kernel in --seeds" if options.seeds_dir else "no --seeds"
+    return f"{missing} and no --model: {_seed_fix(options, name)}"
+
+
+def _seed_fix(options: OptimizeOptions, name: str) -> str:
+    if options.seeds_dir:
+        return f"add {Path(options.seeds_dir) / f'{name}.py'} or pass --model/--base-url"
+    return f"pass --seeds DIR holding {name}.py, or --model/--base-url"
 
 
 def _search_once(out: Path, state: dict[str, Any], entry: dict[str, Any],
@@ -145,8 +188,7 @@ def _search_once(out: Path, state: dict[str, Any], entry: dict[str, Any],
         return
     seed = _seed_kernel(options.seeds_dir, name)
     if not options.models and seed is None:
-        record.update(status="skipped", reason="no LLM configured and no seed kernel for the "
-                      "tuner (give --model, or --seeds DIR holding " f"{name}.py)")
+        record.update(status="skipped", reason=no_seed_reason(options, name))
         save_state(out, state)
         say(f"{name}: skipped ({record['reason']})")
         return

@@ -16,10 +16,14 @@ MARKDOWN_NAME = "model_report.md"
 
 def report_data(profile: dict[str, Any] | None, applied: dict[str, Any] | None,
                 verification: dict[str, Any] | None,
-                kernels: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
-    """One dict: the profile, the swaps, the per-task search results and the verification."""
+                kernels: dict[str, dict[str, Any]] | None = None,
+                passed_over: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """One dict: the profile, the swaps, the per-task search results and the verification.
+
+    `passed_over` lists hot groups `optimize` did not extract, each with why.
+    """
     return {"profile": profile, "applied": applied, "kernels": kernels or {},
-            "verification": verification}
+            "passed_over": passed_over or [], "verification": verification}
 
 
 def write_report(out_dir: str | Path, data: dict[str, Any]) -> tuple[Path, Path]:
@@ -36,7 +40,8 @@ def report_markdown(data: dict[str, Any]) -> str:
     if data.get("profile"):
         parts.append(_profile_section(data["profile"]))
     if data.get("applied"):
-        parts.append(_applied_section(data["applied"], data.get("kernels") or {}))
+        parts.append(_applied_section(data["applied"], data.get("kernels") or {},
+                                      data.get("passed_over") or []))
     if data.get("verification"):
         parts.append(_verification_section(data["verification"]))
     return "\n".join(parts)
@@ -59,7 +64,8 @@ def _profile_section(profile: dict[str, Any]) -> str:
             f"{profile['precision']}; forward {profile['total_ms']:.3f} ms)\n\n" + _table(rows))
 
 
-def _applied_section(applied: dict[str, Any], kernels: dict[str, dict[str, Any]]) -> str:
+def _applied_section(applied: dict[str, Any], kernels: dict[str, dict[str, Any]],
+                     passed_over: list[dict[str, Any]]) -> str:
     rows = [["module", "task", "kernel", "checked at", "max abs error", "task speedup"]]
     for swap in applied["swapped"]:
         gain = kernels.get(swap["task"], {}).get("speedup_vs_eager")
@@ -68,6 +74,9 @@ def _applied_section(applied: dict[str, Any], kernels: dict[str, dict[str, Any]]
                      f"{swap['max_abs_error']:.2e}", f"{gain:.2f}x" if gain else "-"])
     for skip in applied["skipped"]:
         rows.append([skip["path"], skip["task"], "none", skip["reason"], "-", "-"])
+    for spot in passed_over:
+        rows.append([", ".join(spot["paths"]), spot["name"], "none",
+                     "not extracted: " + spot["reason"], "-", "-"])
     return "## Kernels\n\n" + _table(rows)
 
 
