@@ -86,3 +86,23 @@ def test_timing_runs_on_one_core_and_returns_to_where_it_ran() -> None:
     assert os.sched_getaffinity(0) == before
     assert visible_gpu_ordinal({"CUDA_VISIBLE_DEVICES": "3,1"}) == 3
     assert visible_gpu_ordinal({"CUDA_VISIBLE_DEVICES": "GPU-uuid"}) == 0
+
+
+def test_the_compile_baseline_calls_the_task_on_every_set_inside_one_compiled_model() -> None:
+    import torch
+
+    from kernelevo.evaluate.worker_timing import CompiledInAModel, InAModel, model_calls
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())
+    sets = [[torch.randn(4, 8)] for _ in range(4)]
+    compiled = CompiledInAModel(torch.compile(InAModel(model), backend="eager"), sets[1:])
+    assert compiled.calls_per_invocation == 4
+    with torch.no_grad():
+        outputs = compiled(*sets[0])
+        assert len(outputs) == 4
+        for inputs, output in zip(sets, outputs):
+            assert torch.equal(output, model(*inputs))
+        fresh = torch.randn(4, 8)  # the timed set changes between rounds: its output follows
+        assert torch.equal(compiled(fresh)[0], model(fresh))
+    assert model_calls(4, sets[0], "cpu") == 4 and model_calls(1, sets[0], "cuda") == 1

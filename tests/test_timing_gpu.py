@@ -98,3 +98,29 @@ def test_the_softmax_reference_is_timed_on_the_tasks_own_values():
     for name in ("candidate", "eager", "compile"):
         stats = verdict.measures["gpu"][name]
         assert stats.iqr_ms < 0.1 * stats.median_ms, (name, stats)
+
+
+def test_a_contestant_of_several_calls_an_invocation_is_timed_per_call():
+    """The compile baseline's way: one invocation, four calls of the task, a quarter of its time."""
+    import torch
+
+    from kernelevo.evaluate.timing import time_contestants
+
+    x = torch.randn(4096, 4096, device="cuda")
+    sets = [[x], [x.clone()]]
+
+    def once(a):
+        return torch.tanh(a @ a)
+
+    class Four:
+        calls_per_invocation = 4
+
+        def __call__(self, a):
+            return tuple(once(a) for _ in range(4))
+
+    config = TimingConfig(min_samples=10, max_samples=20, target_ms=50, call_target_ms=50)
+    with torch.no_grad():
+        run = time_contestants({"once": once, "four": Four()}, sets, config, lambda *_: None)
+    for measure in ("gpu", "call"):
+        one, four = run.measures[measure]["once"], run.measures[measure]["four"]
+        assert four.median_ms == pytest.approx(one.median_ms, rel=0.15), measure

@@ -47,6 +47,13 @@ class TimingConfig:
     # multi-kernel tasks the gpu measure called kernels faster that a user
     # calling them finds slower (bench/RESULTS.md, issue 19).
     measure: Annotated[str, OneOf(TIMING_MEASURES)] = "call"
+    # torch.compile is timed per call of the task inside one compiled model
+    # that calls it on this many input sets, as compile users get it: a whole
+    # compiled model enters its compiled code once per model call, not once
+    # per small module in it (that entry cost 30-125 us a call on an H100,
+    # more than eager's whole call on small tasks: bench/RESULTS.md). 1: the
+    # task's module compiled and timed alone.
+    compile_model_calls: Annotated[int, Bound(1, 16)] = 4
     # length of one loop of back-to-back calls: long enough that the loop's
     # own start and end (a synchronisation, the first launch's latency) are
     # a small part of it

@@ -35,7 +35,8 @@ from kernelevo.config import TimingConfig
 
 # Times stored before the store's entries came from a trusted worker only
 # (they were read off a candidate's verdict) are never reused.
-_FORMAT = "trusted-warmup-1"
+# Format 2: torch.compile timed per call inside a compiled model of several calls.
+_FORMAT = "trusted-warmup-2"
 # A probe this far from its stored time, either way, on any measure it checks: drift.
 DRIFT = 0.10
 # Stored times stand in only for baselines this slow a call (by the call

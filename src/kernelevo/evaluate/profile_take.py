@@ -76,7 +76,8 @@ def profile_candidates(loaded: dict[int, Any], baselines: dict[str, Any], task: 
     launches = {}
     for name, model in baselines.items():
         try:
-            launches[name] = take_breakdown(model, inputs, device=device).launches_per_call
+            per_call = take_breakdown(model, inputs, device=device).launches_per_call
+            launches[name] = per_call / getattr(model, "calls_per_invocation", 1)
         except Exception:  # a baseline's count only adds the fusion clause
             continue
     profiles = {}

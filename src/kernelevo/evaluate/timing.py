@@ -194,6 +194,7 @@ class _Sampler:
         l2_bytes = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20)
         self.flush = torch.empty(max(2 * l2_bytes, 1 << 20), dtype=torch.int8, device="cuda")
         self.arena, self.sets = arena, sets
+        self.shares: dict[str, int] = {}  # calls of the task per invocation, when not 1
         self.sleeper = _Sleeper()
         self.start = torch.cuda.Event(enable_timing=True)
         self.end = torch.cuda.Event(enable_timing=True)
@@ -260,6 +261,11 @@ def _warm(call: Callable[[], Any], warmup_ms: float) -> tuple[float, float]:
     return (time.perf_counter() - started) * 1e3 / calls, statistics.median(queue_ms)
 
 
+def _per_call(warmed: tuple[float, float], share: int) -> tuple[float, float]:
+    """(ms per call of the task, host ms to queue one invocation) of a warm-up."""
+    return warmed[0] / share, warmed[1]
+
+
 def _calls(contestants: dict[str, Contestant], arena: list[Any], config: TimingConfig,
            run: TimingRun) -> tuple[dict[str, Callable[[], Any]], set[str]]:
     """A zero-argument call per contestant (a graph replay with cuda_graph on)."""
@@ -301,13 +307,18 @@ def time_contestants(contestants: dict[str, Contestant], sets: list[list[Any]],
     """
     run = TimingRun()
     run.brief = dict(brief or {})
+    # a contestant that makes several calls of the task per invocation (the
+    # compile baseline inside a compiled model) is timed per call of the task
+    shares = {name: getattr(fn, "calls_per_invocation", 1) for name, fn in contestants.items()}
     count = launches or (lambda: 0)
     rotation = _Rotation(len(sets), counted)
     arena = [x.clone() if isinstance(x, torch.Tensor) else x for x in sets[0]]
     sampler = _Sampler(arena, sets)
     started = time.perf_counter()
     calls, graphed = _calls(contestants, arena, config, run)
-    warm = {name: _warm(call, config.warmup_ms) for name, call in calls.items()}
+    warm = {name: _per_call(_warm(call, config.warmup_ms), shares[name])
+            for name, call in calls.items()}
+    sampler.shares = shares
     run.seconds["warm"] = time.perf_counter() - started
     # As timeit does: a collection of this process's many objects (torch,
     # inductor) would land on whichever call happens to trigger it.
@@ -348,6 +359,8 @@ def _gpu_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, 
                 continue
             before = launch_count()
             event_ms, tail_ms, output = sampler.sample(calls[name], set_index, hold_ms[name])
+            share = sampler.shares.get(name, 1)
+            event_ms, tail_ms = event_ms / share, tail_ms / share
             run.count_launches("gpu", name, launch_count() - before)
             events[name].append((set_index, event_ms))
             tails[name].append((set_index, tail_ms))
@@ -371,9 +384,10 @@ def _call_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float,
     """Loops of back-to-back calls (at least 2 ms each), interleaved; median per call."""
     if not calls:
         return {}
-    per_loop = {name: int(min(1000, max(3, config.call_loop_ms / per_call)))
+    share = {name: sampler.shares.get(name, 1) for name in warm}
+    per_loop = {name: int(min(1000, max(3, config.call_loop_ms / (per_call * share[name]))))
                 for name, (per_call, _) in warm.items()}
-    slowest_loop = max(per_loop[name] * warm[name][0] for name in calls)
+    slowest_loop = max(per_loop[name] * warm[name][0] * share[name] for name in calls)
     loops = int(min(30, max(5, config.call_target_ms / slowest_loop)))
     samples: dict[str, list[tuple[int, float]]] = {name: [] for name in calls}
     for index in range(rotation.rounds(loops, 5)):
@@ -383,6 +397,7 @@ def _call_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float,
                 continue
             before = launch_count()
             per_call_ms, output = sampler.loop(calls[name], set_index, per_loop[name])
+            per_call_ms /= sampler.shares.get(name, 1)
             run.count_launches("call", name, (launch_count() - before) / per_loop[name])
             samples[name].append((set_index, per_call_ms))
             run.keep_round("call", name, index, set_index, per_call_ms, rotation)
@@ -416,7 +431,7 @@ def _kernelbench_time(calls: dict[str, Callable[[], Any]], sampler: _Sampler,
             end.record()
             torch.cuda.synchronize()
             if index:
-                samples[name].append(start.elapsed_time(end))
+                samples[name].append(start.elapsed_time(end) / sampler.shares.get(name, 1))
             run.drop(calls, name, after(name, "kernelbench", set_index, output))
     return {name: summarize(samples[name], "kernelbench") for name in calls if samples[name]}
 
