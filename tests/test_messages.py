@@ -28,6 +28,7 @@ EXAMPLES = [
                                         "samples": 5, "method": "call_loop",
                                         "mean_ms": 1.0}}},
            notes=("a note",), inconsistent={"0": "while timing: x"}, compile_s=2.5,
+           ranges={"0": {"call": {"eager": [1.5, 1.75], "compile": [0.9, 1.0]}}},
            versions={"torch": "2.13"}),
     OracleDone(kept_sets=(0, 1, 2), variants_used=(None, None, 64.0), stress={"2": "scale 64"},
                structure="tuple:2", ops=("aten::mm",), flops=1e6, bytes=4096,

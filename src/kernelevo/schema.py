@@ -85,7 +85,7 @@ def describe(hint: Any) -> str:
         if isinstance(constraint, OneOf):
             return "one of " + ", ".join(constraint.choices)
     origin = typing.get_origin(bare)
-    if origin is tuple:
+    if origin in (tuple, list):
         item = describe(typing.get_args(bare)[0])
         return f"a list of {item[len('one of '):] if item.startswith('one of ') else _plural(item)}"
     if origin is dict:
@@ -144,6 +144,8 @@ def _convert(bare: Any, value: Any) -> Any:
     origin, args = typing.get_origin(bare), typing.get_args(bare)
     if origin is tuple and isinstance(value, (list, tuple)):
         return tuple(check_value(args[0], item) for item in value)
+    if origin is list and isinstance(value, (list, tuple)):
+        return [check_value(args[0], item) for item in value]
     if origin is dict and isinstance(value, Mapping):
         return {str(key): _entry(args[1], key, item) for key, item in value.items()}
     return _WRONG
