@@ -1,7 +1,8 @@
 """The judge's speedups against a plain process's, on KernelBench level-1 and level-2 tasks.
 
     python3 bench/speed_agreement.py --kb .kb0 --out DIR [--plain PATH] [--runs 3]
-                                     [--only l2_81,...] [--suite-args "..."]
+                                     [--shard I/N] [--only l2_81,...] [--suite-args "..."]
+    python3 bench/speed_agreement.py --out DIR --summarize SHARD_DIR ...   # one table
 
 One GPU run: `kernelevo suite` judges every pair below with default flags
 (the task files copied into DIR/tasks, the candidates into DIR/solutions),
@@ -211,29 +212,60 @@ def markdown(table: list[dict], facts: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def merge(folders: list[Path], out: Path) -> None:
+    """One table from several shards' agreement.json (each shard one device call)."""
+    table, facts = [], None
+    for folder in folders:
+        data = json.loads((folder / "agreement.json").read_text())
+        table += data["rows"]
+        if facts is None:
+            facts = dict(data["facts"])
+        else:
+            facts["suite_s"] += data["facts"]["suite_s"]
+            facts["plain_s"] += data["facts"]["plain_s"]
+    if facts is None:
+        raise SystemExit("--summarize: give the shards' output folders")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "agreement.json").write_text(json.dumps({"facts": facts, "rows": table}, indent=1))
+    text = markdown(table, facts)
+    (out / "agreement.md").write_text(text)
+    print(text)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--kb", type=Path, required=True)
+    parser.add_argument("--kb", type=Path)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--plain", type=Path, default=None)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--only", default="", help="comma-separated stems' prefixes, e.g. l2_81")
     parser.add_argument("--suite-args", default="", help="extra flags for kernelevo suite")
+    parser.add_argument("--shard", default="1/1",
+                        help="I/N: every Nth pair from the Ith (a plain run costs about 10 s "
+                             "a pair, so 32 pairs x 3 runs need about 3 device calls of 9 min)")
+    parser.add_argument("--summarize", nargs="*", type=Path, default=None,
+                        help="merge these shards' agreement.json into --out's table; no GPU")
     args = parser.parse_args()
+    if args.summarize is not None:
+        merge(args.summarize, args.out)
+        return
     import torch
     import triton
 
     if not torch.cuda.is_available():
         raise SystemExit("speed_agreement.py times on a GPU: none here")
+    if args.kb is None:
+        raise SystemExit("--kb: give a KernelBench checkout")
     plain = args.plain or next((p for p in (HERE.parent.parent / "shared/tools/plain_timing.py",
                                             HERE.parent / ".plain/plain_timing.py")
                                 if p.exists()), None)
     if plain is None or not plain.exists():
         raise SystemExit("plain_timing.py not found: pass --plain PATH")
-    pairs = PAIRS
+    index, count = (int(x) for x in args.shard.split("/"))
+    pairs = PAIRS[index - 1::count]
     if args.only:
         wanted = tuple(args.only.split(","))
-        pairs = [p for p in PAIRS if f"l{p[0]}_{p[1]}" in wanted]
+        pairs = [p for p in pairs if f"l{p[0]}_{p[1]}" in wanted]
     args.out.mkdir(parents=True, exist_ok=True)
     staged = stage(args.kb, args.out, pairs)
     rows, suite_s = run_suite(args.out, args.suite_args.split())
