@@ -197,3 +197,13 @@ def test_a_reference_with_some_nan_still_judges_a_candidate_that_matches(tmp_pat
     config = EvalConfig(device="cpu", static_checks=False, vary_shapes=False)
     verdict = Judge(load_task(str(path)), config).evaluate(seed)
     assert verdict.status == "ok", verdict.message
+
+
+def test_a_search_on_a_task_whose_reference_raises_ends_failed_naming_the_task(tmp_path):
+    """Seeds alone, no model: the run must not call 'nothing left to try' a success."""
+    path = task_file(tmp_path, "return x + y", "raise RuntimeError('the reference is broken')")
+    done = cli("evolve", str(path), "--seed", HONEST, "--candidates", "1",
+               "--runs-dir", str(tmp_path / "runs"))
+    assert done.exit_code == 1, done.output
+    assert "the task failed" in done.output and "the reference is broken" in done.output
+    assert str(path) in done.output and "Traceback" not in done.output

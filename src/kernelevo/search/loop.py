@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Coroutine
 
 from kernelevo.budget import Budget, BudgetExhausted
 from kernelevo.candidate import Candidate
+from kernelevo.errors import TaskError
 from kernelevo.evaluate.protocol import JudgeLike
 from kernelevo.evaluate.verdict import Verdict, verdict_for
 from kernelevo.llm.protocol import LLMError
@@ -297,6 +298,9 @@ class Evolution:
             self.first_evaluation = self.first_evaluation or started
             try:
                 verdict = await loop.run_in_executor(executor, judge.evaluate, stored.candidate)
+            except TaskError as exc:  # the task's own reference failed: no candidate can pass
+                verdict = verdict_for("exited_early", f"the task failed, not the candidate: {exc}")
+                self._fail("error", f"the task failed: {exc}")
             except Exception as exc:  # a task problem mid-run must not kill the search
                 verdict = verdict_for("exited_early", f"the judge failed: {exc}")
             finally:
