@@ -28,6 +28,12 @@ def is_kernel(status: str | None, backend: str, flags: tuple[str, ...]) -> bool:
     return status == "ok" and backend in KERNEL_BACKENDS and NO_CUSTOM_KERNEL_FLAG not in flags
 
 
+def speedup_to_beat(speedup: float, high: float | None) -> float:
+    """What a rival's speedup must exceed to count as faster: the high end of this
+    speedup's interval (what a rerun can show), the speedup itself without one."""
+    return speedup if high is None or high < speedup else high
+
+
 # The verdicts that carry the flag. The `instr` test is the WHERE of the partial
 # index store_schema.INDEXES["verdict_flagged"], written out the same so SQLite
 # uses it: the few verdicts that name the flag are found without reading the
