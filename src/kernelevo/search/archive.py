@@ -369,29 +369,31 @@ class Archive:
         archive = cls(**settings)
         for verdict in judged:
             archive.add(verdict.id, verdict.cell,
-                        fitness_of(verdict.status, verdict.speedup_vs_eager), verdict.island or 0)
+                        fitness_of(verdict.status, verdict.speedup_vs_eager), verdict.island or 0,
+                        fitness_high_of(verdict.status, verdict.speedup_vs_eager_high))
         return archive
 
     @classmethod
-    def replay_offers(cls, offers: Iterable[tuple[int, str, Sequence[Hashable], int, float]],
+    def replay_offers(cls, offers: Iterable[tuple[int, str, Sequence[Hashable], int, float,
+                                                  float | None]],
                       additions: int, failures: Iterable[tuple[int, Sequence[Hashable], int]],
                       **settings: Any) -> Archive:
         """`replay` from only the verdicts that could become elites (Briefs.archive_offers).
 
-        offers: (place from 1, candidate id, cell, island, fitness) in order;
-        `additions` verdicts in all; failures: (island, cell, count). Every
-        migration falls where `replay` would make it.
+        offers: (place from 1, candidate id, cell, island, fitness, fitness's
+        high end or None) in order; `additions` verdicts in all; failures:
+        (island, cell, count). Every migration falls where `replay` would make it.
         """
         archive = cls(**settings)
         for island, cell, count in failures:
             archive._check_island(island)
             archive.islands[island].failures[tuple(cell)] += count
         settled = [False]  # whether a migration now would move nothing
-        for place, candidate_id, cell, island, fitness in offers:
+        for place, candidate_id, cell, island, fitness, high in offers:
             archive._check_island(island)
             archive._migrate_until(place - 1, settled)
             if archive.islands[island].offer(Elite(candidate_id, tuple(cell), float(fitness),
-                                                   island, place)):
+                                                   island, place, high)):
                 settled[0] = False
             archive._migrate_until(place, settled)
         archive._migrate_until(additions, settled)
