@@ -222,6 +222,40 @@ def test_elite_is_replaced_only_by_a_strictly_fitter_candidate() -> None:
     assert archive.best().candidate_id == "c4"
 
 
+def test_a_challenger_inside_the_elites_interval_is_a_tie_and_keeps_the_incumbent() -> None:
+    archive = Archive(num_islands=1, rng=random.Random(1), migration_interval=0)
+    assert archive.add("c1", CELL_A, 2.0, 0, fitness_high=2.3)  # a rerun may show up to 2.3x
+    assert not archive.add("c2", CELL_A, 2.1, 0, fitness_high=2.4)  # 5 % faster: inside
+    assert not archive.add("c3", CELL_A, 2.3, 0)  # at the high end: still a tie
+    assert [e.candidate_id for e in archive.elites()] == ["c1"]
+    assert archive.add("c4", CELL_A, 2.31, 0, fitness_high=2.6)  # above it: a new elite
+    assert (archive.best().candidate_id, archive.best().to_beat) == ("c4", 2.6)
+    assert not archive.add("c5", CELL_A, 2.5, 0)  # inside the new elite's interval
+
+
+def test_without_an_interval_any_fitter_candidate_replaces_the_elite() -> None:
+    archive = Archive(num_islands=1, rng=random.Random(1), migration_interval=0)
+    assert archive.add("c1", CELL_A, 2.0, 0)
+    assert archive.add("c2", CELL_A, 2.1, 0, fitness_high=2.4)  # c1 had no interval
+    assert not archive.add("c3", CELL_A, 2.2, 0)
+    # A high end below the fitness (rounded intervals) never lowers the bar.
+    archive.add("c4", CELL_B, 1.5, 0, fitness_high=1.4999)
+    assert archive.elites(0)[-1].to_beat == 1.5 and not archive.add("c5", CELL_B, 1.5, 0)
+
+
+def test_migrants_carry_their_interval_and_tie_inside_the_incumbents() -> None:
+    archive = Archive(num_islands=2, rng=random.Random(0), migration_interval=0)
+    archive.add("steady", CELL_A, 2.0, 0, fitness_high=2.5)
+    archive.add("noisy", CELL_A, 2.2, 1, fitness_high=3.0)
+    moves = archive.migrate()
+    # 2.2 is inside steady's [.., 2.5]; 2.0 is inside noisy's too: nothing moves.
+    assert [(m.candidate_id, m.accepted) for m in moves] == [("steady", False), ("noisy", False)]
+    archive.add("clear", CELL_A, 3.1, 1)
+    moves = archive.migrate()
+    assert ("clear", True) in [(m.candidate_id, m.accepted) for m in moves]
+    assert archive.best(0).candidate_id == "clear"
+
+
 def test_failures_never_displace_elites_but_are_counted() -> None:
     archive = Archive(num_islands=2, rng=random.Random(1), migration_interval=0)
     archive.add("c1", CELL_A, 0.8, 0)
@@ -351,12 +385,15 @@ def test_migration_runs_every_interval_additions() -> None:
 
 
 def random_entries(count: int, seed: int) -> list[ArchiveEntry]:
+    """Failures and fitnesses, half of these with an interval up to 40 % wide."""
     rng = random.Random(seed)
     cells = [("triton", str(fusion), dot) for fusion in range(3) for dot in (False, True)]
     entries = []
     for index in range(count):
         fitness = None if rng.random() < 0.2 else round(rng.uniform(0.1, 5.0), 3)
-        entries.append(ArchiveEntry(f"c{index:04d}", rng.choice(cells), fitness, rng.randrange(3)))
+        high = None if fitness is None or rng.random() < 0.5 else fitness * rng.uniform(1, 1.4)
+        entries.append(ArchiveEntry(f"c{index:04d}", rng.choice(cells), fitness,
+                                    rng.randrange(3), high))
     return entries
 
 
@@ -365,7 +402,7 @@ def test_rebuild_reproduces_the_live_archive() -> None:
     settings = {"num_islands": 3, "migration_interval": 10, "migration_count": 2}
     live = Archive(rng=random.Random(1), **settings)
     for entry in entries:
-        live.add(entry.candidate_id, entry.cell, entry.fitness, entry.island)
+        live.add(entry.candidate_id, entry.cell, entry.fitness, entry.island, entry.fitness_high)
         live.sample_parent(entry.island)  # sampling between additions must not matter
     rebuilt = Archive.rebuild(entries, rng=random.Random(99), **settings)
     for island in range(3):
@@ -376,11 +413,14 @@ def test_rebuild_reproduces_the_live_archive() -> None:
 def test_snapshot_restore_round_trip_continues_identically() -> None:
     archive = Archive(num_islands=3, rng=random.Random(7), migration_interval=10, top_k=2)
     for entry in random_entries(60, seed=4):
-        archive.add(entry.candidate_id, entry.cell, entry.fitness, entry.island)
+        archive.add(entry.candidate_id, entry.cell, entry.fitness, entry.island,
+                    entry.fitness_high)
     archive.choose_island()
     data = json.loads(json.dumps(archive.snapshot()))
     restored = Archive.restore(data, random.Random())
     assert restored.snapshot() == data
+    assert any(e.fitness_high is not None for e in restored.elites())
+    assert [e.to_beat for e in restored.elites()] == [e.to_beat for e in archive.elites()]
     for island in range(3):
         assert restored.elites(island) == archive.elites(island)
         assert restored.failures(island) == archive.failures(island)
@@ -391,6 +431,18 @@ def test_snapshot_restore_round_trip_continues_identically() -> None:
         assert restored.sample_inspirations(island, parent_id, 3) == archive.sample_inspirations(
             island, parent_id, 3
         )
+
+
+def test_a_format_1_snapshot_restores_with_no_intervals() -> None:
+    archive = Archive(num_islands=1, rng=random.Random(0), migration_interval=0)
+    archive.add("c1", CELL_A, 2.0, 0, fitness_high=2.5)
+    data = json.loads(json.dumps(archive.snapshot()))
+    data["format"] = 1
+    for elite in data["islands"][0]["elites"]:
+        del elite["fitness_high"]
+    restored = Archive.restore(data)
+    assert restored.best().fitness_high is None
+    assert restored.add("c2", CELL_A, 2.1, 0)  # beyond 2.0: the rule of an elite without one
 
 
 def test_restore_refuses_unknown_formats() -> None:

@@ -1,6 +1,8 @@
-"""A resumed run's start: its archive from the indexed columns, its first LLM request
-before its judges (and torch) are ready, and a judge that fails then ends it with why."""
+"""A resumed run's start: its archive from the indexed columns (the live run's, speedup
+intervals and all), its first LLM request before its judges (and torch) are ready, and a
+judge that fails then ends it with why."""
 
+import asyncio
 import random
 import threading
 from pathlib import Path
@@ -22,6 +24,7 @@ from tests.conftest import ROOT
 from tests.fakes.openai_server import FakeOpenAIServer, Status
 
 TASK = ROOT / "tests/fixtures/tasks/add.py"
+CUDA_SEED = (ROOT / "tests/fixtures/candidates/honest_cuda_add.py").read_text()
 CELLS = [("triton", fusion, tensor_cores, "direct", block)
          for fusion in ("0", "1") for tensor_cores in (False, True)
          for block in ("small", "large")]
@@ -78,6 +81,60 @@ def test_resume_rebuilds_the_archive_a_replay_of_every_verdict_builds(tmp_path):
     assert [e.candidate_id for e in evolution.archive.elites()] == [
         e.candidate_id for e in replayed.elites()]
     assert len(unjudged) == 3 and len(pending) == 3 and pending == unjudged
+
+
+class _NoisyJudge:
+    """Passes every candidate at a random speedup that a rerun may move 10-40 %: many
+    newcomers land inside an elite's interval, where the search calls them ties."""
+
+    device = "cpu"
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+
+    def evaluate(self, candidate: Candidate) -> Verdict:
+        speedup, spread = self.rng.uniform(1.0, 3.0), self.rng.uniform(0.1, 0.4)
+        return verdict_for("passed", speedup_vs_eager=speedup, timing_measure="call",
+                           speedup_ranges={"call": {"eager": [speedup / (1 + spread),
+                                                              speedup * (1 + spread)]}})
+
+    def prebuild(self, candidate: Candidate) -> None:
+        return None
+
+
+class _CopyingProposer:
+    """Answers every call at once with a distinct copy of the seed: one cell per island."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def propose(self, parent, inspirations, repair=False):
+        from kernelevo.search.proposals import Proposal
+
+        self.calls += 1
+        return Proposal(candidate=Candidate(f"// copy {self.calls}\n{CUDA_SEED}", "cuda",
+                                            origin="llm"))
+
+
+def test_resume_rebuilds_the_live_archive_with_speedup_intervals(tmp_path):
+    search = SearchConfig(backend="cuda", islands=3, migration_interval=4, tuner_variants=0,
+                          llm_in_flight=2)
+    with RunStore.create(tmp_path, "add", TASK.read_text(), {}) as store:
+        live = Evolution(store, [_NoisyJudge(seed=5)], search, Budget(candidates=40),
+                         _CopyingProposer())
+        live.seed([Candidate(CUDA_SEED, "cuda", origin="seed")])
+        asyncio.run(live.run())
+        judged = store.briefs.judged_in_order()
+        resumed = Evolution(store, [], search, Budget(), None)
+        resumed.resume()
+    assert len(judged) == 41 and all(j.speedup_vs_eager_high for j in judged)
+    assert _state(resumed.archive) == _state(live.archive)
+    assert any(e.fitness_high for island in resumed.archive.islands
+               for e in island.elites.values())
+    # Judged by points alone, the same verdicts would have made another archive.
+    points = Archive.replay([j._replace(speedup_vs_eager_high=None) for j in judged],
+                            **live.archive.settings())
+    assert _state(points) != _state(live.archive)
 
 
 def _run_to_resume(runs: Path, base_url: str) -> Path:

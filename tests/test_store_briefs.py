@@ -6,6 +6,7 @@ test compares the two on runs written through the store's API.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import sqlite3
 from pathlib import Path
@@ -50,16 +51,26 @@ def random_run(store: RunStore, rng: random.Random, count: int) -> None:
 
 
 def random_verdict(rng: random.Random) -> Verdict:
+    """Any verdict the rules tell apart; half the timed ones with a speedup interval."""
     speedup = rng.choice((None, 1.5, 2.0, 2.0, rng.uniform(0.5, 3.0)))
+    timing = interval(speedup, rng.uniform(0.05, 0.4)) if speedup and rng.random() < 0.5 else {}
     kind = rng.random()
     if kind < 0.25:
-        return verdict_for("output_mismatch", speedup_vs_eager=speedup)
+        return verdict_for("output_mismatch", speedup_vs_eager=speedup, **timing)
     if kind < 0.35:
-        return verdict_for("passed", speedup_vs_eager=speedup, flags=("no_custom_kernel",))
+        return verdict_for("passed", speedup_vs_eager=speedup, flags=("no_custom_kernel",),
+                           **timing)
     if kind < 0.4:  # the flag's name in a note only: not flagged
         return verdict_for("passed", speedup_vs_eager=speedup,
-                           notes=("checked: no_custom_kernel does not apply",))
-    return verdict_for("passed", speedup_vs_eager=speedup)
+                           notes=("checked: no_custom_kernel does not apply",), **timing)
+    return verdict_for("passed", speedup_vs_eager=speedup, **timing)
+
+
+def interval(speedup: float, spread: float) -> dict:
+    """A verdict's fields for a speedup of `speedup` within +-`spread` (a share) on a rerun."""
+    return {"timing_measure": "call",
+            "speedup_ranges": {"call": {"eager": [speedup * (1 - spread),
+                                                  speedup * (1 + spread)]}}}
 
 
 # -- the best kernel and the baseline -------------------------------------------
@@ -112,7 +123,8 @@ def test_ordered_reads_match_the_full_rows(tmp_path: Path, seed: int) -> None:
         kernels = {entry.id for entry in ranking.kernels}
         assert [tuple(j) for j in store.briefs.judged_in_order()] == [
             (c.id, c.cell, c.island, c.verdict.status, c.verdict.speedup_vs_eager,
-             c.verdict.speedup_vs_compile, c.evaluated_at, c.id in kernels) for c in judged]
+             c.verdict.speedup_vs_compile, c.evaluated_at, c.id in kernels,
+             c.verdict.speedup_vs_eager_high) for c in judged]
         timed = [c for c in full if c.verdict and c.verdict.ok
                  and c.verdict.speedup_vs_eager is not None]
         fastest = sorted(timed, key=lambda c: -c.verdict.speedup_vs_eager)[:5]
@@ -133,9 +145,10 @@ def test_candidate_briefs_hold_what_the_full_rows_hold(tmp_path: Path) -> None:
         flagged = add(store, "flagged", parents=(kernel, seed))
         add(store, "pending", parents=(kernel,))
         store.record_verdict(seed, timed(1.0, CPU))
-        store.record_verdict(kernel, timed(2.5, GPU))
+        store.record_verdict(kernel, dataclasses.replace(timed(2.5, GPU), **interval(2.5, 0.2)))
         store.record_verdict(flagged, verdict_for("passed", flags=("no_custom_kernel",)))
         briefs, full = store.briefs.candidates(), store.candidates()
+    assert briefs[1].speedup_vs_eager_high == pytest.approx(3.0)
     assert [brief.id for brief in briefs] == [stored.id for stored in full]
     for brief, stored in zip(briefs, full):
         verdict = stored.verdict
@@ -146,11 +159,12 @@ def test_candidate_briefs_hold_what_the_full_rows_hold(tmp_path: Path) -> None:
              stored.candidate.origin, stored.candidate.parent_ids, stored.island, stored.cell,
              stored.created_at, stored.state)
         assert (brief.status, brief.reason, brief.speedup_vs_eager, brief.speedup_vs_compile,
-                brief.runtime_ms, brief.evaluated_at, brief.flags) == \
+                brief.runtime_ms, brief.evaluated_at, brief.flags,
+                brief.speedup_vs_eager_high) == \
             ((verdict.status, verdict.reason, verdict.speedup_vs_eager,
               verdict.speedup_vs_compile, timing.median_ms if timing else None,
-              stored.evaluated_at, verdict.flags) if verdict
-             else (None, None, None, None, None, None, ()))
+              stored.evaluated_at, verdict.flags, verdict.speedup_vs_eager_high) if verdict
+             else (None, None, None, None, None, None, (), None))
 
 
 def test_spend_reads_match_the_calls(tmp_path: Path) -> None:

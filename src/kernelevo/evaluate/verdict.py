@@ -154,6 +154,15 @@ class Verdict:
         """Ok and computed by a custom kernel: what eval, compare and suites count."""
         return self.ok and NO_CUSTOM_KERNEL_FLAG not in self.flags
 
+    @property
+    def speedup_vs_eager_high(self) -> float | None:
+        """The high end of speedup_vs_eager's interval under the verdict's measure; None
+        without one. The search keeps an elite or a best until a rival beats this."""
+        if self.speedup_vs_eager is None:
+            return None
+        interval = self.speedup_ranges.get(self.timing_measure, {}).get("eager")
+        return float(interval[1]) if interval else None
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

@@ -1,10 +1,15 @@
 """The MAP-Elites archive: the fittest candidate per behaviour cell, per island.
 
 Fitness is the speedup over PyTorch eager (higher is better); a failed
-candidate has fitness None. Only a strictly fitter candidate replaces a
-cell's elite, so ties keep the incumbent and replays are deterministic.
-Failures never become elites; they are counted per cell, which tells the
-search where ideas keep breaking.
+candidate has fitness None. A timed speedup comes with the interval a rerun
+of the timing can show (Verdict.speedup_vs_eager_high is its high end): a
+launch-bound kernel's speedup moves 20-40 % between runs, so a challenger
+inside the elite's interval only ties with it. A candidate replaces a cell's
+elite only when its fitness is above the elite's high end, or above its
+fitness when it has no interval; ties keep the incumbent and replays are
+deterministic. Failures never become elites; they are counted per cell,
+which tells the search where ideas keep breaking. Ranking (parents,
+inspirations, `best`) stays by fitness alone.
 
 Islands evolve apart so one lineage cannot take over the whole archive;
 every `migration_interval` additions each island's top `migration_count`
@@ -34,20 +39,32 @@ from typing import Any
 
 from kernelevo.errors import ConfigError
 from kernelevo.evaluate.verdict import Verdict
-from kernelevo.store.records import Judged
+from kernelevo.store.records import Judged, speedup_to_beat
 
-SNAPSHOT_FORMAT = 1
+# 2: elites carry their fitness's high end; a format 1 snapshot has none.
+SNAPSHOT_FORMAT = 2
+_READABLE_FORMATS = (1, SNAPSHOT_FORMAT)
 
 
 @dataclass(frozen=True)
 class Elite:
-    """The best candidate of one cell on one island; `order` breaks fitness ties."""
+    """The best candidate of one cell on one island; `order` breaks fitness ties.
+
+    fitness_high: the high end of the fitness a rerun can show, None without
+    an interval.
+    """
 
     candidate_id: str
     cell: tuple[Hashable, ...]
     fitness: float
     island: int
     order: int
+    fitness_high: float | None = None
+
+    @property
+    def to_beat(self) -> float:
+        """The fitness a challenger must exceed to take this elite's cell."""
+        return speedup_to_beat(self.fitness, self.fitness_high)
 
 
 @dataclass(frozen=True)
@@ -58,6 +75,7 @@ class ArchiveEntry:
     cell: tuple[Hashable, ...]
     fitness: float | None
     island: int
+    fitness_high: float | None = None
 
 
 @dataclass(frozen=True)
@@ -87,9 +105,13 @@ class Island:
     _top: Elite | None = field(default=None, repr=False, compare=False)
 
     def offer(self, elite: Elite) -> bool:
-        """Keep `elite` if its cell is empty or it is strictly fitter."""
+        """Keep `elite` if its cell is empty or it is fitter than the incumbent's high end.
+
+        The incumbent's fitness and high end only ever rise: a newcomer is
+        above the old high end, and its own high end is at least its fitness.
+        """
         incumbent = self.elites.get(elite.cell)
-        if incumbent is not None and elite.fitness <= incumbent.fitness:
+        if incumbent is not None and elite.fitness <= incumbent.to_beat:
             return False
         self.elites[elite.cell] = elite
         self._ranked = None
@@ -167,7 +189,8 @@ def ring_migration(islands: Sequence[Island], count: int) -> list[Migration]:
         for elite in elites:
             # Built directly, not by dataclasses.replace: a resume replays a
             # migration every few verdicts, 5,000 of them at 50,000 candidates.
-            copy = Elite(elite.candidate_id, elite.cell, elite.fitness, target, elite.order)
+            copy = Elite(elite.candidate_id, elite.cell, elite.fitness, target, elite.order,
+                         elite.fitness_high)
             accepted = islands[target].offer(copy)
             moves.append(Migration(elite.candidate_id, source, target, accepted))
     return moves
@@ -208,9 +231,13 @@ class Archive:
         self.last_migration: list[Migration] = []
 
     def add(
-        self, candidate_id: str, cell: Sequence[Hashable], fitness: float | None, island: int
+        self, candidate_id: str, cell: Sequence[Hashable], fitness: float | None, island: int,
+        fitness_high: float | None = None,
     ) -> bool:
-        """Offer a result; True when it became its cell's elite on `island`."""
+        """Offer a result; True when it became its cell's elite on `island`.
+
+        fitness_high: the high end of `fitness`'s interval (None: no interval).
+        """
         self._check_island(island)
         cell = tuple(cell)
         self.additions += 1
@@ -219,7 +246,8 @@ class Archive:
             self.islands[island].failures[cell] += 1
             accepted = False
         else:
-            elite = Elite(candidate_id, cell, float(fitness), island, self.additions)
+            high = None if fitness_high is None else float(fitness_high)
+            elite = Elite(candidate_id, cell, float(fitness), island, self.additions, high)
             accepted = self.islands[island].offer(elite)
         if self.migration_interval and self.additions % self.migration_interval == 0:
             self.migrate()
@@ -306,9 +334,10 @@ class Archive:
     @classmethod
     def restore(cls, data: dict[str, Any], rng: random.Random | None = None) -> Archive:
         """The archive a snapshot describes; `rng` is rewound to the saved state."""
-        if data.get("format") != SNAPSHOT_FORMAT:
+        if data.get("format") not in _READABLE_FORMATS:
             raise ValueError(
-                f"archive snapshot format {data.get('format')!r} is not {SNAPSHOT_FORMAT}: "
+                f"archive snapshot format {data.get('format')!r} is not one of "
+                f"{', '.join(map(str, _READABLE_FORMATS))}: "
                 "rebuild the archive from the run store instead"
             )
         archive = cls(rng=rng if rng is not None else random.Random(), **data["settings"])
@@ -326,7 +355,8 @@ class Archive:
         """Replay additions in their original order; adding draws no randomness."""
         archive = cls(**settings)
         for entry in entries:
-            archive.add(entry.candidate_id, entry.cell, entry.fitness, entry.island)
+            archive.add(entry.candidate_id, entry.cell, entry.fitness, entry.island,
+                        entry.fitness_high)
         return archive
 
     @classmethod
@@ -339,29 +369,31 @@ class Archive:
         archive = cls(**settings)
         for verdict in judged:
             archive.add(verdict.id, verdict.cell,
-                        fitness_of(verdict.status, verdict.speedup_vs_eager), verdict.island or 0)
+                        fitness_of(verdict.status, verdict.speedup_vs_eager), verdict.island or 0,
+                        fitness_high_of(verdict.status, verdict.speedup_vs_eager_high))
         return archive
 
     @classmethod
-    def replay_offers(cls, offers: Iterable[tuple[int, str, Sequence[Hashable], int, float]],
+    def replay_offers(cls, offers: Iterable[tuple[int, str, Sequence[Hashable], int, float,
+                                                  float | None]],
                       additions: int, failures: Iterable[tuple[int, Sequence[Hashable], int]],
                       **settings: Any) -> Archive:
         """`replay` from only the verdicts that could become elites (Briefs.archive_offers).
 
-        offers: (place from 1, candidate id, cell, island, fitness) in order;
-        `additions` verdicts in all; failures: (island, cell, count). Every
-        migration falls where `replay` would make it.
+        offers: (place from 1, candidate id, cell, island, fitness, fitness's
+        high end or None) in order; `additions` verdicts in all; failures:
+        (island, cell, count). Every migration falls where `replay` would make it.
         """
         archive = cls(**settings)
         for island, cell, count in failures:
             archive._check_island(island)
             archive.islands[island].failures[tuple(cell)] += count
         settled = [False]  # whether a migration now would move nothing
-        for place, candidate_id, cell, island, fitness in offers:
+        for place, candidate_id, cell, island, fitness, high in offers:
             archive._check_island(island)
             archive._migrate_until(place - 1, settled)
             if archive.islands[island].offer(Elite(candidate_id, tuple(cell), float(fitness),
-                                                   island, place)):
+                                                   island, place, high)):
                 settled[0] = False
             archive._migrate_until(place, settled)
         archive._migrate_until(additions, settled)
@@ -399,7 +431,7 @@ def _island_to_json(island: Island) -> dict[str, Any]:
     return {
         "elites": [
             {"candidate_id": e.candidate_id, "cell": list(e.cell), "fitness": e.fitness,
-             "order": e.order}
+             "fitness_high": e.fitness_high, "order": e.order}
             for e in island.elites.values()
         ],
         "failures": [
@@ -413,7 +445,8 @@ def _island_from_json(index: int, data: dict[str, Any]) -> Island:
     for item in data["elites"]:
         cell = tuple(item["cell"])
         island.elites[cell] = Elite(
-            item["candidate_id"], cell, item["fitness"], index, item["order"]
+            item["candidate_id"], cell, item["fitness"], index, item["order"],
+            item.get("fitness_high"),  # absent from a format 1 snapshot
         )
     for item in data["failures"]:
         island.failures[tuple(item["cell"])] = item["count"]
@@ -454,3 +487,13 @@ def fitness_of(status: str | None, speedup_vs_eager: float | None) -> float | No
     if status != "ok":
         return None
     return speedup_vs_eager if speedup_vs_eager is not None else 1.0
+
+
+def fitness_high(verdict: Verdict) -> float | None:
+    """The high end of `fitness`'s interval; None without one (or without fitness)."""
+    return fitness_high_of(verdict.status, verdict.speedup_vs_eager_high)
+
+
+def fitness_high_of(status: str | None, speedup_vs_eager_high: float | None) -> float | None:
+    """`fitness_high` from a verdict's status and stored high end alone."""
+    return speedup_vs_eager_high if status == "ok" else None

@@ -35,7 +35,8 @@ from kernelevo.evaluate.protocol import JudgeLike
 from kernelevo.evaluate.verdict import Verdict, verdict_for
 from kernelevo.llm.protocol import LLMError
 from kernelevo.propose import tuner
-from kernelevo.search.archive import Archive, fitness, profile_descriptor, roofline_reached
+from kernelevo.search.archive import (Archive, fitness, fitness_high, profile_descriptor,
+                                       roofline_reached)
 from kernelevo.search.config import SearchConfig
 from kernelevo.search.descriptors import cell_of
 from kernelevo.search.outcome import Progress, RunOutcome
@@ -311,7 +312,8 @@ class Evolution:
 
     def _after_verdict(self, stored: Any, verdict: Verdict) -> None:
         island = stored.island or 0
-        accepted = self.archive.add(stored.id, tuple(stored.cell or ()), fitness(verdict), island)
+        accepted = self.archive.add(stored.id, tuple(stored.cell or ()), fitness(verdict), island,
+                                    fitness_high(verdict))
         if self.archive.last_migration:
             self.store.log_event("migration", {"moves": len(self.archive.last_migration)})
         if accepted:

@@ -34,10 +34,10 @@ from kernelevo.store.records import (
 )
 from kernelevo.store.offers import ArchiveOffers
 from kernelevo.store.schema import Database
-from kernelevo.store.steps import METRICS, Step
+from kernelevo.store.steps import Step
 
 _RANK_COLUMNS = ("c.id, c.sequence, c.backend, c.origin, v.status, v.speedup_vs_eager,"
-                 " v.speedup_vs_compile, v.evaluated_at")
+                 " v.speedup_vs_compile, v.evaluated_at, v.speedup_vs_eager_high")
 # A verdict's JSON is parsed only when it names the flag at all.
 _FLAGGED = "CASE WHEN instr(v.verdict_json, ?) > 0 THEN v.verdict_json END AS flagged_json"
 _BRIEF_COLUMNS = (f"{_RANK_COLUMNS}, {_FLAGGED}, c.name, c.parent_ids_json, c.island,"
@@ -96,30 +96,28 @@ class Briefs:
         return [CandidateBrief(
             id=row[0], sequence=row[1], backend=row[2], origin=row[3], status=row[4],
             speedup_vs_eager=row[5], speedup_vs_compile=row[6], evaluated_at=row[7],
-            flags=_flags(row[8]), name=row[9], parent_ids=tuple(json.loads(row[10])),
-            island=row[11], cell=None if row[12] is None else tuple(json.loads(row[12])),
-            created_at=row[13], state=row[14], reason=row[15], runtime_ms=row[16])
+            speedup_vs_eager_high=row[8], flags=_flags(row[9]), name=row[10],
+            parent_ids=tuple(json.loads(row[11])), island=row[12],
+            cell=None if row[13] is None else tuple(json.loads(row[13])),
+            created_at=row[14], state=row[15], reason=row[16], runtime_ms=row[17])
             for row in rows]
 
     def judged_in_order(self) -> list[Judged]:
         """Every verdict in the order judged: what the archive and best-so-far lines replay."""
         rows = self._database.query(
             "SELECT c.id, c.cell_json, c.island, v.status, v.speedup_vs_eager,"
-            f" v.speedup_vs_compile, v.evaluated_at, {_KERNEL}"
+            f" v.speedup_vs_compile, v.evaluated_at, {_KERNEL}, v.speedup_vs_eager_high"
             f" FROM {_JUDGED} ORDER BY v.evaluated_at, c.sequence")
         cells: dict[str | None, tuple[Any, ...]] = {None: ()}  # a few cells, repeated
         for row in rows:
             if row[1] not in cells:
                 cells[row[1]] = tuple(json.loads(row[1]))
         return [Judged(row[0], cells[row[1]], row[2], row[3], row[4], row[5], row[6],
-                       bool(row[7])) for row in rows]
+                       bool(row[7]), row[8]) for row in rows]
 
     def best_steps(self) -> list[Step]:
         """The best-so-far steps of both metrics (store_steps), each in the order judged."""
-        rows = self._database.query(
-            "SELECT metric, candidate_id, speedup, evaluated_at FROM best_step"
-            " ORDER BY metric = ?, evaluated_at, sequence", (METRICS[1],))
-        return [Step(row[0], row[1], row[2], row[3]) for row in rows]
+        return self._database.read_steps()
 
     def spend_by(self, moments: list[float]) -> list[tuple[int, float]]:
         """Tokens and dollars of the calls finished by each moment (ascending order)."""
@@ -238,21 +236,30 @@ class Briefs:
         return judged, failed, kernels, everything
 
     def best(self) -> RankEntry | None:
-        """`rank(...).best`: the first of the ranking, found from an index in a millisecond."""
+        """`rank(...).best`: the first of the ranking, found from indexes in a millisecond."""
         kernels = self._kernels(1)
         return kernels[0] if kernels else None
 
     def _kernels(self, limit: int) -> list[RankEntry]:
-        """The best `limit` passing custom kernels in RANK_ORDER_SQL's order."""
+        """The best `limit` passing custom kernels: `incumbent`, the last step against
+        eager (store_steps), then the rest in RANK_ORDER_SQL's order."""
+        if limit < 1:
+            return []
         found: list[RankEntry] = []
+        leader = self._database.best_kernel_id()
+        if leader is not None:
+            found += [rank_entry_from_row(row) for row in self._database.query(
+                f"SELECT {_RANK_COLUMNS}, {_FLAGGED} FROM verdict v"
+                " JOIN candidate c ON c.id = v.candidate_id WHERE c.id = ?",
+                (NO_CUSTOM_KERNEL_FLAG, leader))]
         for part, order in RANK_ORDER_SQL:
             if len(found) >= limit:
                 break
             rows = self._database.query(
                 f"SELECT {_RANK_COLUMNS}, {_FLAGGED} FROM verdict v INDEXED BY verdict_best"
                 f" JOIN candidate c ON c.id = v.candidate_id WHERE {part} AND {_KERNEL}"
-                f" ORDER BY {order} LIMIT ?",
-                (NO_CUSTOM_KERNEL_FLAG, limit - len(found)))
+                f" AND c.id IS NOT ? ORDER BY {order} LIMIT ?",
+                (NO_CUSTOM_KERNEL_FLAG, leader, limit - len(found)))
             found += [rank_entry_from_row(row) for row in rows]
         return found
 

@@ -14,9 +14,12 @@ found it: a run folder may be committed to git, shared, or read-only. So:
   next refresh.
 - what an older KernelEvo did not keep (the running totals, the best-so-far
   steps) is filled into TEMP tables of this connection from the same scans a
-  migration runs: slower, written nowhere. Indexes cannot be stood in for,
-  so an `INDEXED BY` naming one the file lacks is dropped from the query and
-  SQLite plans it without.
+  migration runs: slower, written nowhere. A column it did not have (a
+  verdict's speedup interval) is read as NULL through a TEMP view of the
+  table under the table's own name, which SQLite looks up before the file's.
+  Indexes cannot be stood in for, so an `INDEXED BY` naming one the file
+  lacks (or one of a table seen through a view) is dropped from the query
+  and SQLite plans it without.
 """
 
 from __future__ import annotations
@@ -72,8 +75,16 @@ def connect_read_only(path: Path, timeout_s: float) -> StoreConnection:
     return connection
 
 
-def stand_in(connection: sqlite3.Connection, tallies: bool, steps: bool) -> None:
-    """TEMP tables holding what an older store lacks, filled by a migration's scans."""
+def stand_in(connection: sqlite3.Connection, tallies: bool, steps: bool,
+             columns: tuple[tuple[str, str], ...] = ()) -> None:
+    """TEMP tables holding what an older store lacks, filled by a migration's scans;
+    TEMP views adding the (table, column) pairs it lacks, as NULL."""
+    tables: dict[str, list[str]] = {}
+    for table, column in columns:
+        tables.setdefault(table, []).append(column)
+    for table, names in tables.items():  # first: the scans below read them
+        added = ", ".join(f"NULL AS {name}" for name in names)
+        connection.execute(f"CREATE TEMP VIEW {table} AS SELECT *, {added} FROM main.{table}")
     if tallies:
         _temp_tables(connection, TALLY_TABLES)
         seed_tallies(connection)

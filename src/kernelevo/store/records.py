@@ -6,7 +6,7 @@ import json
 import math
 import sqlite3
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -26,6 +26,12 @@ def is_kernel(status: str | None, backend: str, flags: tuple[str, ...]) -> bool:
     `kernel_sql` is this rule in SQL; tests hold the two equal on a table of cases.
     """
     return status == "ok" and backend in KERNEL_BACKENDS and NO_CUSTOM_KERNEL_FLAG not in flags
+
+
+def speedup_to_beat(speedup: float, high: float | None) -> float:
+    """What a rival's speedup must exceed to count as faster: the high end of this
+    speedup's interval (what a rerun can show), the speedup itself without one."""
+    return speedup if high is None or high < speedup else high
 
 
 # The verdicts that carry the flag. The `instr` test is the WHERE of the partial
@@ -80,6 +86,10 @@ class StoredCandidate:
     evaluation_attempts: int
     verdict: Verdict | None
     evaluated_at: float | None
+    # The high end of the verdict's speedup interval as stored when it was
+    # written, which the search compared with: None for a verdict stored before
+    # intervals were, even if its JSON holds one (store_schema.LATER_COLUMNS).
+    speedup_vs_eager_high: float | None = None
 
 
 @dataclass(frozen=True)
@@ -169,6 +179,8 @@ class RankEntry:
     speedup_vs_eager: float | None
     speedup_vs_compile: float | None
     evaluated_at: float | None
+    # The high end of speedup_vs_eager's interval (Verdict.speedup_vs_eager_high).
+    speedup_vs_eager_high: float | None = field(default=None, kw_only=True)
 
     @classmethod
     def of(cls, stored: StoredCandidate) -> RankEntry:
@@ -178,7 +190,8 @@ class RankEntry:
                    flags=verdict.flags if verdict else (),
                    speedup_vs_eager=verdict.speedup_vs_eager if verdict else None,
                    speedup_vs_compile=verdict.speedup_vs_compile if verdict else None,
-                   evaluated_at=stored.evaluated_at)
+                   evaluated_at=stored.evaluated_at,
+                   speedup_vs_eager_high=stored.speedup_vs_eager_high)
 
     @property
     def is_kernel(self) -> bool:
@@ -216,13 +229,16 @@ class Judged(NamedTuple):
     speedup_vs_compile: float | None
     evaluated_at: float
     kernel: bool
+    speedup_vs_eager_high: float | None = None
 
 
 @dataclass(frozen=True)
 class Ranking:
     """A run's passing custom kernels, best first, and its PyTorch baseline, kept apart."""
 
-    kernels: tuple[RankEntry, ...]  # best first; the first few only where read with a limit
+    # The best first (`incumbent`), then the rest fastest first; the first few
+    # only where read with a limit.
+    kernels: tuple[RankEntry, ...]
     baseline: RankEntry | None
     judged: int  # candidates with a verdict, the baseline aside
     failed: int  # judged and not ok
@@ -271,18 +287,41 @@ def rank(entries: Iterable[RankEntry]) -> Ranking:
     """The one rule for "best" that `show`, `export --best`, reports, the UI and evolve use.
 
     The PyTorch baseline is set apart; of the passing custom kernels, the
-    fastest against eager leads. Without timings (no GPU) every kernel scores
-    alike, so the first judged leads: the same one on every reading of the run.
+    timed one that `incumbent` names leads, then the rest fastest against
+    eager first. Without timings (no GPU) every kernel scores alike, so the
+    first judged leads: the same one on every reading of the run.
     """
     everything = sorted(entries, key=lambda entry: entry.sequence)
     pytorch = [e for e in everything if e.backend == BASELINE_BACKEND]
     baseline = min(pytorch, key=lambda e: (e.origin != "seed", e.sequence), default=None)
     judged = [e for e in everything if e is not baseline and e.status is not None]
     kernels = sorted((e for e in judged if e.is_kernel), key=_rank_key)
+    leader = incumbent(kernels)
+    if leader is not None:
+        kernels = [leader, *(e for e in kernels if e is not leader)]
     failed = sum(1 for e in judged if e.status != "ok")
     return Ranking(kernels=tuple(kernels), baseline=baseline, judged=len(judged), failed=failed,
                    not_kernels=len(judged) - failed - len(kernels),
                    pending=len(everything) - len(judged) - (baseline is not None))
+
+
+def incumbent(kernels: Iterable[RankEntry]) -> RankEntry | None:
+    """The best timed kernel: in the order judged, each takes the lead only with a
+    speedup above the leader's `speedup_to_beat`, so noise cannot move the best.
+
+    What the best-so-far steps of speedup_vs_eager keep (store_steps): the
+    last step is this kernel.
+    """
+    leader, to_beat = None, -math.inf
+    for entry in sorted(kernels, key=_judged_order):
+        speedup = entry.speedup_vs_eager
+        if speedup is not None and speedup > to_beat:
+            leader, to_beat = entry, speedup_to_beat(speedup, entry.speedup_vs_eager_high)
+    return leader
+
+
+def _judged_order(entry: RankEntry) -> tuple[float, int]:
+    return (entry.evaluated_at if entry.evaluated_at is not None else math.inf, entry.sequence)
 
 
 def rank_candidates(candidates: Iterable[StoredCandidate]) -> Ranking:
@@ -326,6 +365,7 @@ def stored_candidate_from_row(row: sqlite3.Row) -> StoredCandidate:
         evaluation_attempts=row["evaluation_attempts"],
         verdict=Verdict.from_dict(json.loads(verdict_json)) if verdict_json else None,
         evaluated_at=row["evaluated_at"],
+        speedup_vs_eager_high=row["speedup_vs_eager_high"],
     )
 
 
@@ -361,7 +401,8 @@ def rank_entry_from_row(row: sqlite3.Row) -> RankEntry:
                      flags=tuple(flagged.get("flags", ())),
                      speedup_vs_eager=row["speedup_vs_eager"],
                      speedup_vs_compile=row["speedup_vs_compile"],
-                     evaluated_at=row["evaluated_at"])
+                     evaluated_at=row["evaluated_at"],
+                     speedup_vs_eager_high=row["speedup_vs_eager_high"])
 
 
 def event_from_row(row: sqlite3.Row) -> Event:

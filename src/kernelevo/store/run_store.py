@@ -54,6 +54,7 @@ from kernelevo.store.records import (
 from kernelevo.store.schema import (RUN_STATUSES, DamagedStore, Database, StoreError,
                                     make_run_dir)
 from kernelevo.store.rows import dumps, plain, require_row
+from kernelevo.store.steps import seed_steps, steps_in_order
 from kernelevo.store.tally import read_totals
 
 __all__ = [
@@ -83,7 +84,7 @@ CANDIDATE_TIMING_KEY = "candidate"
 _CANDIDATE_COLUMNS = """
     c.id, c.sequence, c.name, c.source, c.backend, c.origin, c.parent_ids_json,
     c.inspiration_ids_json, c.island, c.cell_json, c.created_at, c.state,
-    c.evaluation_attempts, v.verdict_json, v.evaluated_at
+    c.evaluation_attempts, v.verdict_json, v.evaluated_at, v.speedup_vs_eager_high
 """
 
 
@@ -233,12 +234,15 @@ class RunStore(LlmCallLog):
             db.execute("DELETE FROM verdict WHERE candidate_id = ?", (candidate_id,))
             db.execute(
                 "INSERT INTO verdict (candidate_id, verdict_json, status, reason,"
-                " speedup_vs_eager, speedup_vs_compile, runtime_ms, evaluated_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                " speedup_vs_eager, speedup_vs_compile, runtime_ms, evaluated_at,"
+                " speedup_vs_eager_high) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (candidate_id, dumps(verdict.to_dict()), verdict.status, verdict.reason,
                  verdict.speedup_vs_eager, verdict.speedup_vs_compile,
-                 timing.median_ms if timing else None, time.time()),
+                 timing.median_ms if timing else None, time.time(),
+                 verdict.speedup_vs_eager_high),
             )
+            if not steps_in_order(db):  # a step's verdict replaced, or one judged before a step
+                seed_steps(db)
 
     def candidate(self, candidate_id: str) -> StoredCandidate:
         rows = self._select_candidates("WHERE c.id = ?", (candidate_id,))

@@ -33,16 +33,20 @@ from kernelevo.candidate import ORIGINS
 from kernelevo.store.errors import DamagedStore, StoreError
 from kernelevo.store.readonly import StoreConnection, connect_read_only, stand_in
 from kernelevo.store.records import OTHER_BACKEND_SQL
-from kernelevo.store.offers import (OFFER_TABLES, ArchiveOffers, has_offers, kept_offers,
-                                    offers_in_order, scan_offers, seed_offers)
-from kernelevo.store.steps import STEP_TABLES, has_steps, seed_steps
+from kernelevo.store.offers import (OFFER_TABLES, ArchiveOffers, drop_offers, has_offers,
+                                    kept_offers, offers_in_order, scan_offers, seed_offers)
+from kernelevo.store.steps import (STEP_TABLES, Step, best_kernel_id, drop_steps, has_steps,
+                                   read_steps, seed_steps, steps_in_order)
 from kernelevo.store.tally import TALLY_TABLES, seed_tallies, statements
 
 __all__ = ["DamagedStore", "Database", "StoreError"]
 
 # 2: running totals kept by triggers (store_tally); a version 1 database
 # gains them, filled from a scan, the first time a writer opens it.
-SCHEMA_VERSION = 2
+# 3: the high end of each verdict's speedup interval (verdict.speedup_vs_eager_high),
+# which the archive and the best-so-far steps compare with; an older database
+# gains the column (NULL: no interval, so its verdicts compare as before).
+SCHEMA_VERSION = 3
 BUSY_TIMEOUT_MS = 10_000
 
 RUN_STATUSES = ("running", "finished", "interrupted")
@@ -96,7 +100,8 @@ CREATE TABLE IF NOT EXISTS verdict (
     speedup_vs_eager REAL,
     speedup_vs_compile REAL,
     runtime_ms REAL,
-    evaluated_at REAL NOT NULL
+    evaluated_at REAL NOT NULL,
+    speedup_vs_eager_high REAL
 );
 CREATE INDEX IF NOT EXISTS verdict_status ON verdict(status);
 CREATE TABLE IF NOT EXISTS llm_call (
@@ -173,7 +178,7 @@ INDEXES = {
     # ranking's counts and the timeline never read a verdict's JSON (~2 KB a row).
     "verdict_figures": "CREATE INDEX IF NOT EXISTS verdict_figures ON verdict(candidate_id,"
                        " status, speedup_vs_eager, speedup_vs_compile, evaluated_at, runtime_ms,"
-                       " reason)",
+                       " reason, speedup_vs_eager_high)",
     # Partial: the few verdicts that name the no-custom-kernel flag, which the
     # kernel rule sets apart (store_records.FLAGGED_VERDICTS, the same WHERE).
     "verdict_flagged": "CREATE INDEX IF NOT EXISTS verdict_flagged ON verdict(candidate_id)"
@@ -194,6 +199,14 @@ INDEXES = {
     "candidate_made": "CREATE INDEX IF NOT EXISTS candidate_made ON candidate(created_at)",
     "verdict_judged": "CREATE INDEX IF NOT EXISTS verdict_judged ON verdict(evaluated_at, status)",
 }
+
+
+# Columns added after a table was first made, with the version that added
+# them: an older store lacks them until a writer adds them (as NULL, an
+# unknown), and a reader sees them as NULL through a view (store_readonly).
+LATER_COLUMNS = {("verdict", "speedup_vs_eager_high"): 3}
+# Indexes that hold a later column: made again when a writer adds it.
+_INDEXES_OF_LATER_COLUMNS = ("verdict_figures",)
 
 
 class Database:
@@ -221,8 +234,10 @@ class Database:
         try:
             layout = inspect_layout(self._connection, path) if existed or read_only else None
             if read_only:
-                self._connection.absent_indexes = frozenset(layout.missing_indexes)
-                stand_in(self._connection, not layout.has_tallies, not layout.has_steps)
+                self._connection.absent_indexes = frozenset(layout.missing_indexes) | (
+                    _indexes_on(layout.missing_columns))
+                stand_in(self._connection, not layout.has_tallies, not layout.has_steps,
+                         layout.missing_columns)
                 self.upgraded: tuple[str, ...] = ()
             else:
                 self.upgraded = ensure_schema(self._connection, path, layout)
@@ -260,6 +275,16 @@ class Database:
             if has_offers(connection) and offers_in_order(connection):
                 return kept_offers(connection)
             return scan_offers(connection)
+
+    def read_steps(self) -> list[Step]:
+        """The best-so-far steps: as the triggers keep them, else from a scan (store_steps)."""
+        with self.transaction("DEFERRED") as connection:
+            return read_steps(connection)
+
+    def best_kernel_id(self) -> str | None:
+        """The run's best timed kernel, the last step against eager (store_steps)."""
+        with self.transaction("DEFERRED") as connection:
+            return best_kernel_id(connection)
 
     def close(self) -> None:
         with self._lock:
@@ -342,18 +367,25 @@ def ensure_schema(connection: sqlite3.Connection, path: Path,
         found = _stored_version(connection)
         if found is not None and found > SCHEMA_VERSION:
             raise _newer(path, found)
-        # Like the indexes, the best-so-far steps (store_steps) need no new
-        # version: an older KernelEvo's writes keep them right through the triggers.
-        steps_missing = not has_steps(connection)
+        _add_later_columns(connection, layout.missing_columns if layout is not None else ())
+        # Like the indexes, the best-so-far steps (store_steps) are derived:
+        # those of an older version are made afresh and filled from a scan.
+        steps_kept = has_steps(connection)
+        if not steps_kept:
+            drop_steps(connection)
+        steps_stale = not (steps_kept and steps_in_order(connection))
         # The archive's offers likewise; kept ones that lost their order (a
         # verdict deleted) are filled afresh too.
-        offers_stale = not (has_offers(connection) and offers_in_order(connection))
+        offers_kept = has_offers(connection)
+        if not offers_kept:
+            drop_offers(connection)
+        offers_stale = not (offers_kept and offers_in_order(connection))
         for statement in (statements(TABLES + TALLY_TABLES) + list(INDEXES.values())
                           + statements(STEP_TABLES) + statements(OFFER_TABLES)):
             connection.execute(statement)
-        if found != SCHEMA_VERSION:
+        if found is None or found < 2:  # the tallies came with version 2
             seed_tallies(connection)
-        if steps_missing:
+        if steps_stale:
             seed_steps(connection)
         if offers_stale:
             seed_offers(connection)
@@ -378,8 +410,10 @@ class Layout:
     version: int
     missing_indexes: frozenset[str]
     has_tallies: bool
-    has_steps: bool
+    has_steps: bool  # the best-so-far steps kept, and in order
     has_offers: bool = True  # the archive's offers kept, and in order
+    # (table, column) of LATER_COLUMNS that this store lacks
+    missing_columns: tuple[tuple[str, str], ...] = ()
 
     @property
     def current(self) -> bool:
@@ -390,6 +424,7 @@ class Layout:
         return tuple(part for part, lacking in (
             (f"schema version {self.version} -> {SCHEMA_VERSION}",
              self.version != SCHEMA_VERSION),
+            ("the verdicts' speedup intervals", self.missing_columns),
             ("running totals", not self.has_tallies),
             ("best-so-far steps", not self.has_steps),
             ("the archive's offers", not self.has_offers),
@@ -409,20 +444,42 @@ def inspect_layout(connection: sqlite3.Connection, path: Path) -> Layout:
     if core:
         raise DamagedStore(path, f"its table(s) {', '.join(core)} are missing (dropped, or "
                                  "the file is not a run database)")
+    version = _version_or_damage(connection, path)
+    later: list[tuple[str, str]] = []
     for table, names in expected.items():
         lacking = sorted(names - columns[table]) if table in columns else []
+        added_since = [name for name in lacking if LATER_COLUMNS.get((table, name), 0) > version]
+        later += [(table, name) for name in added_since]
+        lacking = [name for name in lacking if name not in added_since]
         if lacking:
             raise DamagedStore(path, f"its table {table} lacks the column(s) "
                                      f"{', '.join(lacking)}")
-    version = _version_or_damage(connection, path)
     has_tallies = all(table in columns for table in _TALLY_TABLES)
     if version >= 2 and not has_tallies:
         raise DamagedStore(path, f"its running totals ({', '.join(_TALLY_TABLES)}) are "
                                  f"missing from a version {version} store")
     return Layout(version, frozenset(_missing_indexes(connection)), has_tallies,
-                  "best_step" in columns and has_steps(connection),
+                  "best_step" in columns and has_steps(connection)
+                  and steps_in_order(connection),
                   "archive_order" in columns and has_offers(connection)
-                  and offers_in_order(connection))
+                  and offers_in_order(connection), tuple(later))
+
+
+def _add_later_columns(connection: sqlite3.Connection,
+                       missing: tuple[tuple[str, str], ...]) -> None:
+    """Add the LATER_COLUMNS an older store lacks; the indexes holding them are made again."""
+    for table, column in missing:
+        connection.execute(f"ALTER TABLE {table} ADD COLUMN {column} REAL")
+    if missing:
+        for index in _INDEXES_OF_LATER_COLUMNS:
+            connection.execute(f"DROP INDEX IF EXISTS {index}")
+
+
+def _indexes_on(missing: tuple[tuple[str, str], ...]) -> frozenset[str]:
+    """The indexes of the tables a reader sees through a view (a view has none to name)."""
+    tables = {table for table, _ in missing}
+    return frozenset(name for name, sql in INDEXES.items()
+                     if any(f" ON {table}(" in sql for table in tables))
 
 
 def _refuse_empty(path: Path) -> None:
