@@ -185,7 +185,8 @@ def test_the_worker_sends_gradients_a_scaled_repeat_and_a_knockout():
     runs.knockout_run()
     assert switch.enabled and switch.launches == 0  # off during the knockout, on again after
     bundle, report = runs.finish()
-    assert sorted(bundle) == ["grad_0", "grad_1", "grad_2", "grad_knockout", "grad_repeat"]
+    assert sorted(bundle) == ["grad_0", "grad_1", "grad_2", "grad_knockout", "grad_out_0",
+                              "grad_out_1", "grad_out_2", "grad_repeat"]
     assert torch.isnan(bundle["grad_knockout"][0]).all()
     torch.testing.assert_close(bundle["grad_repeat"][0], bundle["grad_0"][0] * REPEAT_SCALE)
     assert not torch.allclose(bundle["grad_0"][0], bundle["grad_1"][0])
@@ -213,7 +214,8 @@ def _reference(count: int = 3, stress: dict[int, str] | None = None) -> dict:
     gradients = {n: [torch.randn(5, 8), torch.randn(8)] for n in range(count)}
     return {"gradients": gradients, "grad_names": list(NAMES),
             "grad_tolerances": [(1e-4, 1e-4)] * 2, "backward_ops": {"mul", "sum"},
-            "stress": stress or {}}
+            "stress": stress or {}, "outputs": [[torch.randn(5, 8)] for _ in range(count)],
+            "tolerances": [(1e-4, 1e-4)], "ops": {"mul"}}
 
 
 def _honest(reference: dict) -> dict:
@@ -222,6 +224,8 @@ def _honest(reference: dict) -> dict:
     bundle["grad_repeat"] = [g * REPEAT_SCALE for g in reference["gradients"][0]]
     bundle["grad_knockout"] = [torch.full_like(g, float("nan"))
                                for g in reference["gradients"][1]]
+    bundle.update({f"grad_out_{n}": [v.clone() for v in values]
+                   for n, values in enumerate(reference["outputs"])})
     return bundle
 
 
@@ -302,6 +306,22 @@ def test_the_backward_must_be_the_candidates_own(changes, reason):
     assert decision.reason == reason, decision.message
 
 
+def test_the_forward_under_grad_must_give_the_forwards_outputs_with_its_own_ops():
+    reference = _reference()
+    bundle = _honest(reference)
+    bundle["grad_out_1"][0] = bundle["grad_out_1"][0] + 1e-2
+    decision = _decide(bundle, reference)
+    assert decision.reason == "output_mismatch"
+    assert decision.message.startswith("forward under autograd (as training calls it), input "
+                                       "set 1 output 0")
+    # Its own kernels without grad, the reference's ops with it: what training would run.
+    reused = _decide(_honest(reference), reference, _report(grad_forward_ops=("mul", "add")))
+    assert reused.reason == "reference_ops_reused" and "under autograd" in reused.message
+    strict = _decide(_honest(reference), reference, _report(grad_forward_ops=("add",)),
+                     policy="strict")
+    assert strict.reason == "library_compute" and "forward under autograd" in strict.message
+
+
 def test_pytorch_compute_in_backward_is_library_compute_under_strict():
     reference = _reference()
     decision = _decide(_honest(reference), reference, _report(backward_ops=("add",)),
@@ -320,6 +340,15 @@ def test_gradients_unchanged_with_the_kernels_off_are_a_ghost():
     decision = _decide(bundle, reference)  # dweight by PyTorch, dx its own: noted
     assert decision.reason is None
     assert any("gradient of parameter weight still matched" in note for note in decision.notes)
+
+
+def test_a_knockout_set_without_judged_gradients_is_noted():
+    reference = _reference(count=2)
+    bundle = _honest(reference)
+    reference["gradients"].pop(1)  # the stress set, its reference gradients unsure
+    decision = _decide(bundle, reference)
+    assert decision.reason is None
+    assert any("backward knockout not checked" in note for note in decision.notes)
 
 
 def test_a_pytorch_candidate_is_judged_on_values_only():

@@ -5,8 +5,10 @@ gradients must match the reference's on every input set the oracle judged
 (the task's own sets first, then the stress set), and again on a repeated
 call whose projection was scaled; then the backward must be the candidate's
 own: its outputs' autograd graph must reach a custom autograd.Function, its
-backward must launch its own kernels and must not dispatch the reference's
-backward ops, and with its kernels switched off the gradients must change.
+forward under grad (as training calls it) must give the forward's outputs
+without the reference's ops, its backward must launch its own kernels and
+must not dispatch the reference's backward ops, and with its kernels switched
+off the gradients must change.
 """
 
 from __future__ import annotations
@@ -44,10 +46,14 @@ def decide_backward(report: CheckedCandidate, gradients: dict[str, list[Any]],
         return Decision("not_differentiable", report.backward_problem)
     if report.backward_error:
         return Decision("backward_failed", report.backward_error)
-    wanted = [f"grad_{n}" for n in reference["gradients"]] + ["grad_repeat"]
+    wanted = ([f"grad_{n}" for n in reference["gradients"]] + ["grad_repeat"]
+              + [f"grad_out_{n}" for n in range(len(reference["outputs"]))])
     missing = [name for name in wanted if name not in gradients]
     if missing:
         return Decision("backward_failed", f"the worker sent no gradients for {missing[0]}")
+    outputs = _decide_outputs(gradients, reference, device)
+    if outputs.reason:
+        return outputs
     order = _matched(reference["grad_names"], list(report.grad_names),
                      reference["gradients"], gradients)
     if isinstance(order, str):
@@ -93,6 +99,26 @@ def _listed(names: list[str], shapes: list[tuple[int, ...]]) -> str:
         if parts else "nothing"
 
 
+def _decide_outputs(gradients: dict[str, list[Any]], reference: dict[str, Any],
+                    device: str) -> Decision:
+    """The outputs of forward under grad, which training computes with, as the forward's."""
+    for number, expected in enumerate(reference["outputs"]):
+        got = gradients[f"grad_out_{number}"]
+        if len(got) != len(expected):
+            return Decision("wrong_structure", f"forward under autograd returned {len(got)} "
+                            f"output(s) on input set {number}, without it {len(expected)}")
+        for position, (value, want) in enumerate(zip(got, expected)):
+            label = f"forward under autograd (as training calls it), input set {number} " \
+                    f"output {position}"
+            if not isinstance(value, torch.Tensor):
+                return Decision("not_a_tensor", f"{label} is {value}")
+            atol, rtol = reference["tolerances"][position]
+            outcome = compare_tensor(value.to(device), want.to(device), atol, rtol, label)
+            if outcome.reason:
+                return Decision(outcome.reason, outcome.message, outcome.metrics)
+    return Decision()
+
+
 def _decide_values(gradients: dict[str, list[Any]], reference: dict[str, Any],
                    order: list[int], device: str) -> Decision:
     """Every judged set's gradients, the task's own sets first; then the repeated call."""
@@ -121,6 +147,9 @@ def _decide_values(gradients: dict[str, list[Any]], reference: dict[str, Any],
                             f"it: {message}", worst_of(metrics))
     decision = Decision(None, "", worst_of(metrics))
     decision.notes.append(_checked_note(names, tolerance, reference, metrics))
+    if device.startswith("cuda"):
+        decision.notes.append("the backward is checked, not timed: timings are of the forward "
+                              "alone")
     return decision
 
 
@@ -162,6 +191,15 @@ def _decide_own(report: CheckedCandidate, gradients: dict[str, list[Any]],
                         + "): PyTorch's autograd of the ops it called computes the gradients; "
                         "wrap your kernels in an autograd.Function whose backward launches "
                         "your own kernels")
+    under_grad = set(report.grad_forward_ops)
+    if policy == "strict" and under_grad:
+        return Decision("library_compute", "PyTorch compute ops in forward under autograd (as "
+                        "training calls it) under the strict policy: "
+                        + ", ".join(sorted(under_grad)))
+    if policy == "default" and reference_reused(reference["ops"], under_grad):
+        return Decision("reference_ops_reused", "forward under autograd (as training calls it) "
+                        "dispatches every compute op of the reference: "
+                        + ", ".join(sorted(reference["ops"])))
     ops = set(report.backward_ops)
     if policy == "strict" and ops:
         return Decision("library_compute", "PyTorch compute ops during backward under the "
@@ -183,7 +221,10 @@ def _knockout(report: CheckedCandidate, gradients: dict[str, list[Any]],
     if backend == "cuda" and not report.cuda_switchable:
         return Decision(notes=["backward knockout unavailable for this CUDA source"])
     expected = reference["gradients"].get(KNOCKOUT_SET)
-    if knocked is None or expected is None:  # it crashed without its kernels, or unjudged set
+    if expected is None:  # a stress set whose reference gradients were unsure
+        return Decision(notes=[f"backward knockout not checked: input set {KNOCKOUT_SET}'s "
+                               "gradients were not judged"])
+    if knocked is None:  # it failed without its kernels: they matter
         return Decision()
     names, tolerance = reference["grad_names"], reference["grad_tolerances"]
     unchanged = [names[position] for position, value in enumerate(expected)

@@ -115,14 +115,16 @@ def _arguments(model: Any) -> list[str]:
 
 @dataclass
 class Backward:
-    """One forward and backward call: the gradients, their names and what the graph showed."""
+    """One forward and backward call: outputs, gradients, their names and what the graph showed."""
 
+    outputs: list[Any]  # forward's outputs under grad, detached (what training computes with)
     gradients: list[torch.Tensor]
     names: list[str]
     custom_functions: list[str]  # custom autograd.Function nodes in the outputs' graph
     grad_fns: list[str]  # the outputs' own gradient functions, by class name
-    launches: int = 0  # of the candidate's kernels during backward (the worker counts)
-    ops: tuple[str, ...] = ()  # PyTorch compute ops dispatched during backward, when recorded
+    # PyTorch compute ops dispatched during forward (under grad) and backward, when recorded
+    forward_ops: tuple[str, ...] = ()
+    ops: tuple[str, ...] = ()
 
 
 class NotDifferentiable(Exception):
@@ -135,14 +137,16 @@ def forward_backward(model: Any, inputs: list[Any], seed: int, scale: float = 1.
                      ) -> Backward:
     """Run forward with grad on copies of `inputs`, then backward of the projected loss.
 
-    `around_backward`, when given, runs the backward call (the worker counts
-    launches and switches kernels around it). A gradient autograd leaves
-    undefined (an input the outputs do not depend on) is zeros.
+    `record`: both under the operator log. `around_backward`, when given,
+    runs the backward call (the worker counts launches and switches kernels
+    around it). A gradient autograd leaves undefined (an input the outputs do
+    not depend on) is zeros.
     """
     given, positions = grad_inputs(inputs)
     parameters = parameters_of(model)
+    forward_ops: set[str] = set()
     with torch.enable_grad():
-        output = model(*given)
+        output = _recorded(lambda: model(*given), forward_ops) if record else model(*given)
     values, _ = task_inputs.flatten_outputs(output)
     floating = [(v, p) for v, p in zip(values, projections(seed, values, scale))
                 if p is not None and isinstance(v, torch.Tensor) and v.grad_fn is not None]
@@ -155,18 +159,21 @@ def forward_backward(model: Any, inputs: list[Any], seed: int, scale: float = 1.
                                    grad_outputs=[p for _, p in floating], allow_unused=True)
 
     ops: set[str] = set()
-    call = backward
-    if record:
-        def call() -> Any:
-            result, recorded, _ = record_ops(backward)
-            ops.update(recorded)
-            return result
+    call = (lambda: _recorded(backward, ops)) if record else backward
     grads = around_backward(call) if around_backward is not None else call()
     gradients = [torch.zeros_like(w) if g is None else g.detach().clone()
                  for g, w in zip(grads, wanted)]
-    return Backward(gradients, gradient_names(positions, parameters, _arguments(model)),
+    return Backward([v.detach().clone() if isinstance(v, torch.Tensor) else v for v in values],
+                    gradients, gradient_names(positions, parameters, _arguments(model)),
                     custom_function_nodes([v for v, _ in floating]),
-                    [type(v.grad_fn).__name__ for v, _ in floating], ops=tuple(sorted(ops)))
+                    [type(v.grad_fn).__name__ for v, _ in floating],
+                    forward_ops=tuple(sorted(forward_ops)), ops=tuple(sorted(ops)))
+
+
+def _recorded(call: Callable[[], Any], into: set[str]) -> Any:
+    result, recorded, _ = record_ops(call)
+    into.update(recorded)
+    return result
 
 
 def _no_graph(values: list[Any]) -> str:

@@ -318,13 +318,14 @@ class CheckedCandidate(Message):
     # With the backward judged (worker_backward.py): the gradients' names in the
     # candidate's own terms, the custom autograd.Function nodes its outputs'
     # graph reaches and their grad_fns, its Triton launches and PyTorch compute
-    # ops during backward, and why there are no gradients (not differentiable,
-    # or its backward raised), if so.
+    # ops during backward (and forward under grad), and why there are no
+    # gradients (not differentiable, or its backward raised), if so.
     grad_names: tuple[str, ...] = ()
     custom_functions: tuple[str, ...] = ()
     grad_fns: tuple[str, ...] = ()
     backward_launches: int = 0
     backward_ops: tuple[str, ...] = ()
+    grad_forward_ops: tuple[str, ...] = ()  # PyTorch compute ops of its forward under grad
     backward_problem: str | None = None
     backward_error: str | None = None
 

@@ -3,7 +3,9 @@
 Beside its forward checks (worker.py, `_SetRuns`), each candidate runs
 forward with grad and backward of the projected loss (gradients.py) on every
 input set, then once more on set 0 with the projection scaled (a gradient
-cached from the first call fails there). Before any of that, in the
+cached from the first call fails there). Its outputs under grad, what
+training computes with, are sent too: they must match the reference's as
+the forward's do. Before any of that, in the
 candidate's first step, one backward runs with its own kernels switched off
 (the knockout): if its gradients still match the reference's, PyTorch
 computed them. It runs on set 1, whose gradients no candidate of the job has
@@ -59,6 +61,7 @@ class BackwardRuns:
                 result = self._call(number)
                 first = first or result
                 bundle[f"grad_{number}"] = result.gradients
+                bundle[f"grad_out_{number}"] = [_plain(v) for v in result.outputs]
             repeat = self._call(0, scale=REPEAT_SCALE, record=True)
             bundle["grad_repeat"] = repeat.gradients
         except NotDifferentiable as exc:
@@ -73,7 +76,8 @@ class BackwardRuns:
         if bundle and first is not None:
             report.update(grad_names=tuple(first.names),
                           custom_functions=tuple(first.custom_functions),
-                          grad_fns=tuple(first.grad_fns), backward_ops=repeat.ops)
+                          grad_fns=tuple(first.grad_fns), backward_ops=repeat.ops,
+                          grad_forward_ops=repeat.forward_ops)
         return bundle, report
 
     def _call(self, number: int, scale: float = 1.0, record: bool = False,
@@ -103,6 +107,13 @@ class BackwardRuns:
                 self.launches += self.switch.launches - before
 
         return around
+
+
+def _plain(value: Any) -> Any:
+    """A plain tensor (what the judge compares), or a stand-in string (worker.py's rule)."""
+    if isinstance(value, torch.Tensor):
+        return value.as_subclass(torch.Tensor)
+    return f"<{type(value).__name__}>"
 
 
 def warm_autograd_threads(device: str) -> None:
