@@ -1,5 +1,5 @@
-"""What the model is told when a run judges the backward, and how a gradient's failure
-comes back to it in a repair prompt."""
+"""What the model is told when a run judges the backward, how a gradient's failure
+comes back to it in a repair prompt, and how `evolve --backward` reaches the run."""
 
 from __future__ import annotations
 
@@ -51,3 +51,19 @@ def test_a_run_tells_its_proposer_whether_the_backward_is_judged():
     assert proposer.backward is False
     assert _proposer(object(), None, plain, search, EvalConfig(backward=True)).backward
     assert _proposer(object(), None, asking, search, EvalConfig()).backward
+
+
+def test_evolve_backward_reaches_the_runs_judges_and_a_resume_may_not_change_it():
+    from kernelevo.cli.options import FLAGS, eval_overrides
+    from kernelevo.config_file import resolve
+    from kernelevo.run import setup
+    from kernelevo.run.resume import split_given
+
+    effective = resolve(None, {**eval_overrides(backward=True), **setup.evolve_overrides()},
+                        FLAGS)
+    assert setup.evolve_options(effective).eval.backward is True
+    applied, fixed = split_given(effective)
+    assert "eval" not in applied
+    assert [(g.table, g.key, g.source) for g in fixed] == [("eval", "backward", "--backward")]
+    unset = resolve(None, {**eval_overrides(), **setup.evolve_overrides()}, FLAGS)
+    assert setup.evolve_options(unset).eval.backward is False
