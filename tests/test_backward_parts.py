@@ -195,6 +195,14 @@ def test_the_worker_sends_gradients_a_scaled_repeat_and_a_knockout():
     assert report["backward_problem"] is None and report["backward_error"] is None
 
 
+def test_with_one_input_set_left_there_is_no_knockout_to_spare():
+    switch = _Switch()
+    runs = BackwardRuns(_kernel_model(switch), _Task, _sets()[:1], "cpu", torch.float32, switch)
+    runs.knockout_run()
+    bundle, _ = runs.finish()
+    assert "grad_knockout" not in bundle and "grad_0" in bundle
+
+
 def test_a_backward_that_raises_is_reported_not_raised():
     switch = _Switch()
     runs = BackwardRuns(_kernel_model(switch, raise_in_backward=True), _Task, _sets(), "cpu",
