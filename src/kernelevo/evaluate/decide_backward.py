@@ -93,10 +93,13 @@ def _matched(names: list[str], theirs: list[str], reference: dict[int, list[Any]
             "inputs and hold its parameters (the same shapes, in the same order)")
 
 
-def _listed(names: list[str], shapes: list[tuple[int, ...]]) -> str:
+def _listed(names: list[str], shapes: list[tuple[int, ...]], shown: int = 8) -> str:
+    """Gradients with their shapes, for a message: `parameter weight [8], ...`."""
     parts = [f"{name} {list(shape)}" for name, shape in zip(names, shapes)]
-    return ", ".join(parts[:8]) + (f" and {len(parts) - 8} more" if len(parts) > 8 else "") \
-        if parts else "nothing"
+    if not parts:
+        return "nothing"
+    more = f" and {len(parts) - shown} more" if len(parts) > shown else ""
+    return ", ".join(parts[:shown]) + more
 
 
 def _decide_outputs(gradients: dict[str, list[Any]], reference: dict[str, Any],
