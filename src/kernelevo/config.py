@@ -109,6 +109,10 @@ class EvalConfig:
     # Also check at other sizes of the task (its size constants perturbed):
     # a kernel silently wrong at another size must not pass cleanly.
     vary_shapes: bool = True
+    # Judge the backward too (a task can ask with `backward = True` in its file):
+    # gradients of every floating input and parameter against the reference's,
+    # and the candidate's own kernels must compute them.
+    backward: bool = False
     shrink_on_cpu: bool = True
     time_candidates: bool = True
     isolate_network: bool = True  # children run in an empty network namespace where allowed

@@ -1,7 +1,9 @@
 """Tasks: KernelBench-format reference programs, loaded from a file or by reference.
 
 A task file defines `class Model(nn.Module)`, `get_inputs()`, `get_init_inputs()`
-and, optionally, `output_atol` / `output_rtol`. Sizes come from module-level
+and, optionally, `output_atol` / `output_rtol`, and `backward = True` to have
+its gradients judged as well as its outputs (`grad_atol` / `grad_rtol` then
+set their tolerances). Sizes come from module-level
 integer constants, which is what lets the evaluator shrink a task for the
 Triton interpreter or perturb it to catch hard-coded sizes. A constant may be
 written as an expression of int literals (`N = 2048 * 2`, `dim = 2**10`), or
@@ -53,6 +55,11 @@ class Task:
         return str(Path(self.path).resolve().parent) if self.path else ""
 
     @property
+    def asks_backward(self) -> bool:
+        """Whether the file sets `backward = True` at its top level: gradients are judged too."""
+        return declares_backward(self.source)
+
+    @property
     def size_constants(self) -> dict[str, int]:
         return {k: v for k, v in self.constants.items() if v >= SIZE_CONSTANT_MIN}
 
@@ -91,6 +98,20 @@ def task_from_source(source: str, name: str = "task", path: str = "") -> Task:
             "class Model(nn.Module), get_inputs() and get_init_inputs()"
         )
     return Task(name=name, source=source, path=path, constants=find_constants(tree))
+
+
+def declares_backward(source: str) -> bool:
+    """Whether a task's source sets `backward = True` at module level (False if unparsable)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    asked = False  # the last assignment at the top level is what the module holds
+    for statement in tree.body:
+        for name, value in _assignment_pairs(statement) or []:
+            if name == "backward":
+                asked = isinstance(value, ast.Constant) and value.value is True
+    return asked
 
 
 def find_constants(tree: ast.Module) -> dict[str, int]:

@@ -28,9 +28,9 @@ from kernelevo.cli.model import model_app
 from kernelevo.cli.serve import serve_command
 from kernelevo.cli.suite import suite_command
 from kernelevo.cli.options import (  # noqa: F401 (the choices, re-exported)
-    ATOL_OPTION, CONFIG_OPTION, CUDA_GRAPH_OPTION, DEVICE_OPTION, EXIT_BAD_INPUT, EXIT_FAILED,
-    FLAGS, KERNELBENCH_OPTION, NO_COMPILE_OPTION, NO_STATIC_OPTION, RTOL_OPTION, SETS_OPTION,
-    TASK_ARGUMENT, TIMEOUT_OPTION, VARY_SHAPES_OPTION, App,
+    ATOL_OPTION, BACKWARD_OPTION, CONFIG_OPTION, CUDA_GRAPH_OPTION, DEVICE_OPTION,
+    EXIT_BAD_INPUT, EXIT_FAILED, FLAGS, KERNELBENCH_OPTION, NO_COMPILE_OPTION, NO_STATIC_OPTION,
+    RTOL_OPTION, SETS_OPTION, TASK_ARGUMENT, TIMEOUT_OPTION, VARY_SHAPES_OPTION, App,
     POLICY_OPTION, PRECISION_OPTION, TIMING_OPTION, Backend, Device, Policy, Precision,
     SearchBackend, Timing, choice_value, console, errors, eval_overrides, eval_settings, out)
 from kernelevo.cli.options import fail as _fail
@@ -150,6 +150,7 @@ def eval_command(
     timing: Optional[Timing] = TIMING_OPTION,
     no_compile: bool = NO_COMPILE_OPTION,
     no_static: bool = NO_STATIC_OPTION,
+    backward: bool = BACKWARD_OPTION,
     as_json: bool = typer.Option(False, "--json", help="print the full verdict as JSON"),
     local: bool = LOCAL_OPTION,
     kernelbench_dir: Optional[str] = KERNELBENCH_OPTION,
@@ -163,7 +164,7 @@ def eval_command(
     try:
         config = eval_settings(config_file, eval_overrides(
             precision, device, policy, atol, rtol, sets, timeout, vary_shapes, cuda_graph,
-            no_compile, no_static, timing))
+            no_compile, no_static, timing, backward))
         loaded_task = load_task(task, kernelbench_dir)
         loaded = load_candidate(candidate, choice_value(backend))
         # Only checked inputs start anything heavy: a forkserver left importing torch
@@ -263,6 +264,7 @@ def evolve_command(
     policy: Optional[Policy] = POLICY_OPTION,
     no_compile: bool = NO_COMPILE_OPTION,
     timing: Optional[Timing] = TIMING_OPTION,
+    backward: bool = BACKWARD_OPTION,
     as_json: bool = typer.Option(False, "--json", help="print the final summary as JSON"),
     kernelbench_dir: Optional[str] = KERNELBENCH_OPTION,
     config_file: Optional[str] = CONFIG_OPTION,
@@ -278,7 +280,7 @@ def evolve_command(
         from kernelevo.config_file import resolve
 
         overrides = {**eval_overrides(precision, device, policy, no_compile=no_compile,
-                                      measure=timing),
+                                      measure=timing, backward=backward),
                      **setup.evolve_overrides(choice_value(backend), islands, llm_in_flight, model,
                                               base_url, api_key_env, tokens, usd, time_limit,
                                               candidates, cluster, cluster_slots,

@@ -26,6 +26,7 @@ FLAGS = {
     ("eval", "policy"): "--policy", ("eval", "atol"): "--atol", ("eval", "rtol"): "--rtol",
     ("eval", "input_sets"): "--sets", ("eval", "timeout_s"): "--timeout",
     ("eval", "vary_shapes"): "--vary-shapes", ("eval", "static_checks"): "--no-static",
+    ("eval", "backward"): "--backward",
     ("eval.timing", "cuda_graph"): "--cuda-graph", ("eval.timing", "baselines"): "--no-compile",
     ("eval.timing", "measure"): "--timing",
     ("search", "backend"): "--backend", ("search", "islands"): "--islands",
@@ -113,12 +114,13 @@ def eval_overrides(precision: Any = None, device: Any = None, policy: Any = None
                    sets: int | None = None, timeout: float | None = None,
                    vary_shapes: bool | None = None, cuda_graph: bool = False,
                    no_compile: bool = False, no_static: bool = False,
-                   measure: Any = None) -> dict[str, dict[str, Any]]:
+                   measure: Any = None, backward: bool = False) -> dict[str, dict[str, Any]]:
     """The evaluation flags as overrides by table; flags left out are None (the file decides)."""
     return {"eval": {"precision": choice_value(precision), "device": choice_value(device),
                      "policy": choice_value(policy), "atol": atol, "rtol": rtol, "input_sets": sets,
                      "timeout_s": timeout, "vary_shapes": vary_shapes,
-                     "static_checks": False if no_static else None},
+                     "static_checks": False if no_static else None,
+                     "backward": True if backward else None},
             "eval.timing": {"cuda_graph": cuda_graph or None, "measure": choice_value(measure),
                             "baselines": ("eager",) if no_compile else None}}
 
@@ -143,6 +145,9 @@ SETS_OPTION = typer.Option(None, help="input sets per evaluation (default 3)")
 TIMEOUT_OPTION = typer.Option(None, help="wall-clock limit per process, seconds")
 VARY_SHAPES_OPTION = typer.Option(None, "--vary-shapes/--no-vary-shapes",
                                   help="also check at other sizes of the task (default: on)")
+BACKWARD_OPTION = typer.Option(False, "--backward", help="judge the backward too: "
+                               "gradients of every floating input and parameter (a task can "
+                               "ask with `backward = True`)")
 NO_STATIC_OPTION = typer.Option(False, "--no-static", help="skip the static checks "
                                 "(runtime checks only)")
 TASK_ARGUMENT = typer.Argument(..., metavar="TASK", help="task file or kernelbench:levelN/M")

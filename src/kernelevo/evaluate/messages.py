@@ -115,6 +115,7 @@ class OracleJob(Message):
     variants: tuple[float | None, ...]  # None for the task's own distribution
     task_folder: str = ""
     task_path: str = ""  # the user's file, named in the task's tracebacks ("" for source text)
+    backward: bool = False  # gradients too (gradients.py): of every floating input and parameter
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,8 @@ class WorkerJob(Message):
     # rotation_check). A re-check at other sizes leaves them out: the evaluation
     # it re-checks timed the candidate, or rotated its inputs, at the task's sizes.
     rotation: bool = True
+    # Forward and backward calls with grad too (worker_backward.py), on the same seeds.
+    backward: bool = False
 
 
 @dataclass(frozen=True)
@@ -220,6 +223,16 @@ class OracleDone(Message):
     passthrough: tuple[str, ...] = ()
     atol: float | None = None
     rtol: float | None = None
+    # With the backward judged: the gradients' names (`input 0`, `parameter ln.weight`),
+    # dtypes, the kept sets whose gradients are sent (a stress set where the reference's
+    # own gradients are unsure is left out), the task's gradient tolerances and the
+    # reference's compute ops during backward.
+    grad_names: tuple[str, ...] = ()
+    grad_dtypes: tuple[str, ...] = ()
+    grad_sets: tuple[int, ...] = ()
+    grad_atol: float | None = None
+    grad_rtol: float | None = None
+    backward_ops: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -302,6 +315,19 @@ class CheckedCandidate(Message):
     autotune_s: float = 0.0  # seconds @triton.autotune benchmarked configs
     autotune_measured: int = 0
     autotune_skipped: int = 0  # configs skipped once the budget was spent
+    # With the backward judged (worker_backward.py): the gradients' names in the
+    # candidate's own terms, the custom autograd.Function nodes its outputs'
+    # graph reaches and their grad_fns, its Triton launches and PyTorch compute
+    # ops during backward (and forward under grad), and why there are no
+    # gradients (not differentiable, or its backward raised), if so.
+    grad_names: tuple[str, ...] = ()
+    custom_functions: tuple[str, ...] = ()
+    grad_fns: tuple[str, ...] = ()
+    backward_launches: int = 0
+    backward_ops: tuple[str, ...] = ()
+    grad_forward_ops: tuple[str, ...] = ()  # PyTorch compute ops of its forward under grad
+    backward_problem: str | None = None
+    backward_error: str | None = None
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from kernelevo.evaluate import inputs as task_inputs
 from kernelevo.evaluate.messages import (Gpu, OracleDone, OracleJob, Progress, Reference, Sender,
                                          TaskFailed)
 from kernelevo.evaluate.oplog import record_ops
+from kernelevo.evaluate.oracle_backward import reference_backward
 from kernelevo.evaluate.sandbox.jobs import Channel
 from kernelevo.evaluate.task_code import (ANY, BUILD, FORWARD, IMPORT, INIT_INPUTS, INPUTS,
                                           TaskProblem, TaskRaised, task_code)
@@ -83,8 +84,14 @@ def _compute(job: OracleJob, channel: Sender) -> OracleDone:
     _check_deterministic(model, module, job, outputs[0], device, dtype)
     channel.send(Progress("reference profile"))
     ops, flops = _profile(model, module, job.seeds[0], device, dtype)
+    bundle: dict[str, list[torch.Tensor]] = {}
+    backward: dict[str, Any] = {}
+    if job.backward:
+        channel.send(Progress("reference gradients"))
+        bundle, backward = reference_backward(model, module, [job.seeds[i] for i in kept], used,
+                                              device, dtype)
     channel.send(Progress("reference transfer"))
-    bundle = {f"set_{i}": values for i, values in enumerate(outputs)}
+    bundle.update({f"set_{i}": values for i, values in enumerate(outputs)})
     # The judge copies the outputs while this process waits, then lets it exit.
     channel.ask(Reference(export_bundle(bundle, Path(job.scratch))))
     first_inputs = task_inputs.kept_inputs(module, job.seeds[0], device, dtype, job.variants[0])
@@ -96,7 +103,7 @@ def _compute(job: OracleJob, channel: Sender) -> OracleDone:
         + task_inputs.tensor_bytes(params),
         output_dtypes=tuple(str(t.dtype).replace("torch.", "") for t in outputs[0]),
         passthrough=tuple(passthrough), atol=_float_attr(module, "output_atol"),
-        rtol=_float_attr(module, "output_rtol"))
+        rtol=_float_attr(module, "output_rtol"), **backward)
 
 
 def _run_in_domain(model: Any, module: Any, seed: int, device: str, dtype: torch.dtype,

@@ -20,7 +20,9 @@ import torch
 from kernelevo.config import EvalConfig, tolerances
 from kernelevo.errors import TaskError
 from kernelevo.evaluate import decide
+from kernelevo.evaluate.decide_backward import reference_gradients
 from kernelevo.evaluate.gate import Hold
+from kernelevo.evaluate.gradients import backward_on
 from kernelevo.evaluate.messages import (ORACLE_KINDS, Gpu, Granted, Message, OracleDone,
                                          OracleJob, Progress, Reference, TaskFailed, decode)
 from kernelevo.evaluate.oracle import run_oracle
@@ -116,7 +118,8 @@ class OracleRun:
             task_source=self.task.source, device=self.judge.device, dtype=config.dtype_name,
             scratch=str(self.scratch), task_folder=self.task.folder, task_path=self.task.path,
             seeds=tuple(secrets.randbits(62) for _ in range(count)),
-            variants=(None,) * (count - 1) + (variant_scale,))
+            variants=(None,) * (count - 1) + (variant_scale,),
+            backward=backward_on(self.task, config))
         # Until it has imported the task (its first ask), the oracle has the shorter limit.
         result = run_job(run_oracle, self._job.to_json(), self.scratch,
                          min(config.import_timeout_s, config.timeout_s),
@@ -171,6 +174,8 @@ class OracleRun:
             "flops": int(final.flops), "bytes": int(final.bytes),
             "tolerances": [tolerances(name, final.atol, final.rtol, self.judge.config)
                            for name in final.output_dtypes],
+            **(reference_gradients(final, self._bundle, self.judge.config)
+               if job.backward else {}),
         }
 
 

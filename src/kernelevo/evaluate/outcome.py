@@ -9,6 +9,7 @@ import torch
 
 from kernelevo.evaluate import decide
 from kernelevo.evaluate.baseline_store import DRIFT, ratio_words
+from kernelevo.evaluate.decide_backward import decide_backward
 from kernelevo.evaluate.floor import compute_floor
 from kernelevo.evaluate.profile import timed_profile, untimed_profile
 from kernelevo.evaluate.messages import CheckedCandidate, Failed, Timing
@@ -37,7 +38,8 @@ def _outputs_from(report: CheckedCandidate, count: int, judge: Any,
     sets = [entry(f"set_{i}") for i in range(count)]
     if any(s is None for s in sets) or entry("repeat") is None:
         raise TransferError("the worker's report lacks outputs")
-    return {"sets": sets, "repeat": entry("repeat"), "knockout": entry("knockout")}
+    return {"sets": sets, "repeat": entry("repeat"), "knockout": entry("knockout"),
+            "gradients": {k: v for k, v in bundle.items() if k.startswith("grad_")}}
 
 
 def judge_candidate(state: Any, index: int,
@@ -79,6 +81,13 @@ def _judge_on(state: Any, index: int, report: CheckedCandidate,
     if honesty.reason:
         return "failed", {"reason": honesty.reason, "message": honesty.message,
                           "metrics": correctness.metrics}
+    if "gradients" in ref:  # the backward is judged too
+        backward = decide_backward(report, outputs["gradients"], ref, candidate.backend,
+                                   state.judge.config.policy, device)
+        if backward.reason:
+            return "failed", {"reason": backward.reason, "message": backward.message,
+                              "metrics": backward.metrics or correctness.metrics}
+        honesty.notes += backward.notes
     state.oracle.done.wait()  # the judge's trivial-answer check runs beside the worker
     if "trivial" not in ref:
         ref["trivial"] = (decide.trivial_answers_pass(ref["outputs"], ref["tolerances"], device)

@@ -34,6 +34,7 @@ from kernelevo.evaluate.messages import (WORKER_KINDS, Abort, BaselinesReply, Ba
                                          Checked, CpuWork, Gpu, Granted, Message, MessageError,
                                          Ready, ReadyReply, StoredBaselines, Timed, TimeThese,
                                          Timing, WorkerJob, decode)
+from kernelevo.evaluate.gradients import backward_on
 from kernelevo.evaluate.oracle_run import OracleRun, wait_for
 from kernelevo.evaluate.outcome import build_verdicts
 from kernelevo.evaluate.sandbox.jobs import Deadline, JobResult, run_job, stopping
@@ -177,7 +178,8 @@ class Session:
         payload = WorkerJob(task_source=self.task.source, device=judge.device,
                             dtype=judge.config.dtype_name, scratch=str(self.scratch / "worker"),
                             time=self.time_them, timing=judge.config.timing,
-                            task_folder=self.task.folder, rotation=not self.recheck).to_json()
+                            task_folder=self.task.folder, rotation=not self.recheck,
+                            backward=backward_on(self.task, judge.config)).to_json()
         try:
             self.result = run_job(run_worker, payload, self.scratch / "worker",
                                   judge.config.timeout_s, judge.config.output_limit_bytes,

@@ -37,6 +37,8 @@ REASONS: dict[str, tuple[str, str]] = {
     "forward_failed": ("runtime_error", "ModelNew.forward raised"),
     "cuda_error": ("runtime_error", "a CUDA error (illegal address, launch failure)"),
     "out_of_memory": ("runtime_error", "the candidate ran out of GPU or host memory"),
+    "backward_failed": ("runtime_error", "the candidate's backward raised (a task whose "
+                        "backward is judged)"),
     # incorrect
     "output_mismatch": ("incorrect", "values differ from the reference beyond tolerance"),
     "non_finite": ("incorrect", "NaN or Inf where the reference is finite"),
@@ -47,6 +49,10 @@ REASONS: dict[str, tuple[str, str]] = {
     "shape_specialised": ("incorrect", "wrong when the task's sizes are perturbed"),
     "stress_inputs_failed": ("incorrect", "right on the task's own inputs, wrong on the "
                              "rescaled stress set (its value range is named)"),
+    "not_differentiable": ("incorrect", "the backward is judged, but no output carries an "
+                           "autograd graph (grad_fn): ModelNew computes no gradients"),
+    "gradient_mismatch": ("incorrect", "a gradient differs from the reference's beyond "
+                          "tolerance (the tensor, the input set and its max error are named)"),
     # rejected: honesty
     "not_a_tensor": ("rejected", "an output is not a plain torch.Tensor (subclass or other)"),
     "inherits_reference": ("rejected", "ModelNew inherits from or wraps the reference Model"),
@@ -54,6 +60,12 @@ REASONS: dict[str, tuple[str, str]] = {
     "reference_ops_reused": ("rejected", "the candidate calls the reference's PyTorch ops"),
     "library_compute": ("rejected", "strict policy: PyTorch compute ops are not allowed"),
     "ghost_kernel": ("rejected", "disabling the candidate's kernels does not change its output"),
+    "ghost_backward": ("rejected", "no own kernel runs during backward, or disabling the "
+                       "candidate's kernels there does not change its gradients"),
+    "reference_autograd": ("rejected", "the gradients come from PyTorch's autograd of the "
+                           "reference's ops, not from a custom autograd.Function's own kernels"),
+    "cached_gradients": ("rejected", "gradients do not follow the loss on a repeated call "
+                         "(kept from an earlier call)"),
     "no_custom_kernel": ("rejected", "no kernel of the claimed backend is defined or launched"),
     "identity_caching": ("rejected", "results keyed on data_ptr, id() or a cache decorator"),
     "stateful_forward": ("rejected", "forward keeps counters or global state between calls"),

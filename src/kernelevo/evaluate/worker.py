@@ -31,6 +31,7 @@ from kernelevo.evaluate.oplog import record_ops
 from kernelevo.evaluate.sandbox.redact import candidate_traceback
 from kernelevo.evaluate.sandbox.jobs import Channel
 from kernelevo.evaluate.transfer import export_bundle
+from kernelevo.evaluate.worker_backward import BackwardRuns, warm_autograd_threads
 from kernelevo.evaluate.worker_timing import (rotation_check, run_timing, stored_or_timed,
                                               warm_baselines)
 
@@ -115,6 +116,8 @@ def _check_all(job: WorkerJob, given: ReadyReply, task: Any, channel: Sender,
     hook = LoadInlineHook(device == "cuda", switch)
     budget = AutotuneBudget(job.timing.autotune_budget_s)
     budget.install()  # before the snapshot: the wrapped autotuner is the harness's own
+    if job.backward:
+        warm_autograd_threads(device)  # before the guards' first look at threads
     watch = guards.ProcessWatch(scratch / "work")  # after the baselines: their helpers are ours
     snapshot = guards.HarnessSnapshot(extra_modules=(guards, task_inputs))
     # Every candidate's knockout runs before any candidate computes set 0
@@ -331,6 +334,9 @@ class _SetRuns:
         # during its own steps
         self.found: dict[str, list] = {"threads": [], "children": [], "files": [],
                                        "tampered": []}
+        # Forward and backward calls, for a task whose backward is judged.
+        self.backward = (BackwardRuns(model, task, self.sets, self.device, self.dtype, switch)
+                         if job.backward else None)
 
     def first(self) -> None:
         with self._counted():
@@ -343,6 +349,8 @@ class _SetRuns:
                 self.knockout = None  # crashing without its kernels proves they matter
             finally:
                 self.switch.set(True)
+        if self.backward is not None:  # not counted with the forward's launches
+            self.backward.knockout_run()
 
     def finish(self) -> dict[str, Any]:
         """Outputs for every input set, a repeat of the first, and the knockout's."""
@@ -358,7 +366,11 @@ class _SetRuns:
         if self.knockout is not None:
             bundle["knockout"] = self.knockout["values"]
             structures["knockout"] = self.knockout["structure"]
-        return {**self.report, "bundle": bundle, "structures": structures,
+        backward: dict[str, Any] = {}
+        if self.backward is not None:
+            gradients, backward = self.backward.finish()
+            bundle.update(gradients)
+        return {**self.report, **backward, "bundle": bundle, "structures": structures,
                 "problems": tuple(self.problems), "ops": tuple(sorted(ops)),
                 "first_call_s": self.first_call_s[0], "triton_launches": self.launches,
                 "check_s": self.check_s}

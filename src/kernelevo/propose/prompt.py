@@ -61,6 +61,8 @@ class PromptRequest:
     # From the memory of similar tasks: kernels (rewrite prompts only) and bounded lessons.
     remembered: tuple[Remembered, ...] = ()
     lessons: str = ""
+    # The run judges the backward too: the contract asks for an autograd.Function.
+    backward: bool = False
 
     def __post_init__(self) -> None:
         if self.backend not in PROMPT_BACKENDS:
@@ -79,7 +81,8 @@ def build_messages(request: PromptRequest,
     dtype = PRECISIONS[request.precision]
     atol, rtol = DEFAULT_TOLERANCES[dtype]
     shared = {"backend": request.backend, "backend_name": PROMPT_BACKENDS[request.backend],
-              "precision": request.precision, "dtype": dtype, "gpu_name": request.gpu_name}
+              "precision": request.precision, "dtype": dtype, "gpu_name": request.gpu_name,
+              "backward": request.backward}
     system = _render(environment, "system.j2", {**shared, "atol": f"{atol:g}", "rtol": f"{rtol:g}"})
     user = _render(environment, "user.j2", {
         **shared,

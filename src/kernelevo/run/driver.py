@@ -345,4 +345,5 @@ def _proposer(pool: Any, store: Any, task: Task, search: SearchConfig,
                        search.diff_probability, gpu,
                        remembered=tuple(Remembered(kernel.label, kernel.source)
                                         for kernel in (recall.kernels if recall else ())),
-                       lessons=recall.lessons if recall else "")
+                       lessons=recall.lessons if recall else "",
+                       backward=eval_config.backward or task.asks_backward)
