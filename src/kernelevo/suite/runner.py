@@ -68,6 +68,7 @@ def run_suite(plan: SuitePlan, progress: Progress | None = None) -> SuiteResult:
         raise TaskError("give the solutions to judge (--solutions DIR), or --evolve to search")
     solutions = find_solutions(plan.solutions, tasks) if plan.solutions else {}
     done = _open_out(plan)
+    _start_judging_processes(plan.config.device)
     if plan.search is not None:
         _search_tasks(plan, tasks, solutions, done, say)
         return _finish(plan, tasks, None)
@@ -90,6 +91,15 @@ def run_suite(plan: SuitePlan, progress: Progress | None = None) -> SuiteResult:
         left = eta.text()
         say(f"[{count}/{total}] {_line(row)}" + (f"  ({left})" if left else ""))
     return _finish(plan, tasks, gpu, time_spent(judged, record, record.since_start()))
+
+
+def _start_judging_processes(device: str) -> None:
+    """The judges' forkserver, started once the input is known good and before this
+    process imports torch: its imports (seconds) run while the suite sizes its tasks,
+    not before the first task's session."""
+    from kernelevo.evaluate.sandbox.jobs import start_forkserver_for
+
+    start_forkserver_for(device)
 
 
 def _pending(plan: SuitePlan, tasks: list[SuiteTask], solutions: dict[str, list[Solution]],
