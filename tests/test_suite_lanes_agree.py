@@ -47,6 +47,7 @@ def test_two_lanes_give_the_rows_of_one_lane(tmp_path):
     assert {r["lane"] for r in rows if "lane" in r} == {0, 1}  # both lanes judged
     spent = json.loads((tmp_path / "two" / "suite.json").read_text())["time_spent"]
     assert spent["lanes"] == 2 and spent["rows"] == 5 and spent["first_row_s"] > 0
+    assert sum(lane["rows"] for lane in spent["per_lane"]) == 5
     assert "where the time went:" in two.stderr and "first row after" in two.stderr
     assert "lanes' own waits:" in two.stderr
     # The progress lines: "estimating..." until rows past each lane's first are in.

@@ -74,7 +74,11 @@ def time_spent(rows: list[dict[str, Any]], record: Any, wall_s: float) -> dict[s
         "first_row": None if first is None else {
             "task": first["task"], "sample": first["sample"], "wall_s": first.get("wall_s"),
             "phases_s": first.get("phases_s", {})},
-        "phases_s": phases, "lane_waits_s": lanes}
+        "phases_s": phases, "lane_waits_s": lanes,
+        "per_lane": [{"lane": lane.lane, "gpu_index": lane.gpu_index, "rows": lane.rows,
+                      "memory_wait_s": round(lane.memory_wait_s, 2),
+                      "ended_at_s": None if lane.ended_at_s is None else round(
+                          lane.ended_at_s, 2)} for lane in record.lanes]}
 
 
 def _phase(row: dict[str, Any], keys: tuple[str, ...]) -> float:
