@@ -227,6 +227,22 @@ def test_memory_that_ran_out_with_nothing_beside_it_is_not_judged_again(tmp_path
     assert [e for e in gpu.events if e[0] == "judged"] == [("judged", "1_Add")]  # once
 
 
+def test_a_judge_s_error_is_blamed_on_the_task_or_the_judge_never_the_candidate(
+        tmp_path, monkeypatch):
+    from kernelevo.errors import EnvironmentProblem
+
+    def behave(judge, gpu):
+        if judge.name == "1_Add":
+            raise TaskError("the task's get_inputs() raised ValueError: no; fix the task")
+        raise EnvironmentProblem("nvcc was not found: install the CUDA toolkit")
+
+    stand_in_judges(monkeypatch, SharedGpu(), behave)
+    result = run(lay_out(tmp_path, TWO_TASKS), lanes=1)
+    assert {r["task"]: r["reason"] for r in result.rows} == {"level1/1": "task_error",
+                                                           "level1/2": "judge_error"}
+    assert all("out_of_memory" not in r for r in result.rows)
+
+
 def test_a_lane_takes_no_task_that_the_gpu_s_free_memory_cannot_hold_beside_another(
         tmp_path, monkeypatch):
     """Two tasks of about 45 GiB each on an 80 GiB GPU: two lanes, one task at a time."""

@@ -47,11 +47,13 @@ class OutOfMemory:
 def out_of_memory_in(outcome: Any) -> OutOfMemory | None:
     """The memory that ran out in a judge's outcome (a Verdict, or the TaskError of a
     reference that failed), or None when it was something else."""
-    from kernelevo.errors import KernelEvoError
+    from kernelevo.errors import KernelEvoError, TaskError
 
     if isinstance(outcome, KernelEvoError):
         text = str(outcome)
-        return OutOfMemory("reference", asked_in(text), text) if said_in(text) else None
+        if not isinstance(outcome, TaskError) or not said_in(text):
+            return None
+        return OutOfMemory("reference", asked_in(text), text)
     if getattr(outcome, "reason", None) != "out_of_memory":
         return None
     message = outcome.message

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from kernelevo.candidate import load_candidate
 from kernelevo.config import EvalConfig
-from kernelevo.errors import KernelEvoError
+from kernelevo.errors import CandidateError, KernelEvoError, TaskError
 from kernelevo.evaluate.baseline_store import BaselineStore
 from kernelevo.suite.alone import GpuRoom, OutOfMemory, out_of_memory_in, row_message, \
     worth_running_alone
@@ -80,7 +80,7 @@ class TaskLane:
         if alone:
             waits["judged_alone"] = True
         if isinstance(outcome, KernelEvoError):
-            reason = "out_of_memory" if memory else "task_error"
+            reason = "out_of_memory" if memory else _blamed(outcome)
             row = self.make_row(self.task, solution, reason, message=str(outcome)[:500],
                                 **waits, **self.extra)
         else:
@@ -138,6 +138,14 @@ class TaskLane:
     def close(self) -> None:
         self.context.room.remove_judge(self.judge)
         self.judge.close()
+
+
+def _blamed(error: KernelEvoError) -> str:
+    """The reason of a row the judge raised for: the task's (its reference failed), the
+    candidate's, or the judge's own (a setting or the machine)."""
+    if isinstance(error, TaskError):
+        return "task_error"
+    return "bad_candidate" if isinstance(error, CandidateError) else "judge_error"
 
 
 def _memory_fields(memory: OutOfMemory, alone: bool) -> dict[str, Any]:
