@@ -4,7 +4,7 @@ from kernelevo.candidate import Candidate, load_candidate
 from kernelevo.config import EvalConfig
 from kernelevo.evaluate.judge import Judge
 from kernelevo.evaluate.oom import in_units, requested_size
-from kernelevo.evaluate.outcome import _crash_verdict
+from kernelevo.evaluate.outcome import WARM_UP, _crash_verdict, _decided
 from kernelevo.evaluate.sandbox.jobs import JobResult
 from kernelevo.task import load_task
 from tests.conftest import ROOT
@@ -74,6 +74,23 @@ def test_a_process_that_died_of_memory_without_reporting_says_so():
                                "6.40 GiB (the process exited with code 1 without reporting)")
     plain = _crash_verdict(JobResult(exit_code=1, log_tail="ValueError: no\n"), "timing")
     assert plain.reason == "exited_early"
+
+
+def test_a_worker_that_died_in_its_warm_up_says_no_candidate_had_loaded():
+    """The worker runs the task's Model for the baselines before any candidate loads:
+    memory that ran out there is not the candidate's doing, and the verdict says where."""
+    import types
+
+    log = f"Traceback (most recent call last):\n  ...\ntorch.OutOfMemoryError: {CUDA_OOM}\n"
+    died = JobResult(exit_code=1, log_tail=log)
+    state = types.SimpleNamespace(decisions={}, warmed_up=False)
+    verdict = _decided(state, died, None, 0, None)
+    assert verdict.reason == "out_of_memory"
+    assert verdict.message == (f"out of memory during {WARM_UP}: it tried to allocate 6.40 GiB "
+                               "(the process exited with code 1 without reporting)")
+    assert WARM_UP.startswith("the worker's warm-up (the task's Model")
+    state.warmed_up = True  # past its warm-up: a candidate was loading
+    assert "during loading or checking" in _decided(state, died, None, 0, None).message
 
 
 def test_the_size_is_read_from_gpu_and_host_messages():

@@ -66,6 +66,30 @@ def test_a_timing_s_wait_comes_back_with_who_held_the_gpu_and_how_long():
     assert gate.holders() == (0, False)
 
 
+def test_a_timing_that_ends_a_verdict_goes_before_a_warm_up_s_baseline_timing():
+    """Both wait behind a check; once it ends, the candidate's timing goes first though
+    the warm-up (timing a task's baselines for the store) asked first: a suite's first
+    verdicts do not wait for every lane's warm-up."""
+    gate, order = GpuGate(), []
+    gate.acquire_shared()
+
+    def timing(name, urgent):
+        gate.acquire_exclusive(urgent=urgent)
+        order.append(name)
+        time.sleep(0.05)
+        gate.release_exclusive()
+
+    warm_up = _in_thread(lambda: timing("warm-up's baselines", False))
+    time.sleep(0.2)
+    candidate = _in_thread(lambda: timing("candidate", True))
+    time.sleep(0.2)
+    gate.release_shared()
+    assert warm_up.wait(2) and candidate.wait(2)
+    assert order == ["candidate", "warm-up's baselines"]
+    assert _in_thread(lambda: timing("alone", False)).wait(2)  # nothing ahead: at once
+    assert gate.holders() == (0, False)
+
+
 def test_a_session_names_the_holders_its_timing_waited_for_by_their_relation_to_it():
     from types import SimpleNamespace
 

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,7 +31,8 @@ from kernelevo.cli.options import (  # noqa: F401 (the choices, re-exported)
     EXIT_BAD_INPUT, EXIT_FAILED, FLAGS, KERNELBENCH_OPTION, NO_COMPILE_OPTION, NO_STATIC_OPTION,
     RTOL_OPTION, SETS_OPTION, TASK_ARGUMENT, TIMEOUT_OPTION, VARY_SHAPES_OPTION, App,
     POLICY_OPTION, PRECISION_OPTION, TIMING_OPTION, Backend, Device, Policy, Precision,
-    SearchBackend, Timing, choice_value, console, errors, eval_overrides, eval_settings, out)
+    SearchBackend, Timing, choice_value, console, errors, eval_overrides, eval_settings, out,
+    start_judges_forkserver)
 from kernelevo.cli.options import fail as _fail
 from kernelevo.errors import KernelEvoError
 from kernelevo.logs import configure, get_logger, level_for
@@ -95,12 +95,9 @@ LOCAL_OPTION = typer.Option(False, "--local", help="judge in this process even w
 def _service_or_forkserver(local: bool, device: Any) -> Any:
     """The running evaluation service to judge on; without one, the forkserver starts now.
 
-    Started before this process imports torch, the forkserver's own imports
-    (torch, dynamo, inductor) run beside this process's instead of after them:
-    a cold `eval --local` on the H200 took 8.1-9.7 s instead of 10.6-11.7 s,
-    in pairs in one call (bench/gpu_cold_eval_ab.sh). Its Triton mode is
-    guessed from the driver's device file; a wrong guess costs a restart
-    (sandbox._ensure_forkserver).
+    Started before this process imports torch (start_judges_forkserver): a
+    cold `eval --local` on the H200 took 8.1-9.7 s instead of 10.6-11.7 s, in
+    pairs in one call (bench/gpu_cold_eval_ab.sh).
     """
     if not local:
         from kernelevo.evaluate.remote.client import find_service
@@ -108,11 +105,7 @@ def _service_or_forkserver(local: bool, device: Any) -> Any:
         service = find_service()
         if service is not None:
             return service
-    from kernelevo.evaluate.sandbox.jobs import start_forkserver
-
-    wanted = choice_value(device)
-    start_forkserver(wanted == "cpu" or (wanted in (None, "auto")
-                                         and not os.path.exists("/dev/nvidiactl")))
+    start_judges_forkserver(choice_value(device))
     return None
 
 

@@ -102,6 +102,17 @@ def choice_value(choice: Any) -> Any:
     return choice.value if isinstance(choice, Enum) else choice
 
 
+def start_judges_forkserver(device: str | None) -> None:
+    """Start the judges' forkserver now, before this process imports torch.
+
+    Its own imports (torch, dynamo, inductor) then run beside this process's
+    instead of after them (bench/gpu_cold_eval_ab.sh).
+    """
+    from kernelevo.evaluate.sandbox.jobs import start_forkserver_for
+
+    start_forkserver_for(device)
+
+
 def fail(exc: Exception) -> NoReturn:
     # Escaped: messages name config tables like [eval] or [llm.prices], which rich
     # would otherwise take for markup and drop.

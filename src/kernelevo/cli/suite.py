@@ -51,6 +51,9 @@ def suite_command(
     timing: Optional[Timing] = TIMING_OPTION,
     no_compile: bool = NO_COMPILE_OPTION,
     as_json: bool = typer.Option(False, "--json", help="print suite.json to stdout"),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="also print where the "
+                                 "suite's time went (the first row, the verdicts' phases, "
+                                 "the lanes' waits), as suite.json's time_spent has it"),
     evolve: bool = typer.Option(False, "--evolve", help="search each task with evolve instead "
                                 "of judging given solutions; its best kernel is the task's"),
     model: Optional[list[str]] = typer.Option(None, "--model", metavar="MODEL",
@@ -74,6 +77,7 @@ def suite_command(
     from kernelevo.suite.evolve import SearchBudget
     from kernelevo.suite.render import as_json as suite_json
     from kernelevo.suite.render import summary_table, task_table
+    from kernelevo.suite.time_spent import time_lines
 
     try:
         _check_out(out_dir)
@@ -95,6 +99,9 @@ def suite_command(
             line, markup=False, highlight=False))
     except KernelEvoError as exc:
         fail(exc)
+    if result.time_spent is not None and (verbose or _verbose_logging()):
+        for line in time_lines(result.time_spent):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
     if as_json:
         out.print_json(json.dumps(suite_json(result)))
         return
@@ -103,6 +110,15 @@ def suite_command(
     out.print(summary_table(result), markup=False, highlight=False, soft_wrap=True)
     console.print(f"written: {plan.out}/suite.json, suite.md and suite.html", markup=False,
                   highlight=False)
+
+
+def _verbose_logging() -> bool:
+    """Whether `kernelevo --verbose suite ...` asked for diagnostics."""
+    import logging
+
+    from kernelevo.logs import ROOT_LOGGER
+
+    return logging.getLogger(ROOT_LOGGER).isEnabledFor(logging.DEBUG)
 
 
 def _refuse_without_evolve(flags: dict[str, object]) -> None:

@@ -6,7 +6,12 @@ candidate timed while another process runs kernels on the same GPU reads
 slower. Each GPU has one `GpuGate`, a readers-writer lock held by the judge
 process on its children's behalf: shared for any GPU work, exclusive for a
 timing phase. A waiting timing phase goes first: no new shared holder enters
-while it waits, so timing never starves behind a stream of checks.
+while it waits, so timing never starves behind a stream of checks. Among
+timing phases, one that ends a verdict (a candidate's) goes before one that
+only prepares for later verdicts (a warm-up timing a task's baselines for
+the store), so a suite's first verdicts do not wait for every lane's
+warm-up. Such a warm-up waits only for timings of work already on the GPU:
+no new work starts while a timing phase waits.
 
 A wait can be given up (`give_up`, polled): a job killed or a process
 stopping must not sit behind another job's hold, nor keep a lane or a
@@ -41,6 +46,7 @@ class GpuGate:
         self._shared = 0
         self._exclusive = False
         self._writers_waiting = 0
+        self._urgent_waiting = 0  # of those, timing phases that end a verdict
         # The shared holders' labels and since when they hold, by owner; and,
         # for each timing phase waiting, the seconds each label held meanwhile.
         self._holding: dict[int, tuple[str, float]] = {}
@@ -66,20 +72,28 @@ class GpuGate:
             if not self._shared:
                 self._condition.notify_all()
 
-    def acquire_exclusive(self, give_up: GiveUp | None = None) -> dict[str, float]:
-        """Take the GPU alone; the seconds each label held it while this waited."""
+    def acquire_exclusive(self, give_up: GiveUp | None = None,
+                          urgent: bool = True) -> dict[str, float]:
+        """Take the GPU alone; the seconds each label held it while this waited.
+
+        Not `urgent` (a warm-up's timing): every urgent timing phase waiting goes first.
+        """
         entry: tuple[float, dict[str, float]] = (time.monotonic(), defaultdict(float))
         with self._condition:
             self._writers_waiting += 1
+            self._urgent_waiting += int(urgent)
             self._ledgers.append(entry)
             try:
-                while self._exclusive or self._shared:
+                while (self._exclusive or self._shared
+                       or (not urgent and self._urgent_waiting)):
                     self._wait(give_up)
             finally:
                 self._writers_waiting -= 1
+                self._urgent_waiting -= int(urgent)
                 self._ledgers.remove(entry)
-                if not self._writers_waiting:
-                    self._condition.notify_all()  # shared waiters held back by this one go on
+                # shared waiters held back by this one go on; a warm-up's timing
+                # held back by this one may go next
+                self._condition.notify_all()
             self._exclusive = True
         return dict(entry[1])
 
@@ -130,9 +144,9 @@ class Hold:
         self.gate.acquire_shared(self.give_up, self, self.label)
         self.state = "shared"
 
-    def exclusive(self) -> None:
+    def exclusive(self, urgent: bool = True) -> None:
         self.release()
-        self.waited_on = self.gate.acquire_exclusive(self.give_up)
+        self.waited_on = self.gate.acquire_exclusive(self.give_up, urgent)
         self.state = "exclusive"
 
     def release(self) -> None:

@@ -22,6 +22,9 @@ from kernelevo.evaluate.verdict import (AUTOTUNE_BUDGET_FLAG, NO_CUSTOM_KERNEL_F
 
 ISOLATION = ("own process group, wall-clock kill, output cap, scratch cwd, {context}"
              "network {network}, {confinement}")
+# Where a worker that ended before its warm-up was done was: no candidate had loaded.
+WARM_UP = ("the worker's warm-up (the task's Model run for the eager and torch.compile "
+           "baselines, before any candidate loaded)")
 
 
 def _outputs_from(report: CheckedCandidate, count: int, judge: Any,
@@ -153,7 +156,7 @@ def autotune_note(report: CheckedCandidate | None, budget_s: float) -> str | Non
 def _decided(state: Any, result: JobResult, judge: Any, index: int, candidate: Any) -> Verdict:
     decision = state.decisions.get(index)
     if decision is None:
-        return _crash_verdict(result, "loading or checking")
+        return _crash_verdict(result, "loading or checking" if state.warmed_up else WARM_UP)
     kind, details = decision
     if kind == "failed":
         return verdict_for(details["reason"], details.get("message", ""),

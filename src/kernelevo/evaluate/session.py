@@ -266,7 +266,8 @@ class Session:
         if stored is not None:
             return BaselinesReply(stored.measures, stored.measured_at, stored.notes)
         self.hold.release()
-        self._wait_for(self.hold.exclusive)
+        # Behind every candidate's timing waiting meanwhile: their verdicts are due first.
+        self._wait_for(lambda: self.hold.exclusive(urgent=False))
         self._timing_baselines = True
         return BaselinesReply(time_them=True)
 

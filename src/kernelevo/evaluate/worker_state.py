@@ -35,11 +35,15 @@ class WorkerState:
         # (process start, task import, baselines warm-up), and how long it
         # then waited for the oracle's reference.
         self.phases: dict[str, float] = {}
+        # Whether the worker finished its warm-up (the task's Model, run for the
+        # baselines): a worker that died before it never loaded a candidate.
+        self.warmed_up = False
 
     def on_message(self, message: Message) -> Message | None:
         if isinstance(message, Progress):
             self.judge.progress(message.phase)
         elif isinstance(message, Ready):
+            self.warmed_up = True
             # Where the worker's own warm-up went (done ahead, for a standby session).
             for step, seconds in message.warmup.items():
                 self.phases[f"warmup_{step}"] = seconds

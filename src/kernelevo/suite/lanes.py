@@ -2,20 +2,26 @@
 
 Each lane judges one task at a time with a judge that keeps its next oracle
 and worker started (standby), so every solution after a task's first finds
-them warm. Lanes of one GPU share it as evaluate/gate.py allows: checks side
-by side, timing phases one at a time. CUDA solutions are compiled ahead on
-the CPU, in parallel, in the order the lanes will reach them, so a lane waits
-for nvcc only when the builds fall behind. A lane takes its next task ahead
-and starts that task's first session while it judges its current task's last
-solution, so no task's first candidate waits for processes to start or for
-baselines to compile. Baselines are timed once per task, by the task's first
-worker before any solution loads, and kept in the store on disk for the next
-suite (evaluate/baseline_store.py); each solution is timed beside a brief
-drift probe of them.
+them warm (suite/lane_judge.py). Lanes of one GPU share it as
+evaluate/gate.py allows: checks side by side, timing phases one at a time;
+and they share its memory: a lane takes the next task that fits beside the
+others (suite/schedule.py), and a solution that runs out of memory beside
+them is judged again alone (suite/alone.py). Tasks come quickest first.
+CUDA solutions are compiled ahead on the CPU, in parallel, in the order the
+lanes will reach them, so a lane waits for nvcc only when the builds fall
+behind. Once the suite has its first row, a lane takes its next task ahead
+and starts that task's first session while it judges its current task's
+last solution, so no later task's first candidate waits for processes to
+start or for baselines to compile; before it, those sessions would only
+slow the first verdicts down. Baselines are timed once per task, by the
+task's first worker before any solution loads, and kept in the store on
+disk for the next suite (evaluate/baseline_store.py); each solution is
+timed beside a brief drift probe of them.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import queue
 import threading
@@ -28,11 +34,15 @@ from kernelevo.candidate import load_candidate
 from kernelevo.config import EvalConfig
 from kernelevo.errors import KernelEvoError
 from kernelevo.evaluate.baseline_store import BaselineStore
-from kernelevo.suite.metrics import BASELINES
+from kernelevo.suite.alone import GpuRoom
+from kernelevo.suite.footprint import measure_footprint
+from kernelevo.suite.lane_judge import LaneContext, MakeRow, Row, TaskLane
+from kernelevo.suite.schedule import MemoryBook, PlannedTask, TaskQueue
 from kernelevo.suite.tasks import Solution, SuiteTask
+from kernelevo.suite.time_spent import LaneRecord, LaneStats
 
-Row = dict[str, Any]
-MakeRow = Callable[..., Row]
+Load = Callable[[SuiteTask], tuple[Any, dict[str, int]]]
+Memory = Callable[[int | None], tuple[int, int] | None]
 # Compiles at once: each nvcc holds about 1.5 GB and most of a core.
 _BUILD_MEMORY_BYTES = 3 << 30
 
@@ -101,190 +111,212 @@ class BuildsAhead:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-class TaskLane:
-    """Judges one task's solutions in turn on one GPU, keeping the next session warm."""
-
-    def __init__(self, task: SuiteTask, loaded: Any, config: EvalConfig,
-                 store: BaselineStore | None, gpu_index: int | None, make_row: MakeRow,
-                 extra: dict[str, Any]) -> None:
-        self.task, self.loaded, self.store = task, loaded, store
-        self.gpu_index, self.make_row, self.extra = gpu_index, make_row, extra
-        self.measure = config.timing.measure
-        self.wanted = tuple(b for b in BASELINES if b in config.timing.baselines)
-        self.config = config
-        self.judge = self._judge()
-
-    def _judge(self) -> Any:
-        from kernelevo.evaluate.judge import Judge
-
-        return Judge(self.loaded, self.config, gpu_index=self.gpu_index, standby=True,
-                     baseline_store=self.store)
-
-    def judge_one(self, solution: Solution, waited_s: float, more: bool = True) -> Row:
-        """One solution's row; `more` when another solution of the task follows it.
-
-        Only then does the judge keep a next session warm (standby): for the
-        last one, that session's oracle, worker and baseline warm-up would be
-        started only to be killed, taking cores and the GPU from other lanes.
-        """
-        from kernelevo.evaluate.verdict import speedup
-
-        self.judge.standby = more
-        started = time.perf_counter()
-        try:
-            verdict = self.judge.evaluate(load_candidate(solution.path))
-        except KernelEvoError as exc:
-            return self.make_row(self.task, solution, "bad_candidate", message=str(exc),
-                                 **self.extra)
-        own = verdict.measures.get(self.measure, {}).get("candidate")
-        # A CPU run, or a candidate that never reached timing, has no baselines.
-        baselines = {n: s for n, s in verdict.measures.get(self.measure, {}).items()
-                     if n != "candidate"}
-        how = verdict.environment.get("baselines", "")
-        source = "none" if not baselines else "stored" if how.startswith("stored") \
-            else "measured"
-        gains = {b: speedup(baselines.get(b), own) if own else None for b in self.wanted}
-        return self.make_row(
-            self.task, solution, verdict.reason, status=verdict.status,
-            passed_kernel=verdict.passed_kernel, message=verdict.message[:500],
-            measure=verdict.timing_measure or None, speedup=gains,
-            candidate_ms=own.median_ms if own else None,
-            baseline_ms={n: s.median_ms for n, s in baselines.items()},
-            baseline_source=source, flags=list(verdict.flags),
-            timed_under=verdict.environment.get("timed_under"),
-            build_wait_s=round(waited_s, 2),
-            wall_s=round(time.perf_counter() - started + waited_s, 2),
-            phases_s={k: round(v, 2) for k, v in verdict.phases_s.items()},
-            measures=_by_measure(verdict), **self.extra)
-
-    def close(self) -> None:
-        self.judge.close()
+def plan_tasks(jobs: list[tuple[SuiteTask, list[Solution]]]) -> list[PlannedTask]:
+    """The tasks in the suite's order, each marked when a solution needs a CUDA build."""
+    planned = []
+    for position, (task, pending) in enumerate(jobs):
+        planned.append(PlannedTask(task, pending, position, any(
+            _backend(solution) == "cuda" for solution in pending)))
+    return planned
 
 
-def _by_measure(verdict: Any) -> dict[str, dict[str, Any]]:
-    """Every measure's milliseconds, speedups and speedup intervals, as the verdict has them."""
-    from kernelevo.evaluate.verdict import speedup
-
-    shown: dict[str, dict[str, Any]] = {}
-    for measure, stats in verdict.measures.items():
-        own = stats.get("candidate")
-        if own is None:
-            continue
-        shown[measure] = {
-            "ms": {name: s.median_ms for name, s in stats.items()},
-            "speedup": {name: speedup(s, own) for name, s in stats.items() if name != "candidate"},
-            "range": dict(verdict.speedup_ranges.get(measure, {}))}
-    return shown
+def _backend(solution: Solution) -> str | None:
+    try:
+        return load_candidate(solution.path).backend
+    except KernelEvoError:
+        return None  # the lane reports it
 
 
-def judge_on_lanes(jobs: list[tuple[SuiteTask, list[Solution]]],
-                   load: Callable[[SuiteTask], tuple[Any, dict[str, int]]],
+def judge_on_lanes(jobs: list[tuple[SuiteTask, list[Solution]]], load: Load,
                    config: EvalConfig, store: BaselineStore | None, gpu: str | None,
                    gpus: list[int | None], lanes: int, make_row: MakeRow,
                    builds: BuildsAhead | None,
                    environment: Callable[[int | None], dict[str, str]],
-                   warm_ahead: bool = False) -> Iterator[Row]:
+                   warm_ahead: bool = False, memory: Memory | None = None,
+                   record: LaneRecord | None = None) -> Iterator[Row]:
     """Rows as solutions are judged; `lanes` tasks at a time on each of `gpus`.
 
-    With `warm_ahead` (a GPU's cores to spare), a lane takes its next task
-    before it judges its current task's last solution, and starts that task's
-    first session then (Judge.warm_up): the process start, the task's import
-    and its baselines' compile run beside the last solution, not in the next
+    Tasks are handed out quickest first, each to a lane whose GPU has the
+    memory for it (`memory` reads a GPU's free and total bytes; None: no
+    such check). With `warm_ahead` (a GPU's cores to spare), once the suite
+    has its first row a lane takes its next task before it judges its
+    current task's last solution, and starts that task's first session then
+    (Judge.warm_up): the process start, the task's import and its
+    baselines' compile run beside the last solution, not in the next
     task's first verdict.
     """
-    tasks: queue.Queue[tuple[SuiteTask, list[Solution]] | None] = queue.Queue()
-    for job in jobs:
-        tasks.put(job)
+    record = record or LaneRecord()
+    planned = plan_tasks(jobs)
+    slots = [gpu_index for gpu_index in gpus for _ in range(max(1, lanes))]
+    tasks = TaskQueue(planned, lambda entry: _prepare(entry, load, config, memory is not None),
+                      config.import_timeout_s, len(slots))
+    tasks.start()
     if builds is not None and config.device != "cpu":
-        for _, solutions in jobs:
-            builds.submit(solutions, config, environment(gpus[0]))
-    rows: queue.Queue[Row | BaseException | None] = queue.Queue()
-    slots = [gpu for gpu in gpus for _ in range(max(1, lanes))]
-    stop = threading.Event()
+        builds.submit([s for entry in planned if entry.needs_build for s in entry.pending],
+                      config, environment(gpus[0]))
+    books = {index: MemoryBook(functools.partial(memory, index)) for index in gpus} \
+        if memory is not None else {}
+    suite = _Lanes(tasks, {index: GpuRoom() for index in gpus}, books, builds, record,
+                   warm_ahead)
+    for number, gpu_index in enumerate(slots):
+        book = books.get(gpu_index)
+        context = LaneContext(config, store, gpu, gpu_index, make_row, suite.rooms[gpu_index],
+                              number, book.total_bytes if book else None)
+        suite.add(LaneStats(number, gpu_index), context)
+    suite.launch()
+    yield from suite.rows()
 
-    def lane(gpu_index: int | None) -> None:
+
+class _Lanes:
+    """The lanes of a suite: their threads, what they share, the rows they send."""
+
+    def __init__(self, tasks: TaskQueue, rooms: dict[int | None, GpuRoom],
+                 books: dict[int | None, MemoryBook], builds: BuildsAhead | None,
+                 record: LaneRecord, warm_ahead: bool) -> None:
+        self.tasks, self.rooms, self.books, self.builds = tasks, rooms, books, builds
+        self.record, self.warm_ahead = record, warm_ahead
+        self.sent: queue.Queue[Row | BaseException | None] = queue.Queue()
+        self.stop, self.first_row = threading.Event(), threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def add(self, stats: LaneStats, context: LaneContext) -> None:
+        self.record.lanes.append(stats)
+        context.room.join(stats.lane)  # before any lane judges: each counts as company
+        self._threads.append(threading.Thread(target=self._lane, args=(stats, context),
+                                              daemon=True, name=f"suite-lane-{stats.lane}"))
+
+    def launch(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def _lane(self, stats: LaneStats, context: LaneContext) -> None:
         upcoming: list[_TaskRun] = []
+        book = self.books.get(stats.gpu_index)
 
-        def take() -> _TaskRun | None:
-            try:
-                job = tasks.get_nowait()
-            except queue.Empty:
-                return None
-            return _TaskRun(*job, load, config, store, gpu, gpu_index, make_row)
+        def take(wait: bool) -> _TaskRun | None:
+            entry, reservation, memory_wait_s = self.tasks.take(
+                lambda planned: _admit(planned, book), wait, self.stop.is_set, stats.lane)
+            stats.memory_wait_s += memory_wait_s
+            return None if entry is None else _TaskRun(entry, reservation, book, context)
 
         def take_ahead() -> None:
-            if warm_ahead and not upcoming and not stop.is_set() and (run := take()) is not None:
-                run.warm_up()
+            if self.warm_ahead and not upcoming and not self.stop.is_set() and (
+                    run := take(False)):
                 upcoming.append(run)
+                run.warm_up_after(self.first_row, self.stop)
 
         try:
-            while not stop.is_set():
-                current = upcoming.pop() if upcoming else take()
+            while not self.stop.is_set():
+                current = upcoming.pop() if upcoming else take(True)
                 if current is None:
                     return
-                for row in current.rows(builds, before_last=take_ahead):
-                    rows.put(row)
-                    if stop.is_set():
+                for row in current.rows(self.builds, before_last=take_ahead):
+                    stats.rows += 1
+                    self.first_row.set()
+                    self.sent.put(row)
+                    if self.stop.is_set():
                         return
         except BaseException as exc:  # raised again in the caller's thread
-            rows.put(exc)
+            self.sent.put(exc)
         finally:
             for run in upcoming:  # stopped with a task taken ahead: its session goes
                 run.close()
-            rows.put(None)
+            context.room.quit(stats.lane)
+            stats.ended_at_s = self.record.since_start()
+            self.sent.put(None)
 
-    threads = [threading.Thread(target=lane, args=(gpu,), name=f"suite-lane-{i}", daemon=True)
-               for i, gpu in enumerate(slots)]
-    for thread in threads:
-        thread.start()
-    running = len(threads)
+    def rows(self) -> Iterator[Row]:
+        """The lanes' rows as they come, until every lane has ended."""
+        running = len(self._threads)
+        try:
+            while running:
+                row = self.sent.get()
+                if row is None:
+                    running -= 1
+                elif isinstance(row, BaseException):
+                    raise row
+                else:
+                    if self.record.first_row_at_s is None:
+                        self.record.first_row_at_s = self.record.since_start()
+                    yield row
+        finally:  # an error, a Ctrl-C or a consumer gone: lanes start nothing new
+            self.stop.set()
+
+
+def _prepare(entry: PlannedTask, load: Load, config: EvalConfig, sized: bool) -> None:
+    """Load the task (shrunk where asked) and, where `sized`, estimate what a lane
+    judging it holds on the GPU."""
+    entry.loaded, entry.sizes = load(entry.task)
+    if not sized:
+        return
     try:
-        while running:
-            row = rows.get()
-            if row is None:
-                running -= 1
-            elif isinstance(row, BaseException):
-                raise row
-            else:
-                yield row
-    finally:  # an error, a Ctrl-C or a consumer gone: lanes start nothing new
-        stop.set()
+        footprint = measure_footprint(entry.loaded, config.dtype_name)
+    except Exception:  # noqa: BLE001 - size unknown (0): the run alone catches the rest
+        return
+    entry.lane_bytes = footprint.lane_bytes(config.input_sets)
+
+
+def _admit(entry: PlannedTask, book: MemoryBook | None) -> int | None:
+    """A reservation for the task on the lane's GPU (0: none needed), or None: no room now."""
+    if book is None or entry.error is not None:
+        return 0
+    return book.admit(entry.lane_bytes)
 
 
 class _TaskRun:
-    """One task's pending solutions on a lane: the task loaded and its lane made up front."""
+    """One task's pending solutions on a lane: its judge made up front, its memory reserved."""
 
-    def __init__(self, task: SuiteTask, pending: list[Solution],
-                 load: Callable[[SuiteTask], tuple[Any, dict[str, int]]], config: EvalConfig,
-                 store: BaselineStore | None, gpu: str | None, gpu_index: int | None,
-                 make_row: MakeRow) -> None:
-        self.task, self.pending = task, pending
+    def __init__(self, entry: PlannedTask, reservation: int, book: MemoryBook | None,
+                 context: LaneContext) -> None:
+        self.task, self.pending = entry.task, entry.pending
+        self._book, self._reservation = book, reservation
+        self._room, self._lane_number = context.room, context.lane
+        self._lock = threading.Lock()
+        self._judging = self._closed = False
         self.lane: TaskLane | None = None
         self.errors: list[Row] = []
-        try:
-            loaded, sizes = load(task)
-        except Exception as exc:  # a task that cannot load is a row per solution, not the end
-            self.errors = [make_row(task, solution, "task_error", gpu=gpu,
-                                    message=f"{type(exc).__name__}: {exc}")
-                           for solution in pending]
+        make_row, gpu = context.make_row, context.gpu
+        if entry.error is not None:  # a task that cannot load is a row per solution
+            self.errors = [make_row(entry.task, solution, "task_error", gpu=gpu,
+                                    message=entry.error) for solution in entry.pending]
             return
-        extra = {"gpu": gpu, "gpu_index": gpu_index, "sizes": sizes}
+        extra = {"gpu": gpu, "gpu_index": context.gpu_index, "sizes": entry.sizes,
+                 "lane": context.lane}
         try:
-            self.lane = TaskLane(task, loaded, config, store, gpu_index, make_row, extra)
+            self.lane = TaskLane(entry.task, entry.loaded, context, extra)
         except KernelEvoError as exc:
-            self.errors = [make_row(task, solution, "task_error", gpu=gpu, message=str(exc))
-                           for solution in pending]
+            self.errors = [make_row(entry.task, solution, "task_error", gpu=gpu,
+                                    message=str(exc)) for solution in entry.pending]
 
-    def warm_up(self) -> None:
-        """Start the first solution's session now (its processes, imports and baselines)."""
-        if self.lane is not None:
-            self.lane.judge.warm_up()
+    def warm_up_after(self, first_row: threading.Event, stop: threading.Event) -> None:
+        """Start the first solution's session (its processes, imports and baselines) once
+        the suite has its first row: now if it has, else in a thread that waits for it."""
+        if first_row.is_set():
+            self._warm_up()
+            return
+
+        def wait_then_warm() -> None:
+            while not first_row.wait(0.2):
+                if stop.is_set() or self._closed or self._judging:
+                    return
+            self._warm_up()
+
+        threading.Thread(target=wait_then_warm, name="suite-warm-ahead", daemon=True).start()
+
+    def _warm_up(self) -> None:
+        if self.lane is None:
+            return
+        with self._room.inside(self._lane_number):
+            with self._lock:  # not once its judging began, nor once it is closed
+                if not (self._judging or self._closed):
+                    self.lane.judge.warm_up()
 
     def rows(self, builds: BuildsAhead | None,
              before_last: Callable[[], None]) -> Iterator[Row]:
         """Each solution's row in turn; `before_last` is called before the last is judged."""
         yield from self.errors
         if self.lane is None:
+            self.close()
             before_last()
             return
         try:
@@ -293,10 +325,18 @@ class _TaskRun:
                 if last:
                     before_last()
                 waited = builds.wait(solution) if builds is not None else 0.0
+                with self._lock:
+                    self._judging = True
                 yield self.lane.judge_one(solution, waited, more=not last)
         finally:
             self.close()
 
     def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
         if self.lane is not None:
             self.lane.close()
+        if self._book is not None:
+            self._book.release(self._reservation)

@@ -62,6 +62,7 @@ class SuiteResult:
     summary: SuiteSummary
     out: Path
     gpu: str | None
+    time_spent: dict[str, Any] | None = None  # where this run's time went (time_spent.py)
 
 
 def best_of(key: str, rows: list[dict[str, Any]]) -> TaskResult:

@@ -22,8 +22,11 @@ def _gain(value: float | None) -> str:
 
 
 def as_json(result: SuiteResult) -> dict[str, Any]:
-    return {"gpu": result.gpu, "summary": result.summary.to_dict(),
-            "tasks": [asdict(t) for t in result.tasks], "rows": result.rows}
+    shown = {"gpu": result.gpu, "summary": result.summary.to_dict(),
+             "tasks": [asdict(t) for t in result.tasks], "rows": result.rows}
+    if result.time_spent is not None:  # this run's: a resumed suite's earlier runs are not in it
+        shown["time_spent"] = result.time_spent
+    return shown
 
 
 def summary_table(result: SuiteResult) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
@@ -18,9 +17,11 @@ from typing import Any, Callable, Iterator
 from kernelevo.config import EvalConfig
 from kernelevo.errors import KernelEvoError, TaskError
 from kernelevo.evaluate.baseline_store import BaselineStore, gpu_model
+from kernelevo.suite.eta import Eta
 from kernelevo.suite.evolve import SearchBudget, evolve_task
 from kernelevo.suite.metrics import SuiteResult, best_of, summarize
 from kernelevo.suite.tasks import Solution, SuiteTask, expand_specs, find_solutions
+from kernelevo.suite.time_spent import LaneRecord, time_spent
 
 RESULTS, PLAN = "results.jsonl", "plan.json"
 Progress = Callable[[str], None]
@@ -61,11 +62,13 @@ class SuitePlan:
 
 def run_suite(plan: SuitePlan, progress: Progress | None = None) -> SuiteResult:
     say = progress or (lambda line: None)
+    record = LaneRecord()  # its clock starts with the suite
     tasks = expand_specs(list(plan.specs), plan.kernelbench_dir)
     if plan.solutions is None and plan.search is None:
         raise TaskError("give the solutions to judge (--solutions DIR), or --evolve to search")
     solutions = find_solutions(plan.solutions, tasks) if plan.solutions else {}
     done = _open_out(plan)
+    _start_judging_processes(plan.config.device)
     if plan.search is not None:
         _search_tasks(plan, tasks, solutions, done, say)
         return _finish(plan, tasks, None)
@@ -74,7 +77,35 @@ def run_suite(plan: SuitePlan, progress: Progress | None = None) -> SuiteResult:
     store = BaselineStore.for_gpu(_cache_dir(), gpu, fresh=not plan.reuse_baselines) \
         if gpu else None
     total = sum(max(1, len(solutions.get(t.key, []))) for t in tasks)
-    count = len(done)
+    jobs = _pending(plan, tasks, solutions, done, gpu)
+    count = total - sum(len(pending) for _, pending in jobs)
+    judged: list[dict[str, Any]] = []
+    lanes = _lanes(plan)
+    eta = Eta({task.key: len(pending) for task, pending in jobs},
+              lanes[1] * max(1, len(plan.gpus)))
+    for row in _judge_jobs(plan, jobs, store, gpu, lanes, record):
+        _append(plan.out, row)
+        judged.append(row)
+        count += 1
+        eta.finished(row)
+        left = eta.text()
+        say(f"[{count}/{total}] {_line(row)}" + (f"  ({left})" if left else ""))
+    return _finish(plan, tasks, gpu, time_spent(judged, record, record.since_start()))
+
+
+def _start_judging_processes(device: str) -> None:
+    """The judges' forkserver, started once the input is known good and before this
+    process imports torch: its imports (seconds) run while the suite sizes its tasks,
+    not before the first task's session."""
+    from kernelevo.evaluate.sandbox.jobs import start_forkserver_for
+
+    start_forkserver_for(device)
+
+
+def _pending(plan: SuitePlan, tasks: list[SuiteTask], solutions: dict[str, list[Solution]],
+             done: set[tuple[str, int | None]], gpu: str | None,
+             ) -> list[tuple[SuiteTask, list[Solution]]]:
+    """The tasks with solutions still to judge; a task with none gets its row now."""
     jobs = []
     for task in tasks:
         files = solutions.get(task.key, [])
@@ -84,46 +115,42 @@ def run_suite(plan: SuitePlan, progress: Progress | None = None) -> SuiteResult:
                                    message="no solution file for this task"))
         if pending:
             jobs.append((task, pending))
-    eta = _Eta(total - count)
-    for row in _judge_jobs(plan, jobs, store, gpu):
-        _append(plan.out, row)
-        count += 1
-        say(f"[{count}/{total}] {_line(row)}{eta.step()}")
-    return _finish(plan, tasks, gpu)
+    return jobs
 
 
-class _Eta:
-    """Time left, from the pace so far (the first rows include warm-up, so it errs long)."""
+def _lanes(plan: SuitePlan) -> tuple[str, int]:
+    """(device, lanes per GPU): --lanes, else as many as the cores and the free memory
+    hold on a GPU; one on the CPU unless asked (it has no GPU to keep busy)."""
+    from kernelevo.evaluate.judge import resolve_device
+    from kernelevo.suite.lanes import default_lanes
+    from kernelevo.suite.schedule import gpu_memory, lanes_for_memory
 
-    def __init__(self, left: int) -> None:
-        self.left, self.done, self.started = left, 0, time.monotonic()
-
-    def step(self) -> str:
-        self.done += 1
-        remaining = self.left - self.done
-        if remaining <= 0:
-            return ""
-        seconds = (time.monotonic() - self.started) / self.done * remaining
-        return f"  (about {seconds / 60:.0f} min left)" if seconds >= 90 else \
-            f"  (about {seconds:.0f} s left)"
+    device = resolve_device(plan.config)
+    if plan.lanes or device != "cuda":
+        return device, plan.lanes or 1
+    gpus: list[int | None] = list(plan.gpus) or [None]
+    free = [found[0] for found in map(gpu_memory, gpus) if found is not None]
+    return device, lanes_for_memory(default_lanes(len(gpus)), min(free) if free else None)
 
 
 def _judge_jobs(plan: SuitePlan, jobs: list[tuple[SuiteTask, list[Solution]]],
-                store: BaselineStore | None, gpu: str | None) -> Iterator[dict[str, Any]]:
-    """Rows as solutions are judged, on `plan.lanes` lanes per GPU, CUDA builds ahead."""
-    from kernelevo.evaluate.judge import child_environment, resolve_device
-    from kernelevo.suite.lanes import BuildsAhead, build_workers, default_lanes, judge_on_lanes
+                store: BaselineStore | None, gpu: str | None, lanes: tuple[str, int],
+                record: LaneRecord) -> Iterator[dict[str, Any]]:
+    """Rows as solutions are judged, on `lanes` per GPU, CUDA builds ahead."""
+    from kernelevo.evaluate.judge import child_environment
+    from kernelevo.suite.lanes import BuildsAhead, build_workers, judge_on_lanes
+    from kernelevo.suite.schedule import gpu_memory
 
-    device = resolve_device(plan.config)
+    device, per_gpu = lanes
     gpus: list[int | None] = list(plan.gpus) or [None]
-    # The CPU has no GPU to keep busy: one lane there.
-    lanes = (plan.lanes or default_lanes(len(gpus))) if device == "cuda" else 1
     builds = BuildsAhead(build_workers(plan.build_workers)) if device == "cuda" else None
     try:
         yield from judge_on_lanes(jobs, lambda task: _load(plan, task), plan.config, store, gpu,
-                                  gpus, lanes, _row, builds,
+                                  gpus, per_gpu, _row, builds,
                                   lambda index: child_environment(device, index),
-                                  warm_ahead=device == "cuda")
+                                  warm_ahead=device == "cuda",
+                                  memory=gpu_memory if device == "cuda" else None,
+                                  record=record)
     finally:
         if builds is not None:
             builds.close()
@@ -139,7 +166,8 @@ def _load(plan: SuitePlan, task: SuiteTask) -> tuple[Any, dict[str, int]]:
     return shrink_to(loaded, plan.max_input_elements)
 
 
-def _finish(plan: SuitePlan, tasks: list[SuiteTask], gpu: str | None) -> SuiteResult:
+def _finish(plan: SuitePlan, tasks: list[SuiteTask], gpu: str | None,
+            spent: dict[str, Any] | None = None) -> SuiteResult:
     from kernelevo.suite.render import write_outputs
 
     rows = read_rows(plan.out)
@@ -148,7 +176,7 @@ def _finish(plan: SuitePlan, tasks: list[SuiteTask], gpu: str | None) -> SuiteRe
     tokens = sum(r.get("tokens", 0) for r in rows)
     usd = sum(r.get("usd", 0.0) for r in rows)
     result = SuiteResult(rows, results, summarize(results, tokens, usd), plan.out,
-                         gpu or next((r["gpu"] for r in rows if r.get("gpu")), None))
+                         gpu or next((r["gpu"] for r in rows if r.get("gpu")), None), spent)
     write_outputs(result)
     return result
 

@@ -16,7 +16,8 @@ from typing import Any
 from kernelevo.task import SIZE_CONSTANT_MIN, Task
 
 
-def _module(task: Task) -> Any:
+def meta_module(task: Task) -> Any:
+    """The task's module imported for runs on the meta device (a copy of its own)."""
     from kernelevo.evaluate.inputs import import_source
 
     folder = Path(tempfile.gettempdir()) / "kernelevo-meta"
@@ -29,14 +30,14 @@ def input_elements(task: Task) -> int:
     import torch
 
     with torch.device("meta"):
-        values = _module(task).get_inputs()
+        values = meta_module(task).get_inputs()
     return sum(v.numel() for v in values if isinstance(v, torch.Tensor))
 
 
 def runs_on_meta(task: Task) -> bool:
     import torch
 
-    module = _module(task)
+    module = meta_module(task)
     try:
         with torch.device("meta"):
             module.Model(*module.get_init_inputs())(*module.get_inputs())

@@ -88,6 +88,16 @@ def start_forkserver(interpret: bool | None = None) -> None:
     _ensure_forkserver()
 
 
+def start_forkserver_for(device: str | None) -> None:
+    """Start the warm forkserver for judging on `device` ("cpu", "cuda", "auto" or None).
+
+    Without torch imported, whether a GPU is there is guessed from the
+    driver's device file; a wrong guess costs a restart.
+    """
+    start_forkserver(device == "cpu" or (device in (None, "auto")
+                                         and not os.path.exists("/dev/nvidiactl")))
+
+
 def set_triton_mode(interpret: bool) -> None:
     """TRITON_INTERPRET for children to come: the user's own value, else the judge's need."""
     with _forkserver_lock:

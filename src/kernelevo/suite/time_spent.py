@@ -1,0 +1,113 @@
+"""Where a suite's time went: its first row, its verdicts' phases and its lanes' own waits.
+
+Each verdict carries its phases (`phases_s`: seconds in the worker's start,
+the baselines' compile, the build, the checks, the timing, the waits for the
+GPU's timing gate...); each row its waits for a build ahead and for a run
+alone; each lane its waits for GPU memory and its idle end. Summed over the
+rows they say where the suite's time went (`suite.json`'s `time_spent`,
+printed by `kernelevo suite --verbose`). Phases of one row can overlap (a
+standby's warm-up runs beside the evaluation before it), and lanes run side
+by side: the sums are seconds of work, not of the suite's wall clock.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+# The phases summed, by the name shown, from the verdicts' own names. Steps
+# inside a phase (timing_*, gate_wait_*, recheck_*) are left out: counted in it.
+PHASE_GROUPS: dict[str, tuple[str, ...]] = {
+    "worker start": ("worker_start",),
+    "compile baselines": ("compile_baseline",),
+    "builds (in the worker)": ("build",),
+    "reference": ("reference_wait",),
+    "checks": ("setup", "load", "first_call", "correctness", "judging", "trivial_check"),
+    "timing": ("timing", "profile"),
+    "waits for the GPU's timing gate": ("gate_wait", "warmup_yield"),
+    "re-check at other sizes": ("shape_variation",),
+    "process exits": ("exit", "oracle_exit"),
+}
+
+
+@dataclass
+class LaneStats:
+    """One lane's own waits, in seconds since the suite's start where a time."""
+
+    lane: int
+    gpu_index: int | None
+    memory_wait_s: float = 0.0  # for a task that fits in the GPU's free memory
+    ended_at_s: float | None = None  # no task left for it
+    rows: int = 0
+
+
+@dataclass
+class LaneRecord:
+    """What the lanes did, for the suite's account of its time (suite/time_spent.py)."""
+
+    started: float = field(default_factory=time.monotonic)
+    lanes: list[LaneStats] = field(default_factory=list)
+    first_row_at_s: float | None = None
+
+    def since_start(self) -> float:
+        return time.monotonic() - self.started
+
+
+def time_spent(rows: list[dict[str, Any]], record: Any, wall_s: float) -> dict[str, Any]:
+    """The account of one suite's run: `rows` it judged, its lanes' `record` (lanes.py)."""
+    phases = {name: round(sum(_phase(row, keys) for row in rows), 2)
+              for name, keys in PHASE_GROUPS.items()}
+    ends = [lane.ended_at_s for lane in record.lanes if lane.ended_at_s is not None]
+    lanes = {
+        "build waits": round(sum(row.get("build_wait_s") or 0.0 for row in rows), 2),
+        "waits for GPU memory": round(sum(lane.memory_wait_s for lane in record.lanes), 2),
+        "waits for a run alone": round(sum(row.get("alone_wait_s") or 0.0 for row in rows), 2),
+        "idle at the end": round(sum(max(0.0, wall_s - end) for end in ends), 2),
+    }
+    first = next(iter(rows), None)
+    return {
+        "wall_s": round(wall_s, 2), "lanes": len(record.lanes), "rows": len(rows),
+        "rows_wall_s": round(sum(row.get("wall_s") or 0.0 for row in rows), 2),
+        "first_row_s": None if record.first_row_at_s is None else round(record.first_row_at_s,
+                                                                          2),
+        "first_row": None if first is None else {
+            "task": first["task"], "sample": first["sample"], "wall_s": first.get("wall_s"),
+            "phases_s": first.get("phases_s", {})},
+        "phases_s": phases, "lane_waits_s": lanes,
+        "per_lane": [{"lane": lane.lane, "gpu_index": lane.gpu_index, "rows": lane.rows,
+                      "memory_wait_s": round(lane.memory_wait_s, 2),
+                      "ended_at_s": None if lane.ended_at_s is None else round(
+                          lane.ended_at_s, 2)} for lane in record.lanes]}
+
+
+def _phase(row: dict[str, Any], keys: tuple[str, ...]) -> float:
+    found = row.get("phases_s") or {}
+    return sum(float(found.get(key) or 0.0) for key in keys)
+
+
+def time_lines(spent: dict[str, Any]) -> list[str]:
+    """The account in a few lines, as `--verbose` prints it."""
+    lines = [f"where the time went: {spent['wall_s']:.0f} s on {spent['lanes']} lane(s), "
+             f"{spent['rows']} rows judged ({spent['rows_wall_s']:.0f} s of lane time)"]
+    first = spent.get("first_row")
+    if first is not None and spent.get("first_row_s") is not None:
+        top = sorted(((_short(k), v) for k, v in first["phases_s"].items() if k != "total"),
+                     key=lambda item: -item[1])[:4]
+        parts = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in top if seconds >= 0.05)
+        lines.append(f"  first row after {spent['first_row_s']:.1f} s: {first['task']} "
+                     f"sample {first['sample']}" + (f" ({parts})" if parts else ""))
+    shown = [(name, seconds) for name, seconds in spent["phases_s"].items() if seconds > 0]
+    if shown:
+        lines.append("  verdicts' phases, summed over the rows (they overlap): "
+                     + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in shown))
+    lines.append("  lanes' own waits: " + ", ".join(
+        f"{name} {seconds:.1f} s" for name, seconds in spent["lane_waits_s"].items()))
+    return lines
+
+
+def _short(phase: str) -> str:
+    for name, keys in PHASE_GROUPS.items():
+        if phase in keys:
+            return name
+    return phase.replace("_", " ")
