@@ -18,14 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from kernelevo.config import TimingConfig
-from kernelevo.errors import ConfigError, KernelEvoError
+from kernelevo.errors import ConfigError, MessageError
 from kernelevo.schema import check_value, field_hints
 
 Decoded = TypeVar("Decoded", bound="Message")
-
-
-class MessageError(KernelEvoError):
-    """A message between the judge and a child is of no kind its receiver knows, or malformed."""
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernelevo.errors import KernelEvoError
+from kernelevo.errors import KernelEvoError, MemoryStoreError
 from kernelevo.memory.signature import Signature
 from kernelevo.store.schema import connect, rollback, write_error
 
@@ -43,10 +43,6 @@ CREATE INDEX IF NOT EXISTS kernels_by_task ON kernels (task_key);
 CREATE INDEX IF NOT EXISTS edits_by_task ON edits (task_key);
 CREATE INDEX IF NOT EXISTS fixes_by_task ON fixes (task_key);
 """
-
-
-class MemoryStoreError(KernelEvoError):
-    """The memory store cannot be opened, read or written."""
 
 
 @dataclass(frozen=True)

@@ -17,21 +17,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import kernelevo.run.setup as setup
-from kernelevo.errors import ConfigError
+from kernelevo.errors import ConfigError, MemoryStoreError, StoreError
 from kernelevo.evaluate.sandbox import jobs as sandbox
 from kernelevo.evaluate.sandbox.probe import describe_here
 from kernelevo.run.setup import EvolveOptions
 from kernelevo.logs import get_logger
 from kernelevo.memory.run_memory import (ERROR_EVENT, RECALL_EVENT, RECORD_EVENT,
                                          describe_recall, memory_seeds)
-from kernelevo.memory.store import MemoryStoreError
 from kernelevo.store.lock import RunLock, acquire_run_lock
 from kernelevo.run.resume import CHANGE_EVENT, apply_overrides, describe_changes
 from kernelevo.run.signals import Terminated, on_sigterm, sigterm_as_interrupt
 from kernelevo.search.config import SearchConfig
 from kernelevo.search.loop import Evolution
 from kernelevo.search.outcome import Progress, RunOutcome
-from kernelevo.store.run_store import RunStore, StoreError
+from kernelevo.store.run_store import RunStore
 
 if TYPE_CHECKING:
     from kernelevo.budget import Budget

@@ -28,18 +28,18 @@ import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable, Coroutine
 
-from kernelevo.budget import Budget, BudgetExhausted
+from kernelevo.budget import Budget
 from kernelevo.candidate import Candidate
+from kernelevo.errors import BudgetExhausted, LLMError, StoreError
 from kernelevo.evaluate.protocol import JudgeLike
 from kernelevo.evaluate.verdict import Verdict, verdict_for
-from kernelevo.llm.protocol import LLMError
 from kernelevo.propose import tuner
 from kernelevo.search.archive import Archive, fitness, profile_descriptor, roofline_reached
 from kernelevo.search.config import SearchConfig
 from kernelevo.search.descriptors import cell_of
 from kernelevo.search.outcome import Progress, RunOutcome
 from kernelevo.search.queue import JudgeQueue
-from kernelevo.store.run_store import RunStore, StoreError
+from kernelevo.store.run_store import RunStore
 
 if TYPE_CHECKING:
     from kernelevo.search.proposals import LLMProposer, Proposal

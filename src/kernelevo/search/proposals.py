@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from kernelevo.candidate import Candidate
+from kernelevo.errors import LLMEmptyAnswer, LLMError
 from kernelevo.llm import charges
-from kernelevo.llm.protocol import Attempt, CallStart, Completion, LLMEmptyAnswer, LLMError
+from kernelevo.llm.protocol import Attempt, CallStart, Completion
 from kernelevo.propose.parse import parse_answer
 from kernelevo.propose.prompt import (Exemplar, PromptRequest, Remembered, build_messages,
                                       choose_mode)
