@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import kernelevo.run.setup as setup
+from kernelevo.candidate import KERNEL_BACKENDS
 from kernelevo.errors import ConfigError, MemoryStoreError, StoreError
 from kernelevo.evaluate.sandbox import jobs as sandbox
 from kernelevo.evaluate.sandbox.probe import describe_here
@@ -181,8 +182,7 @@ def _plan(task: Task, config: dict[str, Any], options: EvolveOptions,
                                        search.backend, store)
     if store is None and recall is not None:  # judged afresh, as every seed
         seeds += memory_seeds(recall, {seed.source for seed in seeds}, search.backend)
-    if pool is None and store is None and not any(s.backend in ("triton", "cuda")
-                                                  for s in seeds):
+    if pool is None and store is None and not any(s.backend in KERNEL_BACKENDS for s in seeds):
         raise ConfigError("no LLM is configured and no Triton or CUDA starting candidate was "
                           "given: the tuner needs a working kernel to tune (--seed FILE), or "
                           "give --model and --base-url")

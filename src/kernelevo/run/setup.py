@@ -28,7 +28,7 @@ from kernelevo.memory.recall import Recall
 from kernelevo.memory.run_memory import RECALL_EVENT, RunMemory
 from kernelevo.memory.settings import MemoryConfig
 from kernelevo.run.resume import Given, Overrides, changed_settings, refuse, split_given
-from kernelevo.search.config import SEARCH_BACKENDS, SearchConfig  # noqa: F401 (re-exported)
+from kernelevo.search.config import SearchConfig
 from kernelevo.store.resolve import open_run
 from kernelevo.store.run_store import RunStore
 from kernelevo.task import Task, task_from_source

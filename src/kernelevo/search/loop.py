@@ -29,7 +29,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable, Coroutine
 
 from kernelevo.budget import Budget
-from kernelevo.candidate import Candidate
+from kernelevo.candidate import KERNEL_BACKENDS, Candidate
 from kernelevo.errors import BudgetExhausted, LLMError, StoreError
 from kernelevo.evaluate.protocol import JudgeLike
 from kernelevo.evaluate.verdict import Verdict, verdict_for
@@ -324,7 +324,7 @@ class Evolution:
         depth = self.repair_depth.get(stored.id, 0)
         if repairable and self.proposer is not None and depth < self.config.repair_tries:
             self.repairs.put_nowait(stored.id)
-        if accepted and stored.candidate.backend in ("triton", "cuda"):
+        if accepted and stored.candidate.backend in KERNEL_BACKENDS:
             # Only a new elite is worth tuning: tuning every correct variant
             # would multiply the queue without bound.
             self._tune(stored, island)
@@ -353,7 +353,7 @@ class Evolution:
         """
         for elite in self.archive.elites():
             stored = self.store.candidate(elite.candidate_id)
-            if stored.candidate.backend in ("triton", "cuda") and self._tune(stored, elite.island):
+            if stored.candidate.backend in KERNEL_BACKENDS and self._tune(stored, elite.island):
                 return True
         return False
 
