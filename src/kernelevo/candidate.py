@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kernelevo.cache_dir import cache_key
 from kernelevo.errors import CandidateError
 from kernelevo.paths import read_text_file
 
@@ -57,7 +57,7 @@ class Candidate:
     @property
     def source_hash(self) -> str:
         """SHA-256 of the source, the key of every cache that depends on it."""
-        return hashlib.sha256(self.source.encode()).hexdigest()
+        return cache_key(self.source, digits=None)
 
 
 def detect_backend(source: str) -> str:

@@ -7,7 +7,6 @@ loses at most the write in progress, never one already committed.
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
 import threading
 import time
@@ -17,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kernelevo.cache_dir import cache_key
 from kernelevo.errors import KernelEvoError, MemoryStoreError
 from kernelevo.memory.signature import Signature
 from kernelevo.store.schema import connect, rollback, write_error
@@ -73,7 +73,7 @@ class KernelMemory:
 
     @property
     def source_hash(self) -> str:
-        return hashlib.sha256(self.source.encode()).hexdigest()
+        return cache_key(self.source, digits=None)
 
 
 @dataclass(frozen=True)
