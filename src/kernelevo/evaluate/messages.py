@@ -111,6 +111,10 @@ class OracleJob(Message):
     variants: tuple[float | None, ...]  # None for the task's own distribution
     task_folder: str = ""
     task_path: str = ""  # the user's file, named in the task's tracebacks ("" for source text)
+    # The run's --atol and --rtol (None where not given): config.tolerances' rule
+    # holds in the oracle's own checks too.
+    atol: float | None = None
+    rtol: float | None = None
 
 
 @dataclass(frozen=True)
