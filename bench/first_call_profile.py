@@ -4,7 +4,7 @@ The re-check at other sizes took 0.47-0.59 s for its first call of the
 softmax example against 0.06-0.09 s in the evaluation's worker (session 16),
 and the evaluation's timing waits for it (`gate_wait_recheck_worker`
 0.38-0.48 s). A plain process paid 0.37-0.40 s whether Triton's driver was
-set up first or not (bench/first_call_cost.py). This one starts as the
+set up first or not (2026-12-03, session 16). This one starts as the
 judge's workers do: a parent imports what the forkserver imports
 (kernelevo.evaluate.preload), then each trial is a child forked from it that
 makes its CUDA context and calls the candidate under cProfile, so the

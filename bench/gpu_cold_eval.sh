@@ -1,10 +1,8 @@
 #!/usr/bin/env bash
 # One short device call: `kernelevo eval --local` of the softmax example on a
-# fresh machine (first: empty caches), then three more with the caches warm.
-# Run once (2026-12-01, third pass, call 5) with the forkserver started at the
-# command's start while it still compiled its imports from source: not
-# faster then. bench/gpu_cold_eval_ab.sh measured it again once the
-# forkserver kept its bytecode (faster: the command now starts it first).
+# fresh machine (first: empty caches), then three more with the caches warm;
+# each eval's wall in $OUT/cold_eval.txt, its output in $OUT/eval_*.txt.
+#   device run: bash bench/gpu_cold_eval.sh
 set -u
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 KERNELEVO_CACHE_DIR=${KERNELEVO_CACHE_DIR:-/tmp/ke-cache} PYTHONPATH=src

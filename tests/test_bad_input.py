@@ -22,12 +22,12 @@ from kernelevo.candidate import load_candidate
 from kernelevo.cli.app import app
 from kernelevo.config import EvalConfig
 from kernelevo.config_file import TABLES, read_config_file
-from kernelevo.errors import ConfigError
+from kernelevo.errors import ConfigError, StoreError
 from kernelevo.store.lock import status_now
 from kernelevo.evaluate.remote.address import check_address, resolve_host
 from kernelevo.schema import _split
 from kernelevo.search.config import SearchConfig
-from kernelevo.store.run_store import RunStore, StoreError
+from kernelevo.store.run_store import RunStore
 from kernelevo.suite.tasks import parse_ranges
 from kernelevo.task import load_task
 from tests.conftest import ROOT

@@ -12,13 +12,12 @@ import pytest
 from kernelevo.budget import (
     DEFAULT_TOKEN_BUDGET,
     Budget,
-    BudgetExhausted,
     parse_amount,
     parse_duration_s,
     parse_tokens,
     parse_usd,
 )
-from kernelevo.errors import ConfigError
+from kernelevo.errors import BudgetExhausted, ConfigError
 from kernelevo.llm.pricing import UNKNOWN_PRICE, Price
 
 FREE = Price(0.0, 0.0)

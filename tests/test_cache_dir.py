@@ -58,3 +58,38 @@ def test_nothing_changes_where_bytecode_is_shipped_written_or_the_user_chose(tmp
     assert _probe(tmp_path, PYTHONDONTWRITEBYTECODE="1", PYTHONPYCACHEPREFIX=prefix) == [
         None, prefix, True, prefix, True]
     assert not (tmp_path / "cache" / "pycache").exists()
+
+
+def test_a_cache_key_is_the_sha256_of_its_parts_joined_by_nul():
+    import hashlib
+
+    from kernelevo.cache_dir import KEY_DIGITS, cache_key
+
+    whole = hashlib.sha256(b"source\0flags").hexdigest()
+    assert cache_key("source", "flags", digits=None) == whole
+    assert cache_key("source", "flags") == whole[:KEY_DIGITS]
+    assert cache_key("source", "flags", digits=24) == whole[:24]
+    assert cache_key("source", "flags") != cache_key("sourceflags")
+
+
+def test_keys_already_on_users_disks_keep_their_values():
+    """Builds, memory task keys, source hashes and model module names made before."""
+    from kernelevo.candidate import Candidate
+    from kernelevo.evaluate.cuda.build import build_key
+    from kernelevo.memory.signature import task_key
+    from kernelevo.model.contract import module_name_for
+
+    assert task_key("x = 1\n") == "9e26bf369911c45c"
+    assert Candidate("x = 1\n", "pytorch").source_hash.startswith("9e26bf369911c45c")
+    assert len(Candidate("x = 1\n", "pytorch").source_hash) == 64
+    assert module_name_for("block", "x = 1\n") == "_model_block_9e26bf3699"
+    assert len(build_key(["decl;"], ["kernel"], ["f"], {})) == 16
+
+
+def test_every_hash_key_is_made_by_cache_key():
+    """One recipe: only cache_dir hashes, and the modules that cannot import it."""
+    cannot_import = {"cache_dir.py", "shims_host.py", "shims_nvcc.py",  # stand-ins: no KernelEvo
+                     "baseline_store.py"}  # to move: cache_key(..., digits=24) keeps its stores
+    hashing = sorted(path.name for path in (ROOT / "src" / "kernelevo").rglob("*.py")
+                     if "hashlib." in path.read_text())
+    assert set(hashing) <= cannot_import, set(hashing) - cannot_import

@@ -76,9 +76,8 @@ def test_python_version_floor_matches_what_the_code_needs():
 
 def test_choices_are_the_values_the_settings_accept():
     from kernelevo.cli import app as cli
-    from kernelevo.candidate import BACKENDS
+    from kernelevo.candidate import BACKENDS, KERNEL_BACKENDS
     from kernelevo.config import POLICIES, PRECISIONS, TIMING_MEASURES
-    from kernelevo.run.setup import SEARCH_BACKENDS
 
     def values(enum):
         return tuple(member.value for member in enum)
@@ -86,13 +85,32 @@ def test_choices_are_the_values_the_settings_accept():
     assert values(cli.Precision) == tuple(PRECISIONS)
     assert values(cli.Policy) == POLICIES
     assert values(cli.Backend) == BACKENDS
-    assert values(cli.SearchBackend) == SEARCH_BACKENDS
+    assert values(cli.SearchBackend) == KERNEL_BACKENDS
     assert values(cli.Timing) == TIMING_MEASURES
     assert values(cli.Device) == ("auto", "cuda", "cpu")
     from kernelevo.cli.model import ModelDevice
     from kernelevo.model.contract import MODEL_DEVICES
 
     assert values(ModelDevice) == MODEL_DEVICES
+
+
+def test_backends_and_measures_are_listed_only_in_their_registries():
+    """A new backend is one entry of candidate.BACKEND_REGISTRY, a measure one of
+    config.TIMING_MEASURES: no other module spells out a list of them."""
+    from kernelevo.candidate import BACKENDS, KERNEL_BACKENDS
+    from kernelevo.config import TIMING_MEASURES
+
+    registries = [set(BACKENDS), set(KERNEL_BACKENDS), set(TIMING_MEASURES)]
+    homes = {ROOT / "src" / "kernelevo" / "candidate.py", ROOT / "src" / "kernelevo" / "config.py"}
+    spelled_out = []
+    for path in sorted((ROOT / "src" / "kernelevo").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if path in homes or not isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+                continue
+            words = {item.value for item in node.elts if isinstance(item, ast.Constant)}
+            if words in registries:
+                spelled_out.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not spelled_out, f"read the registry instead: {spelled_out}"
 
 
 def test_a_bad_choice_exits_2_listing_the_valid_ones():

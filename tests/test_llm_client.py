@@ -11,7 +11,8 @@ from collections import Counter
 
 import pytest
 
-from kernelevo.budget import Budget, BudgetExhausted
+from kernelevo.budget import Budget
+from kernelevo.errors import BudgetExhausted
 from kernelevo.llm import (
     ClientConfig,
     Completion,

@@ -19,8 +19,8 @@ from rich.console import Console
 
 from kernelevo.budget import Budget
 from kernelevo.cli.evolve import progress_table
+from kernelevo.errors import LLMEmptyAnswer, LLMError, LLMUnavailable
 from kernelevo.llm import ClientConfig, ModelPool, OpenAICompatClient
-from kernelevo.llm.protocol import LLMEmptyAnswer, LLMError, LLMUnavailable
 from kernelevo.search.outcome import Progress
 from tests.fakes import FakeOpenAIServer, Hang, Reply, Status, Trickle
 from tests.test_llm_faults import FAST, MESSAGES, finish, kinds, make_run

@@ -21,9 +21,10 @@ import pytest
 
 from kernelevo.budget import Budget
 from kernelevo.candidate import Candidate
+from kernelevo.errors import LLMError, LLMRequestError, LLMUnavailable
 from kernelevo.evaluate.verdict import TimingStats, verdict_for
 from kernelevo.llm import ClientConfig, ModelPool, OpenAICompatClient, input_token_bound
-from kernelevo.llm.protocol import Attempt, LLMError, LLMRequestError, LLMUnavailable
+from kernelevo.llm.protocol import Attempt
 from kernelevo.search.config import SearchConfig
 from kernelevo.search.loop import Evolution
 from kernelevo.search.outcome import RunOutcome

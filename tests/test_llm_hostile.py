@@ -12,10 +12,10 @@ import time
 import pytest
 
 from kernelevo.budget import Budget
+from kernelevo.errors import LLMError, LLMRequestError, LLMUnavailable
 from kernelevo.llm import ClientConfig, ModelPool, PriceTable, input_token_bound
 from kernelevo.llm.breaker import CircuitBreaker
 from kernelevo.llm.charges import CUT_OFF_NOTE, NO_USAGE_NOTE
-from kernelevo.llm.protocol import LLMError, LLMRequestError, LLMUnavailable
 from tests.fakes import QUOTA_SPENT, Delay, Drop, FakeOpenAIServer, Reply, Status
 from tests.fakes.openai_server import closed_port_url
 from tests.test_llm_faults import FAST, KEY_ENV, MESSAGES, ask, client, finish, make_run

@@ -14,12 +14,11 @@ from typer.testing import CliRunner
 
 from kernelevo.cli.app import app
 from kernelevo.config_file import memory_config, resolve
-from kernelevo.errors import ConfigError
+from kernelevo.errors import ConfigError, MemoryStoreError
 from kernelevo.memory.recall import recall
 from kernelevo.memory.settings import MemoryConfig, store_path
 from kernelevo.memory.signature import signature_of, similarity, task_key
-from kernelevo.memory.store import (SCHEMA_VERSION, FixMemory, KernelMemory, MemoryStore,
-                                    MemoryStoreError)
+from kernelevo.memory.store import SCHEMA_VERSION, FixMemory, KernelMemory, MemoryStore
 from kernelevo.memory.transfer import export_memory, import_memory
 from kernelevo.propose.prompt import Exemplar, PromptRequest, Remembered, build_messages
 from tests.conftest import ROOT

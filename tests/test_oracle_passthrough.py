@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import torch
 
 from kernelevo.evaluate import oracle
@@ -48,3 +50,62 @@ def test_sets_after_the_first_difference_are_never_made(monkeypatch):
     sets = [[torch.rand(100)] for _ in range(4)]
     found, made = _check(monkeypatch, sets, [[torch.rand(100)] for _ in range(4)])
     assert found == [] and made == [0]
+
+
+def test_a_near_copy_is_a_copy_only_within_the_runs_atol(monkeypatch):
+    """The oracle holds outputs to the tolerance the candidate is held to: --atol included."""
+    sets = [[torch.randn(100_000)] for _ in range(2)]
+    outputs = [[values[0].clone()] for values in sets]
+    for output in outputs:
+        output[0][0] += 0.005  # beyond fp32's 1e-4, within an --atol of 0.05
+
+    def found_with(atol):
+        job = OracleJob(task_source="", device="cpu", dtype="float32", scratch="/tmp",
+                        seeds=(0, 1), variants=(None, None), atol=atol)
+        monkeypatch.setattr(oracle.task_inputs, "kept_inputs",
+                            lambda module, seed, device, dtype, variant: sets[seed])
+        return oracle._inputs_returned(None, job, [0, 1], [None, None], outputs, "cpu",
+                                       torch.float32)
+
+    assert found_with(None) == []
+    assert found_with(0.05) == ["output 0: input 0 returned unchanged"]
+
+
+NEAR_COPY_TASK = '''
+import json
+
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        y = x.clone()
+        y[0] += 0.005
+        return y
+
+
+def get_inputs():
+    return [torch.randn(100_000)]
+
+
+def get_init_inputs():
+    return []
+'''
+NEAR_COPY_CANDIDATE = NEAR_COPY_TASK.replace("class Model(", "class ModelNew(")
+
+
+def test_the_atol_flag_reaches_the_oracles_copy_check(tmp_path):
+    from tests.test_cli import kernelevo
+
+    task, candidate = tmp_path / "task.py", tmp_path / "candidate.py"
+    task.write_text(NEAR_COPY_TASK)
+    candidate.write_text(NEAR_COPY_CANDIDATE)
+    flags = {}
+    for atol in (None, "0.05"):
+        done = kernelevo("eval", str(task), str(candidate), "--device", "cpu", "--sets", "2",
+                         "--json", *(("--atol", atol) if atol else ()))
+        assert done.stdout, done.stderr
+        flags[atol] = json.loads(done.stdout)["flags"]
+    copy = "trivial answer passes: output 0: input 0 returned unchanged"
+    assert copy not in flags[None] and copy in flags["0.05"], flags

@@ -16,10 +16,11 @@ from typer.testing import CliRunner
 import kernelevo
 from kernelevo.candidate import Candidate
 from kernelevo.cli.app import app
+from kernelevo.errors import DamagedStore, StoreError
 from kernelevo.evaluate.verdict import TimingStats, verdict_for
 from kernelevo.report.server import route
 from kernelevo.run.setup import open_to_resume
-from kernelevo.store.run_store import DamagedStore, RunStore, StoreError
+from kernelevo.store.run_store import RunStore
 from kernelevo.store.schema import INDEXES, SCHEMA_VERSION
 
 TASK = "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n" \

@@ -20,10 +20,9 @@ from kernelevo.cli.evolve import run_evolve
 from kernelevo.cli.options import FLAGS
 from kernelevo.config import EvalConfig
 from kernelevo.config_file import budget_limits, resolve
-from kernelevo.errors import ConfigError
-from kernelevo.store.lock import (LOCK_NAME, RunBusyError, acquire_run_lock, is_driven,
-                                status_now)
-from kernelevo.run.resume import CHANGE_EVENT, ResumeConflict, apply_overrides, split_given
+from kernelevo.errors import ConfigError, ResumeConflict, RunBusyError
+from kernelevo.store.lock import LOCK_NAME, acquire_run_lock, is_driven, status_now
+from kernelevo.run.resume import CHANGE_EVENT, apply_overrides, split_given
 from kernelevo.search.config import SearchConfig
 from kernelevo.search.loop import Evolution
 from kernelevo.store.run_store import RunStore

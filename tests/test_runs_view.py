@@ -14,7 +14,7 @@ from rich.console import Console
 from kernelevo.run import view as runs_view
 from kernelevo.candidate import Candidate
 from kernelevo.config import EvalConfig, TimingConfig
-from kernelevo.errors import ConfigError, KernelEvoError
+from kernelevo.errors import ConfigError, KernelEvoError, StoreError
 from kernelevo.evaluate.verdict import TimingStats, Verdict, verdict_for
 from kernelevo.run.view import (
     eval_config_from_run,
@@ -23,7 +23,7 @@ from kernelevo.run.view import (
     show_run,
     task_support_source,
 )
-from kernelevo.store.run_store import RunStore, StoreError
+from kernelevo.store.run_store import RunStore
 
 # A tiny task: its sizes, a float used by get_init_inputs, a helper used by
 # get_inputs, and an import (math) that only the reference Model needs.

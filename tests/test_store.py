@@ -15,8 +15,9 @@ import pytest
 
 import kernelevo
 from kernelevo.candidate import Candidate
+from kernelevo.errors import StoreError
 from kernelevo.evaluate.verdict import ErrorMetrics, TimingStats, Verdict, verdict_for
-from kernelevo.store.run_store import DB_NAME, RunStore, StoreError, rank_candidates
+from kernelevo.store.run_store import DB_NAME, RunStore, rank_candidates
 from kernelevo.store.listing import list_runs
 from kernelevo.store.schema import SCHEMA_VERSION
 

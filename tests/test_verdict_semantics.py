@@ -313,11 +313,14 @@ def test_a_stress_set_backs_off_where_the_reference_itself_is_not_sure(tmp_path,
     the tolerance (its float64 answer says so), and an honest kernel rounding
     otherwise was failed; the set backs off to a scale where the reference is sure."""
     from kernelevo.evaluate import inputs as task_inputs
+    from kernelevo.evaluate.messages import OracleJob
     from kernelevo.evaluate.oracle import _run_in_domain
 
     module = task_inputs.import_source(source, f"stress_{kept:g}".replace(".", "_"), tmp_path)
     model = task_inputs.build_model(module.Model, [], "cpu", torch.float32)
-    result, _, scale = _run_in_domain(model, module, 1234, "cpu", torch.float32, 117.0,
+    job = OracleJob(task_source=source, device="cpu", dtype="float32", scratch=str(tmp_path),
+                    seeds=(1234,), variants=(117.0,))
+    result, _, scale = _run_in_domain(model, module, job, 1234, "cpu", torch.float32, 117.0,
                                       [[torch.ones(1)]])
     assert scale == kept and result is not None
     wide = model.double()(*[t.double() for t in

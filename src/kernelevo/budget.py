@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from kernelevo.errors import ConfigError, KernelEvoError
+from kernelevo.errors import ConfigError
 from kernelevo.schema import NON_NEGATIVE, Annotated
 
 DEFAULT_TOKEN_BUDGET = 1_000_000
@@ -46,10 +46,6 @@ class PriceLike(Protocol):
     known: bool
 
     def cost_usd(self, input_tokens: int, output_tokens: int) -> float: ...
-
-
-class BudgetExhausted(KernelEvoError):
-    """No further call fits in the budget; the message says which limit and how to raise it."""
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""KernelEvo's cache folder, and Python bytecode kept in it where none is shipped or written.
+"""KernelEvo's cache folder, the keys of what is kept, and Python bytecode kept in it where
+none is shipped or written.
 
 Light on purpose (the standard library only): the command line calls
 `keep_bytecode()` before it imports torch, and the judges' forkserver
@@ -17,12 +18,31 @@ KERNELEVO_BYTECODE_CACHE=0 turns it off.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import os
 import sys
 from pathlib import Path
 
 _OURS = "KERNELEVO_PYCACHE"  # the folder, as set for this process's children
+
+
+# Hex digits a key keeps: 64 bits, so two different inputs share a key about
+# once in 10^19 pairs. Keys that name what is already on users' disks keep the
+# length they were made with (a new length would orphan those entries).
+KEY_DIGITS = 16
+
+
+def cache_key(*parts: str, digits: int | None = KEY_DIGITS) -> str:
+    """The key of what `parts` determine: SHA-256 of the parts joined by NUL, in hex,
+    its first `digits` digits (None: all 64).
+
+    The one recipe for every cache and identity key (builds, prebuilds, task
+    and source hashes, model module names); the compiler stand-ins, which run
+    without KernelEvo importable, repeat it in cuda/shims_host.py.
+    """
+    digest = hashlib.sha256("\0".join(parts).encode()).hexdigest()
+    return digest if digits is None else digest[:digits]
 
 
 def default_cache_dir() -> Path:

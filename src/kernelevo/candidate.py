@@ -2,16 +2,37 @@
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kernelevo.cache_dir import cache_key
 from kernelevo.errors import CandidateError
 from kernelevo.paths import read_text_file
 
-BACKENDS = ("triton", "cuda", "pytorch")
 ORIGINS = ("user", "seed", "llm", "repair", "tuner")
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A language candidates are written in: one entry of BACKEND_REGISTRY."""
+
+    name: str
+    title: str  # as prompts name it
+    # Its candidates launch kernels of their own: the search proposes and
+    # tunes them, rankings and the memory count them (plain PyTorch does not).
+    kernels: bool
+
+
+# Every module that asks which backends exist reads this: adding one is an
+# entry here plus its code (docs/architecture.md, "Where to add").
+BACKEND_REGISTRY = (
+    Backend("triton", "Triton", kernels=True),
+    Backend("cuda", "CUDA", kernels=True),
+    Backend("pytorch", "PyTorch", kernels=False),
+)
+BACKENDS = tuple(backend.name for backend in BACKEND_REGISTRY)
+KERNEL_BACKENDS = tuple(backend.name for backend in BACKEND_REGISTRY if backend.kernels)
 
 _TRITON_MARK = re.compile(r"@\s*triton\.(jit|autotune)|from\s+triton\b|import\s+triton\b")
 _CUDA_MARK = re.compile(r"\bload_inline\b|__global__")
@@ -36,7 +57,7 @@ class Candidate:
     @property
     def source_hash(self) -> str:
         """SHA-256 of the source, the key of every cache that depends on it."""
-        return hashlib.sha256(self.source.encode()).hexdigest()
+        return cache_key(self.source, digits=None)
 
 
 def detect_backend(source: str) -> str:

@@ -95,9 +95,12 @@ LOCAL_OPTION = typer.Option(False, "--local", help="judge in this process even w
 def _service_or_forkserver(local: bool, device: Any) -> Any:
     """The running evaluation service to judge on; without one, the forkserver starts now.
 
-    Started before this process imports torch (start_judges_forkserver): a
-    cold `eval --local` on the H200 took 8.1-9.7 s instead of 10.6-11.7 s, in
-    pairs in one call (bench/gpu_cold_eval_ab.sh).
+    Started before this process imports torch, the forkserver's own imports
+    (torch, dynamo, inductor) run beside this process's instead of after them:
+    a cold `eval --local` on the H200 took 8.1-9.7 s instead of 10.6-11.7 s,
+    in pairs in one call (bench/RESULTS.md, "Cold eval"). Its Triton mode is
+    guessed from the driver's device file; a wrong guess costs a restart
+    (sandbox._ensure_forkserver).
     """
     if not local:
         from kernelevo.evaluate.remote.client import find_service

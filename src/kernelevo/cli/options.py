@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from enum import Enum
 from typing import Any, NoReturn
-
-import re
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from typer.core import TyperCommand
+
+from kernelevo.candidate import BACKENDS, KERNEL_BACKENDS
+from kernelevo.config import DEVICES, POLICIES, PRECISIONS, TIMING_MEASURES
 
 errors = Console(stderr=True)  # errors, shown even with --quiet
 console = Console(stderr=True)  # progress and diagnostics; --quiet silences it
@@ -59,42 +62,20 @@ class App(typer.Typer):
         return super().command(name, cls=cls or PlainUsageCommand, **kwargs)
 
 
-# Choices as Enums, so typer lists them in --help and rejects others with exit 2.
-# Their values are the settings' own (config.PRECISIONS and the like; a test
-# keeps them equal), spelled out so `kernelevo --help` imports nothing more.
-class Precision(str, Enum):
-    fp32 = "fp32"
-    fp16 = "fp16"
-    bf16 = "bf16"
+# Choices as Enums, so typer lists them in --help and rejects others with exit 2,
+# made from the settings' own tuples (config.TIMING_MEASURES and the like, the
+# backends from candidate.BACKEND_REGISTRY): a new measure or backend is a choice
+# as soon as it is a setting.
+def _choices(name: str, values: Iterable[str]) -> Any:
+    return Enum(name, {value: value for value in values}, type=str, module=__name__)
 
 
-class Policy(str, Enum):
-    strict = "strict"
-    default = "default"
-    permissive = "permissive"
-
-
-class Device(str, Enum):
-    auto = "auto"
-    cuda = "cuda"
-    cpu = "cpu"
-
-
-class Backend(str, Enum):
-    triton = "triton"
-    cuda = "cuda"
-    pytorch = "pytorch"
-
-
-class SearchBackend(str, Enum):
-    triton = "triton"
-    cuda = "cuda"
-
-
-class Timing(str, Enum):
-    gpu = "gpu"
-    call = "call"
-    kernelbench = "kernelbench"
+Precision = _choices("Precision", PRECISIONS)
+Policy = _choices("Policy", POLICIES)
+Device = _choices("Device", DEVICES)
+Backend = _choices("Backend", BACKENDS)
+SearchBackend = _choices("SearchBackend", KERNEL_BACKENDS)
+Timing = _choices("Timing", TIMING_MEASURES)
 
 
 def choice_value(choice: Any) -> Any:

@@ -18,14 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from kernelevo.config import TimingConfig
-from kernelevo.errors import ConfigError, KernelEvoError
+from kernelevo.errors import ConfigError, MessageError
 from kernelevo.schema import check_value, field_hints
 
 Decoded = TypeVar("Decoded", bound="Message")
-
-
-class MessageError(KernelEvoError):
-    """A message between the judge and a child is of no kind its receiver knows, or malformed."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +112,10 @@ class OracleJob(Message):
     task_folder: str = ""
     task_path: str = ""  # the user's file, named in the task's tracebacks ("" for source text)
     backward: bool = False  # gradients too (gradients.py): of every floating input and parameter
+    # The run's --atol and --rtol (None where not given): config.tolerances' rule
+    # holds in the oracle's own checks too.
+    atol: float | None = None
+    rtol: float | None = None
 
 
 @dataclass(frozen=True)

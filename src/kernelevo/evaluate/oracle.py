@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from kernelevo.config import DEFAULT_TOLERANCES
+from kernelevo.config import EvalConfig, tolerances
 from kernelevo.evaluate import inputs as task_inputs
 from kernelevo.evaluate.messages import (Gpu, OracleDone, OracleJob, Progress, Reference, Sender,
                                          TaskFailed)
@@ -63,8 +63,8 @@ def _compute(job: OracleJob, channel: Sender) -> OracleDone:
     channel.send(Progress("reference outputs"))
     outputs, structure, kept, used, stress = [], None, [], [], {}
     for index, (seed, variant) in enumerate(zip(job.seeds, job.variants)):
-        result, structure_now, variant = _run_in_domain(model, module, seed, device, dtype,
-                                                        variant, outputs)
+        result, structure_now, variant = _run_in_domain(model, module, job, seed, device,
+                                                        dtype, variant, outputs)
         if structure is not None and structure_now != structure:
             raise TaskProblem(f"the reference returns {structure_now} for one input set and "
                               f"{structure} for another")
@@ -106,8 +106,8 @@ def _compute(job: OracleJob, channel: Sender) -> OracleDone:
         rtol=_float_attr(module, "output_rtol"), **backward)
 
 
-def _run_in_domain(model: Any, module: Any, seed: int, device: str, dtype: torch.dtype,
-                   variant: float | None, earlier: list[list[torch.Tensor]]
+def _run_in_domain(model: Any, module: Any, job: OracleJob, seed: int, device: str,
+                   dtype: torch.dtype, variant: float | None, earlier: list[list[torch.Tensor]]
                    ) -> tuple[list[torch.Tensor] | None, str, float | None]:
     """A set's reference outputs; a stress set backs off to milder scales until it judges fairly.
 
@@ -124,7 +124,8 @@ def _run_in_domain(model: Any, module: Any, seed: int, device: str, dtype: torch
         result, structure = _run_set(model, module, seed, device, dtype, scale)
         if scale is None or (earlier and not _all_finite(earlier[0])):
             return result, structure, scale
-        if _all_finite(result) and _sure(model, module, seed, device, dtype, scale, result):
+        if _all_finite(result) and _sure(model, module, job, seed, device, dtype, scale,
+                                         result):
             return result, structure, scale
     return None, structure, None
 
@@ -132,8 +133,8 @@ def _run_in_domain(model: Any, module: Any, seed: int, device: str, dtype: torch
 _SURE_SHARE = 0.25  # of the tolerance: the most a stress set's reference may be off by
 
 
-def _sure(model: Any, module: Any, seed: int, device: str, dtype: torch.dtype, scale: float,
-          result: list[torch.Tensor]) -> bool:
+def _sure(model: Any, module: Any, job: OracleJob, seed: int, device: str, dtype: torch.dtype,
+          scale: float, result: list[torch.Tensor]) -> bool:
     """Whether the reference's outputs at this stress scale match its float64 outputs
     within a quarter of the tolerance. A model that cannot run in float64 (or
     not in the memory left) is taken as sure, as before this check."""
@@ -152,12 +153,10 @@ def _sure(model: Any, module: Any, seed: int, device: str, dtype: torch.dtype, s
         return True
     except Exception:  # noqa: BLE001 - ops without float64 kernels, models that do not copy
         return True
-    task_atol, task_rtol = _float_attr(module, "output_atol"), _float_attr(module, "output_rtol")
     for ours, wide_value in zip(result, exact):
         if not ours.is_floating_point() or not isinstance(wide_value, torch.Tensor):
             continue
-        atol, rtol = DEFAULT_TOLERANCES.get(str(ours.dtype).replace("torch.", ""), (1e-4, 1e-4))
-        atol, rtol = task_atol or atol, task_rtol or rtol
+        atol, rtol = _tolerance(ours, module, job)
         if compare_tensor(ours, wide_value.to(ours.dtype), atol * _SURE_SHARE,
                           rtol * _SURE_SHARE).reason is not None:
             return False
@@ -182,7 +181,8 @@ def _inputs_returned(module: Any, job: OracleJob, kept: list[int],
             pairs = [(position, source) for position in range(len(result))
                      for source in range(len(values))]
         pairs = [(position, source) for position, source in pairs
-                 if _same(values[source], result[position])]
+                 if _same(values[source], result[position], _tolerance(result[position], module,
+                                                                       job))]
         del values
         if not pairs:
             return []
@@ -193,11 +193,11 @@ def _inputs_returned(module: Any, job: OracleJob, kept: list[int],
 _SAME_CHUNK = 1 << 22  # elements compared at once (float64 copies of both: 64 MB)
 
 
-def _same(value: Any, output: torch.Tensor) -> bool:
+def _same(value: Any, output: torch.Tensor, tolerance: tuple[float, float]) -> bool:
     if not isinstance(value, torch.Tensor) or value.shape != output.shape \
             or value.dtype != output.dtype or not output.is_floating_point():
         return False
-    atol, rtol = DEFAULT_TOLERANCES.get(str(output.dtype).replace("torch.", ""), (1e-4, 1e-4))
+    atol, rtol = tolerance
     value, output = value.reshape(-1).to(output.device), output.reshape(-1)
     # The first chunk tells most pairs apart; only a true copy is read to its end.
     return all(compare_tensor(value[start:start + _SAME_CHUNK],
@@ -275,6 +275,13 @@ def _check_checkable(outputs: list[torch.Tensor]) -> None:
 
 def _all_finite(values: list[torch.Tensor]) -> bool:
     return all(bool(torch.isfinite(v).all()) for v in values if v.is_floating_point())
+
+
+def _tolerance(output: torch.Tensor, module: Any, job: OracleJob) -> tuple[float, float]:
+    """(atol, rtol) for one output, as the judge holds the candidate to it: the run's
+    --atol/--rtol, else the task's output_atol/output_rtol, else the dtype's."""
+    return tolerances(str(output.dtype).replace("torch.", ""), _float_attr(module, "output_atol"),
+                      _float_attr(module, "output_rtol"), EvalConfig(atol=job.atol, rtol=job.rtol))
 
 
 def _float_attr(module: Any, name: str) -> float | None:

@@ -118,7 +118,7 @@ class OracleRun:
             task_source=self.task.source, device=self.judge.device, dtype=config.dtype_name,
             scratch=str(self.scratch), task_folder=self.task.folder, task_path=self.task.path,
             seeds=tuple(secrets.randbits(62) for _ in range(count)),
-            variants=(None,) * (count - 1) + (variant_scale,),
+            variants=(None,) * (count - 1) + (variant_scale,), atol=config.atol, rtol=config.rtol,
             backward=backward_on(self.task, config))
         # Until it has imported the task (its first ask), the oracle has the shorter limit.
         result = run_job(run_oracle, self._job.to_json(), self.scratch,

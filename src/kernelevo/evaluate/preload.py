@@ -3,7 +3,7 @@
 Nothing here may initialise CUDA: a child forked from a process holding a
 CUDA context cannot use the GPU. torch.compile's inductor takes about 2 s to
 import and 0.5 s to hash torch's and Triton's sources for its cache keys
-(measured on the GPU machine, bench/compile_baseline.py); every worker that
+(measured on the GPU machine, bench/RESULTS.md "Cold eval"); every worker that
 times the torch.compile baseline would otherwise pay that again.
 """
 

@@ -29,10 +29,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from kernelevo.candidate import Candidate
+from kernelevo.errors import MessageError
 from kernelevo.evaluate.gate import Hold, gate_for
 from kernelevo.evaluate.messages import (WORKER_KINDS, Abort, BaselinesReply, BaselineTimes,
-                                         Checked, CpuWork, Gpu, Granted, Message, MessageError,
-                                         Ready, ReadyReply, StoredBaselines, Timed, TimeThese,
+                                         Checked, CpuWork, Gpu, Granted, Message, Ready,
+                                         ReadyReply, StoredBaselines, Timed, TimeThese,
                                          Timing, WorkerJob, decode)
 from kernelevo.evaluate.gradients import backward_on
 from kernelevo.evaluate.oracle_run import OracleRun, wait_for

@@ -39,9 +39,6 @@ AfterSample = Callable[[str, str, int, Any], "str | None"]
 LaunchCount = Callable[[], int]  # own kernel launches so far in this process
 
 
-MEASURES = ("gpu", "call", "kernelbench")
-
-
 @dataclass
 class TimingRun:
     """Stats per measure and contestant plus what the caller should know about them."""

@@ -19,8 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from kernelevo.errors import ConfigError
-from kernelevo.llm.protocol import LLMUnavailable
+from kernelevo.errors import ConfigError, LLMUnavailable
 
 DEFAULT_GIVE_UP_S = 600.0
 

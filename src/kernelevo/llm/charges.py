@@ -24,7 +24,8 @@ import asyncio
 import dataclasses
 from dataclasses import dataclass
 
-from kernelevo.llm.protocol import CallStart, Completion, LLMEmptyAnswer
+from kernelevo.errors import LLMEmptyAnswer
+from kernelevo.llm.protocol import CallStart, Completion
 
 CUT_OFF_NOTE = "a request went out and got no answer: charged the call's worst case (an estimate)"
 NO_USAGE_NOTE = "the server reported no usage: tokens estimated from the text's length"

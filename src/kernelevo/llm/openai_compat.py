@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import kernelevo.llm.replies as replies
-from kernelevo.errors import ConfigError
+from kernelevo.errors import ConfigError, LLMEmptyAnswer, LLMError, LLMRequestError, LLMUnavailable
 from kernelevo.llm.breaker import DEFAULT_GIVE_UP_S, CircuitBreaker
 from kernelevo.schema import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, Annotated, OneOf, check_fields
 from kernelevo.llm.pricing import Price, PriceTable
@@ -35,10 +35,6 @@ from kernelevo.llm.protocol import (
     Attempt,
     CallProgress,
     Completion,
-    LLMEmptyAnswer,
-    LLMError,
-    LLMRequestError,
-    LLMUnavailable,
     estimate_tokens,
     messages_text,
 )

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import kernelevo.llm.charges as charges
-from kernelevo.budget import Budget, BudgetExhausted, Reservation
-from kernelevo.errors import ConfigError
+from kernelevo.budget import Budget, Reservation
+from kernelevo.errors import BudgetExhausted, ConfigError
 from kernelevo.llm.breaker import CircuitBreaker
 from kernelevo.llm.openai_compat import ClientConfig, OpenAICompatClient
 from kernelevo.llm.pricing import UNKNOWN_PRICE, Price, PriceTable

@@ -1,7 +1,8 @@
-"""The LLM seam: one async method, its result and call types, its errors.
+"""The LLM seam: one async method, its result and call types.
 
 Everything above this seam (proposals, repair, the search loop) sees only
-`LLMClient.complete`, the types here and these errors, so tests can fake the
+`LLMClient.complete`, the types here and the LLM errors (`LLMError` and its
+kinds, in kernelevo.errors with every other error), so tests can fake the
 model with a few lines and any endpoint can be plugged in without touching
 the search.
 """
@@ -12,8 +13,6 @@ import math
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
-
-from kernelevo.errors import KernelEvoError
 
 # A common rule of thumb for English and code with BPE tokenizers; used only
 # when the server reports no usage, and the completion is then marked estimated.
@@ -109,54 +108,6 @@ class LLMClient(Protocol):
     async def complete(self, messages: list[dict], *, max_tokens: int) -> Completion:
         """Answer `messages` with at most `max_tokens` output tokens."""
         ...
-
-
-class LLMError(KernelEvoError):
-    """A call that failed; `fatal` says whether retrying later in the run could help.
-
-    The base class is a transient failure (retries ran out on 5xx or timeouts):
-    a later call may succeed. `attempts` holds every request the call made.
-    """
-
-    fatal = False
-
-    def __init__(self, message: str, status_code: int | None = None,
-                 attempts: tuple[Attempt, ...] = ()) -> None:
-        super().__init__(message)
-        self.status_code = status_code
-        self.attempts = attempts
-
-    def __reduce__(self):  # keep status_code and attempts across process boundaries
-        return (type(self), (str(self), self.status_code, self.attempts))
-
-
-class LLMEmptyAnswer(LLMError):
-    """The server answered with no content: a failed call, never a success.
-
-    `usage` is (input tokens, output tokens, USD) as the server reported them,
-    None when it reported none: what the call is charged (charges.py).
-    """
-
-    def __init__(self, message: str, status_code: int | None = None,
-                 attempts: tuple[Attempt, ...] = (),
-                 usage: tuple[int, int, float] | None = None) -> None:
-        super().__init__(message, status_code, attempts)
-        self.usage = usage
-
-    def __reduce__(self):
-        return (type(self), (str(self), self.status_code, self.attempts, self.usage))
-
-
-class LLMRequestError(LLMError):
-    """The endpoint refused the request (bad key, unknown model, bad parameter): fix the config."""
-
-    fatal = True
-
-
-class LLMUnavailable(LLMError):
-    """The endpoint failed too many times in a row (down, unreachable, hanging)."""
-
-    fatal = True
 
 
 def estimate_tokens(text: str) -> int:

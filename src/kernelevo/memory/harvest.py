@@ -12,10 +12,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from kernelevo.candidate import KERNEL_BACKENDS
 from kernelevo.memory.signature import Signature
 from kernelevo.memory.store import EditMemory, FixMemory, KernelMemory, MemoryStore
 
-KERNEL_BACKENDS = ("triton", "cuda")
 # Statuses a later candidate can fix; a reason seen with one of these is a failure.
 FAILURE_STATUSES = frozenset({"compile_error", "runtime_error", "incorrect", "crashed",
                               "timeout"})

@@ -12,12 +12,13 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from kernelevo.candidate import Candidate
+from kernelevo.errors import MemoryStoreError
 from kernelevo.logs import get_logger
 from kernelevo.memory.harvest import Recorded, record_run, remember_kernel
 from kernelevo.memory.recall import Recall, recall
 from kernelevo.memory.settings import MemoryConfig, store_path
 from kernelevo.memory.signature import Signature, signature_of, task_key, to_payload
-from kernelevo.memory.store import MemoryStore, MemoryStoreError
+from kernelevo.memory.store import MemoryStore
 
 log = get_logger(__name__)
 RECALL_EVENT = "memory_recalled"

@@ -10,12 +10,12 @@ the driver never executes a task (only the judge's sandboxed oracle does).
 from __future__ import annotations
 
 import ast
-import hashlib
 import json
 import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from kernelevo.cache_dir import cache_key
 from kernelevo.task import find_constants
 
 GEMM_OPS = frozenset({"matmul", "mm", "bmm", "addmm", "baddbmm", "linear", "einsum", "bilinear"})
@@ -74,7 +74,7 @@ class Signature:
 
 def task_key(task_source: str) -> str:
     """A task's identity in the memory: its source's hash (other sizes, another task)."""
-    return hashlib.sha256(task_source.encode()).hexdigest()[:16]
+    return cache_key(task_source)
 
 
 def signature_of(task_source: str, precision: str, backend: str) -> Signature:

@@ -7,7 +7,6 @@ loses at most the write in progress, never one already committed.
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
 import threading
 import time
@@ -17,7 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kernelevo.errors import KernelEvoError
+from kernelevo.cache_dir import cache_key
+from kernelevo.errors import KernelEvoError, MemoryStoreError
 from kernelevo.memory.signature import Signature
 from kernelevo.store.schema import connect, rollback, write_error
 
@@ -43,10 +43,6 @@ CREATE INDEX IF NOT EXISTS kernels_by_task ON kernels (task_key);
 CREATE INDEX IF NOT EXISTS edits_by_task ON edits (task_key);
 CREATE INDEX IF NOT EXISTS fixes_by_task ON fixes (task_key);
 """
-
-
-class MemoryStoreError(KernelEvoError):
-    """The memory store cannot be opened, read or written."""
 
 
 @dataclass(frozen=True)
@@ -77,7 +73,7 @@ class KernelMemory:
 
     @property
     def source_hash(self) -> str:
-        return hashlib.sha256(self.source.encode()).hexdigest()
+        return cache_key(self.source, digits=None)
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from kernelevo.errors import MemoryStoreError
 from kernelevo.memory.signature import Signature
 from kernelevo.memory.store import EditMemory, FixMemory, KernelMemory, MemoryStore
-from kernelevo.memory.store import MemoryStoreError
 
 FORMAT = "kernelevo-memory"
 FORMAT_VERSION = 1

@@ -9,7 +9,6 @@ rebuild their submodule this way (docs/model.md).
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import sys
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from kernelevo.cache_dir import cache_key
 from kernelevo.errors import ConfigError, EnvironmentProblem, TaskError
 from kernelevo.paths import read_text_file
 
@@ -43,7 +43,7 @@ class ModelFile:
 
 def module_name_for(stem: str, source: str) -> str:
     """`_model_<stem>_<hash of source>`: one name per distinct source."""
-    digest = hashlib.sha256(source.encode()).hexdigest()[:10]
+    digest = cache_key(source, digits=10)  # the names of tasks extracted before
     clean = "".join(c if c.isalnum() else "_" for c in stem)
     return f"_model_{clean}_{digest}"
 

@@ -17,12 +17,13 @@ from typing import Any, Callable
 
 import jinja2
 
+from kernelevo.candidate import BACKEND_REGISTRY
 from kernelevo.config import DEFAULT_TOLERANCES, PRECISIONS
 from kernelevo.errors import ConfigError
 from kernelevo.evaluate.profile import Profile, prompt_lines, summary_line
 from kernelevo.evaluate.verdict import REASONS, ErrorMetrics, TimingStats, Verdict
 
-PROMPT_BACKENDS = {"triton": "Triton", "cuda": "CUDA"}
+PROMPT_BACKENDS = {backend.name: backend.title for backend in BACKEND_REGISTRY if backend.kernels}
 MODES = ("rewrite", "diff", "repair")
 # Statuses where the parent has a concrete failure worth fixing rather than speeding up.
 REPAIR_STATUSES = frozenset({"compile_error", "runtime_error", "incorrect", "crashed", "timeout"})

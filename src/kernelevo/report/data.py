@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kernelevo.errors import StoreError
 from kernelevo.memory.run_memory import memory_use
 from kernelevo.report.lineage import (
     MAX_LINEAGE_STEPS,
@@ -36,7 +37,6 @@ from kernelevo.store.run_store import (
     RunInfo,
     RunStore,
     StoredCandidate,
-    StoreError,
     Totals,
 )
 from kernelevo.store.lock import status_now

@@ -1,70 +1,66 @@
-"""Python source highlighted as HTML, with a small tokenizer and no dependencies.
+"""Python source highlighted as HTML: Pygments' Python lexer, our own markup.
 
 Candidates are Python files (CUDA sources live inside their string literals),
-so one Python tokenizer covers both backends. A regular expression rather
-than the `tokenize` module: candidates that fail to compile are shown too,
-and `tokenize` stops at the first unterminated string or bad indent.
+so one Python lexer covers both backends. Pygments' lexer never stops at an
+error (an unterminated string, a bad indent): candidates that fail to
+compile are shown too. Its token types map onto the few classes the
+report's style sheet colours; each line is its own element.
 """
 
 from __future__ import annotations
 
-import builtins
+import functools
 import html
-import keyword
-import re
+from typing import Any
 
 from markupsafe import Markup
+from pygments.lexers.python import PythonLexer
+from pygments.token import Comment, Keyword, Name, Number, Operator, String
 
-_TOKEN = re.compile(
-    r"""
-    (?P<comment>\#[^\n]*)
-  | (?P<string>(?:\b[rRbBuUfF]{1,2})?
-        (?:\"\"\"[\s\S]*?(?:\"\"\"|\Z)
-          |'''[\s\S]*?(?:'''|\Z)
-          |"(?:[^"\\\n]|\\.)*"?
-          |'(?:[^'\\\n]|\\.)*'?))
-  | (?P<decorator>@[A-Za-z_][\w.]*)
-  | (?P<number>\b(?:0[xX][0-9a-fA-F_]+|0[bB][01_]+|0[oO][0-7_]+
-        |\d[\d_]*(?:\.[\d_]*)?(?:[eE][+-]?\d+)?[jJ]?)
-      |\.\d[\d_]*(?:[eE][+-]?\d+)?)
-  | (?P<name>[A-Za-z_]\w*)
-    """,
-    re.VERBOSE,
+# Pygments' token type -> the report's css class (tok-<class>), most specific first;
+# a type under none of them is plain text.
+_CLASSES = (
+    (Name.Decorator, "decorator"),
+    (Name.Function, "definition"),
+    (Name.Class, "definition"),
+    (Name.Builtin.Pseudo, ""),  # self, cls: plain, as any parameter
+    (Name.Builtin, "builtin"),
+    (Name.Exception, "builtin"),
+    (Keyword, "keyword"),
+    (Operator.Word, "keyword"),  # and, or, not, in, is
+    (String, "string"),
+    (Number, "number"),
+    (Comment, "comment"),
 )
-_KEYWORDS = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist)
-_BUILTINS = frozenset(name for name in dir(builtins) if not name.startswith("_"))
-# Names that follow these keywords are definitions, shown like headings.
-_DEFINERS = frozenset({"def", "class"})
+
+
+@functools.lru_cache(maxsize=1)
+def _lexer() -> PythonLexer:
+    # Kept as written: no newline stripped or added, tabs left alone.
+    return PythonLexer(stripnl=False, ensurenl=False)
+
+
+def _css_class(kind: Any) -> str:
+    for token_type, css in _CLASSES:
+        if kind in token_type:
+            return css
+    return ""
 
 
 def tokens(source: str) -> list[tuple[str, str]]:
     """(css class, text) pairs covering `source` exactly; class '' is plain text."""
     result: list[tuple[str, str]] = []
-    position = 0
-    previous_name = ""
-    for match in _TOKEN.finditer(source):
-        if match.start() > position:
-            result.append(("", source[position:match.start()]))
-        kind = match.lastgroup or ""
-        text = match.group()
-        if kind == "name":
-            kind = _name_class(text, previous_name)
-            previous_name = text
-        result.append((kind, text))
-        position = match.end()
-    if position < len(source):
-        result.append(("", source[position:]))
+    for kind, text in _lexer().get_tokens(source):
+        css = _css_class(kind)
+        # `@triton.jit` is one decorator, though Pygments names only `@triton`.
+        if result and result[-1][0] == "decorator" and (
+                kind is Name or (kind in Operator and text == ".")):
+            css = "decorator"
+        if result and result[-1][0] == css:
+            result[-1] = (css, result[-1][1] + text)
+        else:
+            result.append((css, text))
     return result
-
-
-def _name_class(name: str, previous_name: str) -> str:
-    if previous_name in _DEFINERS:
-        return "definition"
-    if name in _KEYWORDS:
-        return "keyword"
-    if name in _BUILTINS:
-        return "builtin"
-    return ""
 
 
 def highlight(source: str) -> Markup:

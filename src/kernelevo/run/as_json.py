@@ -12,8 +12,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from kernelevo.errors import StoreError
 from kernelevo.store.lock import status_now
-from kernelevo.store.run_store import RankEntry, RunStore, StoreError, Totals
+from kernelevo.store.run_store import RankEntry, RunStore, Totals
 from kernelevo.store.listing import list_runs
 
 TOP_CANDIDATES = 10

@@ -17,21 +17,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import kernelevo.run.setup as setup
-from kernelevo.errors import ConfigError
+from kernelevo.candidate import KERNEL_BACKENDS
+from kernelevo.errors import ConfigError, MemoryStoreError, StoreError
 from kernelevo.evaluate.sandbox import jobs as sandbox
 from kernelevo.evaluate.sandbox.probe import describe_here
 from kernelevo.run.setup import EvolveOptions
 from kernelevo.logs import get_logger
 from kernelevo.memory.run_memory import (ERROR_EVENT, RECALL_EVENT, RECORD_EVENT,
                                          describe_recall, memory_seeds)
-from kernelevo.memory.store import MemoryStoreError
 from kernelevo.store.lock import RunLock, acquire_run_lock
 from kernelevo.run.resume import CHANGE_EVENT, apply_overrides, describe_changes
 from kernelevo.run.signals import Terminated, on_sigterm, sigterm_as_interrupt
 from kernelevo.search.config import SearchConfig
 from kernelevo.search.loop import Evolution
 from kernelevo.search.outcome import Progress, RunOutcome
-from kernelevo.store.run_store import RunStore, StoreError
+from kernelevo.store.run_store import RunStore
 
 if TYPE_CHECKING:
     from kernelevo.budget import Budget
@@ -182,8 +182,7 @@ def _plan(task: Task, config: dict[str, Any], options: EvolveOptions,
                                        search.backend, store)
     if store is None and recall is not None:  # judged afresh, as every seed
         seeds += memory_seeds(recall, {seed.source for seed in seeds}, search.backend)
-    if pool is None and store is None and not any(s.backend in ("triton", "cuda")
-                                                  for s in seeds):
+    if pool is None and store is None and not any(s.backend in KERNEL_BACKENDS for s in seeds):
         raise ConfigError("no LLM is configured and no Triton or CUDA starting candidate was "
                           "given: the tuner needs a working kernel to tune (--seed FILE), or "
                           "give --model and --base-url")

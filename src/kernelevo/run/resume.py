@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kernelevo.config_file import BUDGET_KEYS, DEFAULT, Effective
-from kernelevo.errors import ConfigError
+from kernelevo.errors import ResumeConflict
 
 # The settings a resume applies, by config section and key: {section: {key: value}}.
 Overrides = dict[str, dict[str, Any]]
@@ -35,10 +35,6 @@ APPLIED_TABLES = ("budget", "llm")
 # and where the judging runs (a run may move to another cluster).
 APPLIED_SEARCH_KEYS = ("llm_in_flight", "queued_per_worker", "build_workers", "lanes", "cluster",
                        "cluster_slots", "cluster_timeout_s")
-
-
-class ResumeConflict(ConfigError):
-    """A setting given with --resume differs from the run's and may not change midway."""
 
 
 @dataclass(frozen=True)

@@ -21,15 +21,14 @@ from kernelevo.budget import Budget
 from kernelevo.candidate import Candidate, load_candidate
 from kernelevo.config import EvalConfig
 from kernelevo.config_file import Effective, RunConfig
-from kernelevo.errors import ConfigError
+from kernelevo.errors import ConfigError, MemoryStoreError
 from kernelevo.llm.openai_compat import ClientConfig
 from kernelevo.logs import get_logger
 from kernelevo.memory.recall import Recall
 from kernelevo.memory.run_memory import RECALL_EVENT, RunMemory
 from kernelevo.memory.settings import MemoryConfig
-from kernelevo.memory.store import MemoryStoreError
 from kernelevo.run.resume import Given, Overrides, changed_settings, refuse, split_given
-from kernelevo.search.config import SEARCH_BACKENDS, SearchConfig  # noqa: F401 (re-exported)
+from kernelevo.search.config import SearchConfig
 from kernelevo.store.resolve import open_run
 from kernelevo.store.run_store import RunStore
 from kernelevo.task import Task, task_from_source

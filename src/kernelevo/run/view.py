@@ -19,7 +19,7 @@ from rich.text import Text
 
 from kernelevo.candidate import Candidate
 from kernelevo.config import EvalConfig, eval_config_from_dict
-from kernelevo.errors import ConfigError
+from kernelevo.errors import ConfigError, StoreError
 from kernelevo.export_guard import GUARD_SOURCE, needs_guard
 from kernelevo.paths import check_folder
 from kernelevo.evaluate.verdict import Verdict
@@ -27,7 +27,7 @@ from kernelevo.render import fitted_table, print_verdict
 from kernelevo.store.lock import status_now
 from kernelevo.store.listing import folders_without_runs, list_runs
 from kernelevo.store.resolve import open_run
-from kernelevo.store.run_store import Ranking, RunInfo, RunStore, StoreError, StoredCandidate
+from kernelevo.store.run_store import Ranking, RunInfo, RunStore, StoredCandidate
 from kernelevo.task import find_constants, task_from_source
 
 TOP_CANDIDATES = 10

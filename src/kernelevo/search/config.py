@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kernelevo.candidate import KERNEL_BACKENDS
 from kernelevo.evaluate.remote.address import check_address
 from kernelevo.schema import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, Annotated, Bound, OneOf,
                               check_fields)
 
-# The backends a search can write kernels in.
-SEARCH_BACKENDS = ("triton", "cuda")
 # Each island is an archive of its own; beyond this, no budget fills them.
 MAX_ISLANDS = 100
 
@@ -18,7 +17,8 @@ MAX_ISLANDS = 100
 class SearchConfig:
     """Settings of the search itself (the judge has its own EvalConfig)."""
 
-    backend: Annotated[str, OneOf(SEARCH_BACKENDS)] = "triton"
+    # The search writes kernels: in a backend of the registry that launches its own.
+    backend: Annotated[str, OneOf(KERNEL_BACKENDS)] = "triton"
     islands: Annotated[int, Bound(1, MAX_ISLANDS)] = 3
     migration_interval: Annotated[int, NON_NEGATIVE] = 10  # 0: islands never exchange
     inspirations: Annotated[int, NON_NEGATIVE] = 2

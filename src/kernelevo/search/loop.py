@@ -28,12 +28,11 @@ import traceback
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable, Coroutine
 
-from kernelevo.budget import Budget, BudgetExhausted
-from kernelevo.candidate import Candidate
-from kernelevo.errors import TaskError
+from kernelevo.budget import Budget
+from kernelevo.candidate import KERNEL_BACKENDS, Candidate
+from kernelevo.errors import BudgetExhausted, LLMError, StoreError, TaskError
 from kernelevo.evaluate.protocol import JudgeLike
 from kernelevo.evaluate.verdict import Verdict, verdict_for
-from kernelevo.llm.protocol import LLMError
 from kernelevo.propose import tuner
 from kernelevo.search.archive import (Archive, fitness, fitness_high, profile_descriptor,
                                        roofline_reached)
@@ -41,7 +40,7 @@ from kernelevo.search.config import SearchConfig
 from kernelevo.search.descriptors import cell_of
 from kernelevo.search.outcome import Progress, RunOutcome
 from kernelevo.search.queue import JudgeQueue
-from kernelevo.store.run_store import RunStore, StoreError
+from kernelevo.store.run_store import RunStore
 
 if TYPE_CHECKING:
     from kernelevo.search.proposals import LLMProposer, Proposal
@@ -330,7 +329,7 @@ class Evolution:
         depth = self.repair_depth.get(stored.id, 0)
         if repairable and self.proposer is not None and depth < self.config.repair_tries:
             self.repairs.put_nowait(stored.id)
-        if accepted and stored.candidate.backend in ("triton", "cuda"):
+        if accepted and stored.candidate.backend in KERNEL_BACKENDS:
             # Only a new elite is worth tuning: tuning every correct variant
             # would multiply the queue without bound.
             self._tune(stored, island)
@@ -359,7 +358,7 @@ class Evolution:
         """
         for elite in self.archive.elites():
             stored = self.store.candidate(elite.candidate_id)
-            if stored.candidate.backend in ("triton", "cuda") and self._tune(stored, elite.island):
+            if stored.candidate.backend in KERNEL_BACKENDS and self._tune(stored, elite.island):
                 return True
         return False
 

@@ -18,9 +18,10 @@ import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from kernelevo.candidate import Candidate
+from kernelevo.candidate import KERNEL_BACKENDS, Candidate
+from kernelevo.errors import LLMEmptyAnswer, LLMError
 from kernelevo.llm import charges
-from kernelevo.llm.protocol import Attempt, CallStart, Completion, LLMEmptyAnswer, LLMError
+from kernelevo.llm.protocol import Attempt, CallStart, Completion
 from kernelevo.propose.parse import parse_answer
 from kernelevo.propose.prompt import (Exemplar, PromptRequest, Remembered, build_messages,
                                       choose_mode)
@@ -63,7 +64,7 @@ class LLMProposer:
     async def propose(self, parent: Any, inspirations: list[Any], repair: bool) -> Proposal:
         mode = "repair" if repair else choose_mode(parent.verdict, self.rng,
                                                    self.diff_probability)
-        if parent.candidate.backend not in ("triton", "cuda"):
+        if parent.candidate.backend not in KERNEL_BACKENDS:
             mode = "rewrite"  # the seed is plain PyTorch: the first kernels are written whole
         request = PromptRequest(
             task_source=self.task_source, backend=self.backend, precision=self.precision,

@@ -5,8 +5,9 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+from kernelevo.errors import StoreError
 from kernelevo.store.lock import status_now
-from kernelevo.store.run_store import DB_NAME, RunStore, StoreError
+from kernelevo.store.run_store import DB_NAME, RunStore
 from kernelevo.store.records import RunSummary
 
 

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from kernelevo.errors import KernelEvoError
+from kernelevo.errors import KernelEvoError, RunBusyError
 
 LOCK_NAME = "run.lock"
 # A reader's probe holds a shared lock for microseconds; a driver starting in
@@ -29,10 +29,6 @@ _PROBE_GRACE_S = 1.0
 _RETRY_S = 0.02
 # What a run recorded as `running` is shown as once no process drives it.
 UNDRIVEN_STATUS = "interrupted"
-
-
-class RunBusyError(KernelEvoError):
-    """Another process is driving this run."""
 
 
 class RunLock:

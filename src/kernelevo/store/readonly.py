@@ -30,7 +30,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from kernelevo.store.errors import StoreError
+from kernelevo.errors import StoreError
 from kernelevo.store.steps import STEP_TABLES, seed_steps
 from kernelevo.store.tally import TALLY_TABLES, seed_tallies, statements
 

@@ -10,12 +10,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from kernelevo.candidate import Candidate
+from kernelevo.candidate import KERNEL_BACKENDS, Candidate
 from kernelevo.evaluate.verdict import NO_CUSTOM_KERNEL_FLAG, Verdict
 
-# Backends that launch kernels of their own; a "pytorch" candidate (the
-# reference seed) runs PyTorch's kernels, so it is the baseline, never a result.
-KERNEL_BACKENDS = ("triton", "cuda")
+# A "pytorch" candidate (the reference seed) runs PyTorch's kernels, so it is
+# the baseline, never a result: only KERNEL_BACKENDS' candidates are kernels.
 BASELINE_BACKEND = "pytorch"
 
 

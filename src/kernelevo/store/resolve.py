@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kernelevo.store.errors import StoreError
+from kernelevo.errors import StoreError
 from kernelevo.store.run_store import DB_NAME, RunStore
 
 _LISTED_IDS = 20  # run ids named in an error, newest last

@@ -7,7 +7,7 @@ import sqlite3
 from dataclasses import asdict, is_dataclass
 from typing import Any
 
-from kernelevo.store.schema import StoreError
+from kernelevo.errors import StoreError
 
 
 def require_row(cursor: sqlite3.Cursor, what: str, key: object) -> None:

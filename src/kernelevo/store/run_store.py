@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelevo.candidate import Candidate
+from kernelevo.errors import DamagedStore, StoreError
 from kernelevo.evaluate.verdict import Verdict
 from kernelevo.store.briefs import Briefs
 from kernelevo.store.calls import INTERRUPTED_CALL_ERROR, LlmCallLog
@@ -51,8 +52,7 @@ from kernelevo.store.records import (
     run_info_from_row,
     stored_candidate_from_row,
 )
-from kernelevo.store.schema import (RUN_STATUSES, DamagedStore, Database, StoreError,
-                                    make_run_dir)
+from kernelevo.store.schema import RUN_STATUSES, Database, make_run_dir
 from kernelevo.store.rows import dumps, plain, require_row
 from kernelevo.store.steps import seed_steps, steps_in_order
 from kernelevo.store.tally import read_totals

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelevo.candidate import ORIGINS
-from kernelevo.store.errors import DamagedStore, StoreError
+from kernelevo.errors import DamagedStore, StoreError
 from kernelevo.store.readonly import StoreConnection, connect_read_only, stand_in
 from kernelevo.store.records import OTHER_BACKEND_SQL
 from kernelevo.store.offers import (OFFER_TABLES, ArchiveOffers, drop_offers, has_offers,

@@ -16,7 +16,6 @@ Inside the worker, `torch.utils.cpp_extension.load_inline` is replaced so that
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -27,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kernelevo.cache_dir import cache_key
 from kernelevo.evaluate.cuda.compilers import compiler_shims, extensions_root
 from kernelevo.evaluate.cuda.shims_nvcc import compile_cuda
 from kernelevo.evaluate.cuda.shims_shared import SIBLING_FAILED, STOPPED
@@ -189,7 +189,7 @@ def build_key(cpp: list[str], cuda: list[str], functions: Any, kwargs: dict[str,
                  sys.version_info[:2])
     options = sorted((k, v) for k, v in kwargs.items() if k not in _NOT_IN_THE_BUILD)
     text = repr((cpp, cuda, functions, options, toolchain))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return cache_key(text)
 
 
 # Declarations torch's CUDA headers need from the CUDA math libraries, for a

@@ -10,7 +10,6 @@ refuses is remembered in that cache too, and reported at once.
 from __future__ import annotations
 
 import atexit
-import hashlib
 import os
 import shutil
 import tempfile
@@ -18,7 +17,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from kernelevo.cache_dir import default_cache_dir
+from kernelevo.cache_dir import cache_key, default_cache_dir
 from kernelevo.config import EvalConfig
 from kernelevo.evaluate.messages import PrebuildDone, PrebuildJob
 from kernelevo.evaluate.sandbox.jobs import JobResult, run_job
@@ -42,8 +41,7 @@ def _remove_scratches() -> None:
 
 
 def _prebuild_key(source: str, environment: dict[str, str]) -> str:
-    settings = "\0".join(f"{k}={v}" for k, v in sorted(environment.items()))
-    return hashlib.sha256(f"{settings}\0{source}".encode()).hexdigest()
+    return cache_key(*(f"{k}={v}" for k, v in sorted(environment.items())), source)
 
 
 def build_environment(cache_dir: Path | None = None) -> dict[str, str]:

@@ -87,6 +87,8 @@ def pch_key(compiler: str, flags: list[str], header: Path) -> str:
     version = header.parents[2] / "version.py"  # torch/include/torch/extension.h -> torch/
     parts = [str(real), _stamp(real), *flags, str(header), _stamp(header),
              version.read_text() if version.is_file() else ""]
+    # cache_dir.cache_key's recipe, written out: this stand-in runs without KernelEvo
+    # importable. 20 digits: the headers users have built are kept under these names.
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:20]
 
 

@@ -12,14 +12,13 @@ import ast
 from dataclasses import dataclass
 
 from kernelevo.candidate import BACKENDS
+from kernelevo.config import POLICIES
 from kernelevo.errors import ConfigError
 from kernelevo.evaluate.static.cuda_source import has_kernel_source, string_hits
 from kernelevo.evaluate.static.identity import identity_hits
 from kernelevo.evaluate.static.rules import Hit
 from kernelevo.evaluate.static.scan import Scanner
 from kernelevo.evaluate.verdict import REASONS
-
-POLICIES = ("strict", "default", "permissive")
 
 # Every reason a static rule can give; the rest need the candidate to run.
 STATIC_REASONS = frozenset({
