@@ -87,7 +87,7 @@ def start_judges_forkserver(device: str | None) -> None:
     """Start the judges' forkserver now, before this process imports torch.
 
     Its own imports (torch, dynamo, inductor) then run beside this process's
-    instead of after them (bench/gpu_cold_eval_ab.sh).
+    instead of after them (bench/RESULTS.md, "Cold eval").
     """
     from kernelevo.evaluate.sandbox.jobs import start_forkserver_for
 
