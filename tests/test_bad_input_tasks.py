@@ -23,7 +23,7 @@ from kernelevo.evaluate.judge import Judge
 from kernelevo.evaluate.oracle_run import _how_it_ended
 from kernelevo.evaluate.sandbox.jobs import JobResult
 from kernelevo.task import load_task
-from tests.test_bad_input import HONEST, cli, refused, toml
+from tests.test_bad_input import HONEST, cli, refused, said, toml
 
 ADD = textwrap.dedent("""\
     import torch
@@ -205,5 +205,6 @@ def test_a_search_on_a_task_whose_reference_raises_ends_failed_naming_the_task(t
     done = cli("evolve", str(path), "--seed", HONEST, "--candidates", "1",
                "--runs-dir", str(tmp_path / "runs"))
     assert done.exit_code == 1, done.output
-    assert "the task failed" in done.output and "the reference is broken" in done.output
-    assert str(path) in done.output and "Traceback" not in done.output
+    assert "as the task itself failed" in said(done) and "the reference is broken" in said(done)
+    # one line; `kernelevo eval` shows the task's own file and line
+    assert "kernelevo eval TASK FILE" in said(done) and "Traceback" not in done.output

@@ -83,6 +83,7 @@ class Evolution:
         self.last_elapsed_log = 0.0
         self.fatal: RunOutcome | None = None  # set by the first failure that ends the run
         self.store_failure: StoreError | None = None  # the run store could not be written
+        self.task_failed = False  # the task's own reference failed in a judge
         self.llm_answers = 0
         self.llm_failures = 0
         self.last_llm_error = ""
@@ -228,20 +229,23 @@ class Evolution:
         return (not self.archive.elites() and self.repairs.empty()
                 and self.progress.llm_in_flight == 0)
 
-    def _no_parent_reason(self) -> str:
+    def _no_parent_reason(self, why_stop: str = "so the LLM has no kernel to improve") -> str:
         """Why a run with every candidate judged and none passing stops, and what to do."""
         judged = [c for c in self.store.candidates() if c.verdict is not None]
         first = judged[0] if judged else None
         why = (f"; {first.id} ({first.candidate.origin}) was {first.verdict.status} "
                f"({first.verdict.reason}): {_gist(first.verdict.message)}"
                if first is not None else "")
-        return (f"no candidate passed, so the LLM has no kernel to improve: all "
+        return (f"no candidate passed, {why_stop}: all "
                 f"{len(judged)} judged failed{why}; check the task and a starting kernel with "
                 f"`kernelevo eval TASK FILE`, then give a working one with --seed")
 
     def _outcome(self, budget_reason: str | None) -> RunOutcome:
         """How a run that ran out of work or budget ended."""
         reason = budget_reason or self.budget_stop
+        if self.task_failed and not self.archive.elites():
+            # the task's reference failed: no search could have found anything
+            return RunOutcome("error", self._no_parent_reason("as the task itself failed"))
         if reason:
             return RunOutcome("budget_spent", reason)
         return RunOutcome("finished", "nothing left to try")
@@ -299,8 +303,8 @@ class Evolution:
             try:
                 verdict = await loop.run_in_executor(executor, judge.evaluate, stored.candidate)
             except TaskError as exc:  # the task's own reference failed: no candidate can pass
-                verdict = verdict_for("exited_early", f"the task failed, not the candidate: {exc}")
-                self._fail("error", f"the task failed: {exc}")
+                verdict = verdict_for("exited_early", f"the judge failed: {exc}")
+                self.task_failed = True
             except Exception as exc:  # a task problem mid-run must not kill the search
                 verdict = verdict_for("exited_early", f"the judge failed: {exc}")
             finally:
