@@ -61,7 +61,7 @@ from torch.profiler import ProfilerActivity, profile
 from kernelevo.config import EvalConfig
 from kernelevo.evaluate import inputs
 from kernelevo.evaluate.messages import WorkerJob
-from kernelevo.evaluate.worker_timing import warm_baselines
+from kernelevo.evaluate.baselines import warm_baselines
 
 class Window:  # the stretch without a GPU hold, marked for the profiler
     def __init__(self):

@@ -91,7 +91,7 @@ def test_timing_runs_on_one_core_and_returns_to_where_it_ran() -> None:
 def test_the_compile_baseline_calls_the_task_on_every_set_inside_one_compiled_model() -> None:
     import torch
 
-    from kernelevo.evaluate.worker_timing import CompiledInAModel, InAModel, model_calls
+    from kernelevo.evaluate.baselines import CompiledInAModel, InAModel, model_calls
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())

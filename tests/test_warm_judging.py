@@ -111,7 +111,7 @@ def test_the_baselines_warm_up_gives_the_gpu_up_before_torch_compile_is_set_up(
 
     from kernelevo.evaluate import inputs
     from kernelevo.evaluate.messages import WorkerJob
-    from kernelevo.evaluate.worker_timing import warm_baselines
+    from kernelevo.evaluate.baselines import warm_baselines
 
     order = []
 

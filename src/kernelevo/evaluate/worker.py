@@ -32,8 +32,8 @@ from kernelevo.evaluate.sandbox.redact import candidate_traceback
 from kernelevo.evaluate.sandbox.jobs import Channel
 from kernelevo.evaluate.transfer import export_bundle
 from kernelevo.evaluate.worker_backward import BackwardRuns, warm_autograd_threads
-from kernelevo.evaluate.worker_timing import (rotation_check, run_timing, stored_or_timed,
-                                              warm_baselines)
+from kernelevo.evaluate.baselines import warm_baselines
+from kernelevo.evaluate.worker_timing import rotation_check, run_timing, stored_or_timed
 
 
 class Failure(Exception):
