@@ -19,6 +19,7 @@ from kernelevo.suite import expand_specs, find_solutions, summarize
 from kernelevo.suite.metrics import TaskResult, fast_p, geomean
 from kernelevo.suite.tasks import parse_ranges
 from tests.conftest import ROOT
+from tests.suite_layout import lay_out
 
 FIXTURES = ROOT / "tests" / "fixtures"
 # Three tasks of our own laid out as a KernelBench level: (problem, task, solutions).
@@ -30,16 +31,7 @@ LEVEL = [(1, "add", ["honest_add.py", "off_by_one_mask.py"]),
 @pytest.fixture
 def bench(tmp_path):
     """A KernelBench-shaped checkout of our fixture tasks and solutions in its layout."""
-    level = tmp_path / "kb" / "KernelBench" / "level1"
-    level.mkdir(parents=True)
-    solutions = tmp_path / "solutions"
-    solutions.mkdir()
-    for problem, name, files in LEVEL:
-        shutil.copy(FIXTURES / "tasks" / f"{name}.py", level / f"{problem}_{name.title()}.py")
-        for sample, file in enumerate(files):
-            shutil.copy(FIXTURES / "candidates" / file,
-                        solutions / f"level_1_problem_{problem}_sample_{sample}_kernel.py")
-    return tmp_path
+    return lay_out(tmp_path, LEVEL)
 
 
 def kernelevo(*args, extra_env=None, **kw):

@@ -3,7 +3,7 @@
 A launch-bound call's time is host time. Left to the scheduler, a timing
 process moves between cores and meets whatever else runs there; pinned to
 one core, the same pair's speedup moved 0.1-1.3 % between fresh processes
-instead of 0.9-4.5 % (H100, bench/host_noise.py, bench/RESULTS.md). Every
+instead of 0.4-4.5 % (H100, bench/host_noise.py, bench/RESULTS.md). Every
 contestant of a timing runs on that core alike, and only while it is timed.
 """
 
