@@ -60,6 +60,14 @@ def warm_baselines(task: Any, job: WorkerJob, gpu: GpuPhases | None = None) -> B
     if "compile" in config.baselines:
         started = time.perf_counter()
         try:
+            calls = model_calls(config.compile_model_calls, warm_inputs, device)
+            if calls < config.compile_model_calls:
+                notes.append(f"torch.compile timed inside a model of {calls} call(s) of the "
+                             f"task, not {config.compile_model_calls}: the other calls' input "
+                             "sets and outputs would crowd the GPU's memory")
+            # the other calls' input sets are kernels too: made before the hold goes
+            extra = [task_inputs.make_inputs(task, seed, device, dtype)
+                     for seed in range(1, calls)]
             if gpu is not None:  # before torch.compile's set-up too: CPU work, seconds cold
                 steps["pattern_init"] = _inductor_pattern_init(device)
                 torch.cuda.synchronize()  # the model's and inputs' kernels are done
@@ -67,13 +75,6 @@ def warm_baselines(task: Any, job: WorkerJob, gpu: GpuPhases | None = None) -> B
             import torch._inductor.config as inductor_config
 
             inductor_config.compile_threads = 1  # no pool of compile processes in a worker
-            calls = model_calls(config.compile_model_calls, warm_inputs, device)
-            if calls < config.compile_model_calls:
-                notes.append(f"torch.compile timed inside a model of {calls} call(s) of the "
-                             f"task, not {config.compile_model_calls}: the input sets would "
-                             "not fit in a quarter of the GPU's free memory")
-            extra = [task_inputs.make_inputs(task, seed, device, dtype)
-                     for seed in range(1, calls)]
             compiled = CompiledInAModel(
                 torch.compile(InAModel(reference), backend=_kernels_after_compile(gpu)),
                 extra)
@@ -89,6 +90,9 @@ def warm_baselines(task: Any, job: WorkerJob, gpu: GpuPhases | None = None) -> B
         compile_s = time.perf_counter() - started
     torch.cuda.synchronize()
     return Baselines(contestants, notes, compile_s, steps)
+
+
+EXTRA_SETS_BYTES = 1 << 30  # the compiled model's other calls: inputs and outputs
 
 
 class InAModel(torch.nn.Module):
@@ -123,55 +127,17 @@ class CompiledInAModel:
 
 
 def model_calls(wanted: int, inputs: list[Any], device: str) -> int:
-    """Calls of the task in the compiled model: `wanted`, fewer where their sets would crowd the GPU."""
+    """Calls of the task in the compiled model: `wanted`, fewer where their sets would crowd the GPU.
+
+    The other calls' input sets and outputs stay within `EXTRA_SETS_BYTES`
+    and a sixteenth of the free memory (the judge's other processes hold
+    sets too). A task whose sets are that large runs long enough that
+    compiled code's entry (30-125 us) is a small part of a call.
+    """
     if wanted <= 1 or device != "cuda":
         return max(1, wanted)
     set_bytes = sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
     free, _ = torch.cuda.mem_get_info()
     # each call holds its inputs and, about as large, its outputs
-    fits = int(free // 4 // max(2 * set_bytes, 1))
-    return max(1, min(wanted, fits))
-
-
-def _inductor_pattern_init(device: str) -> float:
-    """Inductor's one-time set-up of its graph patterns for `device`, run now; seconds.
-
-    The first compile in a process sets up Inductor's attention patterns for
-    the graph's device, and their scalar constants are copied to the GPU (48
-    small copies on an H200, bench/compile_window_copies.py): run here, they
-    are made while the worker still holds its share of the GPU, and the
-    compile that follows, with no hold, makes none.
-    """
-    started = time.perf_counter()
-    if device == "cuda":
-        try:
-            from torch._inductor.fx_passes.joint_graph import lazy_init
-        except ImportError:  # an Inductor without it: nothing to set up ahead
-            return 0.0
-        lazy_init(torch.device("cuda", torch.cuda.current_device()))  # as compile_fx calls it
-    return time.perf_counter() - started
-
-
-def _kernels_after_compile(gpu: GpuPhases | None) -> Any:
-    """torch.compile's own Inductor backend, taking the GPU's hold before a graph it compiled runs.
-
-    The same backend as `torch.compile(model)` uses (its options, its
-    caches); the hold is asked for between the compile and the first run of
-    each graph (after the first, a no-op). An older PyTorch without that
-    class: plain Inductor, with the hold taken up front.
-    """
-    wrapper = getattr(torch, "_TorchCompileInductorWrapper", None)
-    if gpu is None or wrapper is None:
-        if gpu is not None:
-            gpu.kernels()
-        return "inductor"
-
-    class KernelsAfterCompile(wrapper):  # type: ignore[misc, valid-type]
-        def __call__(self, model: Any, inputs: Any, **kwargs: Any) -> Any:
-            compiled = super().__call__(model, inputs, **kwargs)
-            gpu.kernels()
-            return compiled
-
-    backend = KernelsAfterCompile(None, None, None)  # torch.compile's mode, options, dynamic
-    backend.__name__ = "inductor"  # the name torch.compile gives it in its logs
-    return backend
+    room = min(EXTRA_SETS_BYTES, free // 16)
+    return max(1, min(wanted, 1 + int(room // max(2 * set_bytes, 1))))
