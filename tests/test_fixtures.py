@@ -6,12 +6,14 @@ of each check is shown to catch the trick on its own.
 """
 
 import tomllib
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from kernelevo.candidate import Candidate
 from kernelevo.config import EvalConfig, TimingConfig
-from kernelevo.evaluate.judge import Judge
+from kernelevo.evaluate.cuda.prebuild import prebuild_source
+from kernelevo.evaluate.judge import Judge, child_environment
 from kernelevo.task import load_task
 from tests.conftest import ROOT
 
@@ -61,11 +63,26 @@ def test_fixture_caught_at_runtime(entry):
     _check(entry, False, "dynamic_reasons")
 
 
+@pytest.fixture(scope="module")
+def cuda_built_ahead():
+    """Every CUDA fixture built at once (nvcc takes 20-25 s each): a judge's own
+    build ahead then finds it done. The verdicts are the same either way."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return
+    sources = {(FIXTURES / "candidates" / entry["file"]).read_text()
+               for entry in ENTRIES if entry["needs_gpu"] and entry["backend"] == "cuda"}
+    environment = child_environment("cuda", None)
+    with ThreadPoolExecutor(len(sources)) as pool:
+        list(pool.map(lambda source: prebuild_source(source, EvalConfig(), environment), sources))
+
+
 @pytest.mark.parametrize("entry", _params(True, "expect_reasons"))
-def test_gpu_fixture_with_every_check(entry):
+def test_gpu_fixture_with_every_check(entry, cuda_built_ahead):
     _check(entry, True, "expect_reasons")
 
 
 @pytest.mark.parametrize("entry", _params(True, "dynamic_reasons"))
-def test_gpu_fixture_caught_at_runtime(entry):
+def test_gpu_fixture_caught_at_runtime(entry, cuda_built_ahead):
     _check(entry, False, "dynamic_reasons")

@@ -141,3 +141,47 @@ def model_calls(wanted: int, inputs: list[Any], device: str) -> int:
     # each call holds its inputs and, about as large, its outputs
     room = min(EXTRA_SETS_BYTES, free // 16)
     return max(1, min(wanted, 1 + int(room // max(2 * set_bytes, 1))))
+
+
+def _inductor_pattern_init(device: str) -> float:
+    """Inductor's one-time set-up of its graph patterns for `device`, run now; seconds.
+
+    The first compile in a process sets up Inductor's attention patterns for
+    the graph's device, and their scalar constants are copied to the GPU (48
+    small copies on an H200, bench/compile_window_copies.py): run here, they
+    are made while the worker still holds its share of the GPU, and the
+    compile that follows, with no hold, makes none.
+    """
+    started = time.perf_counter()
+    if device == "cuda":
+        try:
+            from torch._inductor.fx_passes.joint_graph import lazy_init
+        except ImportError:  # an Inductor without it: nothing to set up ahead
+            return 0.0
+        lazy_init(torch.device("cuda", torch.cuda.current_device()))  # as compile_fx calls it
+    return time.perf_counter() - started
+
+
+def _kernels_after_compile(gpu: GpuPhases | None) -> Any:
+    """torch.compile's own Inductor backend, taking the GPU's hold before a graph it compiled runs.
+
+    The same backend as `torch.compile(model)` uses (its options, its
+    caches); the hold is asked for between the compile and the first run of
+    each graph (after the first, a no-op). An older PyTorch without that
+    class: plain Inductor, with the hold taken up front.
+    """
+    wrapper = getattr(torch, "_TorchCompileInductorWrapper", None)
+    if gpu is None or wrapper is None:
+        if gpu is not None:
+            gpu.kernels()
+        return "inductor"
+
+    class KernelsAfterCompile(wrapper):  # type: ignore[misc, valid-type]
+        def __call__(self, model: Any, inputs: Any, **kwargs: Any) -> Any:
+            compiled = super().__call__(model, inputs, **kwargs)
+            gpu.kernels()
+            return compiled
+
+    backend = KernelsAfterCompile(None, None, None)  # torch.compile's mode, options, dynamic
+    backend.__name__ = "inductor"  # the name torch.compile gives it in its logs
+    return backend
