@@ -67,3 +67,23 @@ def test_evolve_backward_reaches_the_runs_judges_and_a_resume_may_not_change_it(
     assert [(g.table, g.key, g.source) for g in fixed] == [("eval", "backward", "--backward")]
     unset = resolve(None, {**eval_overrides(), **setup.evolve_overrides()}, FLAGS)
     assert setup.evolve_options(unset).eval.backward is False
+
+
+def test_the_prompt_states_the_tolerance_the_judge_holds_outputs_to():
+    """The run's --atol/--rtol, else the task's output_atol/output_rtol, else the
+    dtype's: the rule the judge uses (config.tolerances), not the dtype's alone."""
+    loose = TASK + "\noutput_atol = 0.003\noutput_rtol = 0.002\n"
+    search = SearchConfig()
+
+    def stated(task_source: str, config: EvalConfig) -> str:
+        proposer = _proposer(object(), None, task_from_source(task_source), search, config)
+        request = PromptRequest(task_source=task_source, backend="triton", precision="fp32",
+                                mode="rewrite", parent=Exemplar("p-1", PARENT, None),
+                                tolerance=proposer.tolerance)
+        return build_messages(request)[0]["content"]
+
+    assert "atol = 0.0001" in stated(TASK, EvalConfig())
+    assert "atol = 0.003" in stated(loose, EvalConfig())
+    assert "rtol = 0.002" in stated(loose, EvalConfig())
+    overridden = stated(loose, EvalConfig(atol=5e-5))
+    assert "atol = 5e-05" in overridden and "rtol = 0.002" in overridden

@@ -79,3 +79,22 @@ def test_tolerance_precedence_run_then_task_then_dtype():
     assert tolerances("bfloat16", None, None, EvalConfig()) == (1e-2, 1e-2)
     assert tolerances("float32", 1e-3, 2e-3, EvalConfig()) == (1e-3, 2e-3)
     assert tolerances("float32", 1e-3, 2e-3, EvalConfig(atol=5e-5)) == (5e-5, 2e-3)
+
+
+def test_the_rule_without_a_run_is_the_tasks_then_the_dtypes():
+    # kernelevo.apply's verification and the prompt's default ask it with no run
+    assert tolerances("float16") == (1e-2, 1e-2)
+    assert tolerances("float32", 1e-3) == (1e-3, 1e-4)
+
+
+def test_a_tasks_declared_tolerance_is_read_from_its_text():
+    from kernelevo.task import declared_number, task_from_source
+
+    source = ("import torch\nclass Model(torch.nn.Module):\n    pass\n"
+              "def get_inputs():\n    return []\ndef get_init_inputs():\n    return []\n")
+    assert task_from_source(source).declared_tolerance() == (None, None)
+    tuned = source + "output_atol = 1e-3\noutput_rtol = 2\noutput_atol = 5e-3\n"
+    assert task_from_source(tuned).declared_tolerance() == (5e-3, 2.0)
+    assert declared_number("output_atol = compute()\n", "output_atol") is None
+    assert declared_number("output_atol = True\n", "output_atol") is None
+    assert declared_number("not python (", "output_atol") is None

@@ -156,10 +156,15 @@ def _known(cls: type, values: Mapping[str, Any], table: str, drop_unknown: bool)
     return {k: tuple(v) if isinstance(v, list) else v for k, v in values.items() if k in names}
 
 
-def tolerances(dtype_name: str, task_atol: float | None, task_rtol: float | None,
-               config: EvalConfig) -> tuple[float, float]:
-    """(atol, rtol) for one output: the run's override, else the task's, else the dtype's."""
+def tolerances(dtype_name: str, task_atol: float | None = None, task_rtol: float | None = None,
+               config: EvalConfig | None = None) -> tuple[float, float]:
+    """(atol, rtol) for one output: the run's override, else the task's, else the dtype's.
+
+    The one rule: the judge's checks, the oracle's, the prompt's statement of
+    them and `kernelevo.apply`'s verification all ask it.
+    """
     default_atol, default_rtol = DEFAULT_TOLERANCES.get(dtype_name, (1e-4, 1e-4))
-    atol = config.atol if config.atol is not None else (task_atol or default_atol)
-    rtol = config.rtol if config.rtol is not None else (task_rtol or default_rtol)
+    run_atol, run_rtol = (config.atol, config.rtol) if config is not None else (None, None)
+    atol = run_atol if run_atol is not None else (task_atol or default_atol)
+    rtol = run_rtol if run_rtol is not None else (task_rtol or default_rtol)
     return float(atol), float(rtol)

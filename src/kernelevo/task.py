@@ -59,6 +59,11 @@ class Task:
         """Whether the file sets `backward = True` at its top level: gradients are judged too."""
         return declares_backward(self.source)
 
+    def declared_tolerance(self) -> tuple[float | None, float | None]:
+        """The task's own `output_atol` and `output_rtol`, where it sets them with literals."""
+        return (declared_number(self.source, "output_atol"),
+                declared_number(self.source, "output_rtol"))
+
     @property
     def size_constants(self) -> dict[str, int]:
         return {k: v for k, v in self.constants.items() if v >= SIZE_CONSTANT_MIN}
@@ -102,16 +107,31 @@ def task_from_source(source: str, name: str = "task", path: str = "") -> Task:
 
 def declares_backward(source: str) -> bool:
     """Whether a task's source sets `backward = True` at module level (False if unparsable)."""
+    value = _top_level_constant(source, "backward")
+    return value is True
+
+
+def declared_number(source: str, name: str) -> float | None:
+    """A module-level number the task's source sets with a literal (`output_atol = 1e-3`),
+    or None: the judge reads the imported module, this reads the text (for prompts)."""
+    value = _top_level_constant(source, name)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+def _top_level_constant(source: str, wanted: str) -> object:
+    """The literal last assigned to `wanted` at the top level (None if none, or unparsable)."""
     try:
         tree = ast.parse(source)
     except SyntaxError:
-        return False
-    asked = False  # the last assignment at the top level is what the module holds
+        return None
+    found: object = None  # the last assignment at the top level is what the module holds
     for statement in tree.body:
         for name, value in _assignment_pairs(statement) or []:
-            if name == "backward":
-                asked = isinstance(value, ast.Constant) and value.value is True
-    return asked
+            if name == wanted:
+                found = value.value if isinstance(value, ast.Constant) else None
+    return found
 
 
 def find_constants(tree: ast.Module) -> dict[str, int]:

@@ -89,7 +89,8 @@ def _compute(job: OracleJob, channel: Sender) -> OracleDone:
     if job.backward:
         channel.send(Progress("reference gradients"))
         bundle, backward = reference_backward(model, module, [job.seeds[i] for i in kept], used,
-                                              device, dtype)
+                                              device, dtype, EvalConfig(atol=job.atol,
+                                                                        rtol=job.rtol))
     channel.send(Progress("reference transfer"))
     bundle.update({f"set_{i}": values for i, values in enumerate(outputs)})
     # The judge copies the outputs while this process waits, then lets it exit.

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from kernelevo.config import DEFAULT_TOLERANCES
+from kernelevo.config import EvalConfig, tolerances
 from kernelevo.evaluate import inputs as task_inputs
 from kernelevo.evaluate.gradients import Backward, NotDifferentiable, forward_backward
 from kernelevo.evaluate.task_code import Step, TaskProblem, task_code
@@ -27,12 +27,14 @@ _SURE_SHARE = 0.25  # of the tolerance: the most a stress set's reference gradie
 
 
 def reference_backward(model: Any, module: Any, seeds: list[int],
-                       variants: list[float | None], device: str,
-                       dtype: torch.dtype) -> tuple[dict[str, list[torch.Tensor]], dict[str, Any]]:
+                       variants: list[float | None], device: str, dtype: torch.dtype,
+                       run: EvalConfig) -> tuple[dict[str, list[torch.Tensor]], dict[str, Any]]:
     """Bundle entries `grad_<set>` of the kept sets, and the oracle's report fields on them.
 
     `seeds` and `variants` are those of the kept sets, in order. The first
     set's backward runs under the operator log: the reference's backward ops.
+    `run` holds the run's --atol/--rtol, which the stress sets' check obeys
+    as the judge's gradient checks do.
     """
     # The task's gradient tolerances, else its output tolerances (else the dtype's).
     atol = _float_attr(module, "grad_atol") or _float_attr(module, "output_atol")
@@ -44,7 +46,7 @@ def reference_backward(model: Any, module: Any, seeds: list[int],
         result = _run(model, module, seed, device, dtype, variant, record=number == 0)
         first = first or result
         if variant is not None and not _sure(model, module, seed, device, dtype, variant,
-                                             result, atol, rtol):
+                                             result, atol, rtol, run):
             continue
         bundle[f"grad_{number}"] = result.gradients
         judged.append(number)
@@ -71,7 +73,8 @@ def _run(model: Any, module: Any, seed: int, device: str, dtype: torch.dtype,
 
 
 def _sure(model: Any, module: Any, seed: int, device: str, dtype: torch.dtype, scale: float,
-          result: Backward, task_atol: float | None, task_rtol: float | None) -> bool:
+          result: Backward, task_atol: float | None, task_rtol: float | None,
+          run: EvalConfig) -> bool:
     """Whether the reference's gradients at a stress scale match its float64 ones within a
     quarter of the tolerance (a model that cannot run in float64 is taken as sure)."""
     if dtype == torch.float64:
@@ -89,8 +92,7 @@ def _sure(model: Any, module: Any, seed: int, device: str, dtype: torch.dtype, s
     for ours, wide_value in zip(result.gradients, exact.gradients):
         if not ours.is_floating_point():
             continue
-        atol, rtol = DEFAULT_TOLERANCES.get(str(ours.dtype).replace("torch.", ""), (1e-4, 1e-4))
-        atol, rtol = task_atol or atol, task_rtol or rtol
+        atol, rtol = tolerances(str(ours.dtype).replace("torch.", ""), task_atol, task_rtol, run)
         if compare_tensor(ours, wide_value.to(ours.dtype), atol * _SURE_SHARE,
                           rtol * _SURE_SHARE).reason is not None:
             return False

@@ -21,7 +21,7 @@ from typing import Any, Iterator
 
 import torch
 
-from kernelevo.config import DEFAULT_TOLERANCES
+from kernelevo.config import tolerances
 from kernelevo.errors import CandidateError, EnvironmentProblem
 from kernelevo.evaluate.tolerance import compare_tensor
 from kernelevo.model.extract import draw_input, read_manifest, spec_from_dict
@@ -263,7 +263,7 @@ def check_swap(swap: Swap, specs: list[InputSpec], shapes: tuple[tuple[int, ...]
             got = kernel_forward(swap, inputs, weights)
         except Exception as exc:
             return 0.0, f"it raised {type(exc).__name__}: {exc}"
-    atol, rtol = DEFAULT_TOLERANCES.get(str(expected.dtype).removeprefix("torch."), (1e-4, 1e-4))
+    atol, rtol = tolerances(str(expected.dtype).removeprefix("torch."))
     verdict = compare_tensor(got, expected, atol, rtol)
     if verdict.reason:
         return 0.0, verdict.message

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import torch
 
-from kernelevo.config import DEFAULT_TOLERANCES
+from kernelevo.config import tolerances
 from kernelevo.evaluate.timing import summarize
 from kernelevo.evaluate.tolerance import compare_tensor
 from kernelevo.evaluate.verdict import TimingStats
@@ -67,8 +67,7 @@ def check_outputs(original: torch.nn.Module, patched: torch.nn.Module,
         if len(expected) != len(got):
             return False, worst, f"set {index}: {len(got)} outputs, expected {len(expected)}"
         for position, (out, ref) in enumerate(zip(got, expected)):
-            atol, rtol = DEFAULT_TOLERANCES.get(str(ref.dtype).removeprefix("torch."),
-                                                (1e-4, 1e-4))
+            atol, rtol = tolerances(str(ref.dtype).removeprefix("torch."))
             result = compare_tensor(out, ref, atol, rtol, label=f"set {index} output {position}")
             if result.reason:
                 return False, worst, result.message

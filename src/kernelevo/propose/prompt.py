@@ -18,7 +18,7 @@ from typing import Any, Callable
 import jinja2
 
 from kernelevo.candidate import BACKEND_REGISTRY
-from kernelevo.config import DEFAULT_TOLERANCES, PRECISIONS
+from kernelevo.config import PRECISIONS, tolerances
 from kernelevo.errors import ConfigError
 from kernelevo.evaluate.profile import Profile, prompt_lines, summary_line
 from kernelevo.evaluate.verdict import REASONS, ErrorMetrics, TimingStats, Verdict
@@ -64,6 +64,8 @@ class PromptRequest:
     lessons: str = ""
     # The run judges the backward too: the contract asks for an autograd.Function.
     backward: bool = False
+    # (atol, rtol) the judge holds outputs to (config.tolerances); None: the dtype's.
+    tolerance: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         if self.backend not in PROMPT_BACKENDS:
@@ -80,7 +82,7 @@ def build_messages(request: PromptRequest,
     """The system and user chat messages for one mutation."""
     environment = _environment(templates_dir)
     dtype = PRECISIONS[request.precision]
-    atol, rtol = DEFAULT_TOLERANCES[dtype]
+    atol, rtol = request.tolerance or tolerances(dtype)
     shared = {"backend": request.backend, "backend_name": PROMPT_BACKENDS[request.backend],
               "precision": request.precision, "dtype": dtype, "gpu_name": request.gpu_name,
               "backward": request.backward}

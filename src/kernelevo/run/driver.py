@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import kernelevo.run.setup as setup
 from kernelevo.candidate import KERNEL_BACKENDS
+from kernelevo.config import PRECISIONS, tolerances
 from kernelevo.errors import ConfigError, MemoryStoreError, StoreError
 from kernelevo.evaluate.sandbox import jobs as sandbox
 from kernelevo.evaluate.sandbox.probe import describe_here
@@ -345,4 +346,6 @@ def _proposer(pool: Any, store: Any, task: Task, search: SearchConfig,
                        remembered=tuple(Remembered(kernel.label, kernel.source)
                                         for kernel in (recall.kernels if recall else ())),
                        lessons=recall.lessons if recall else "",
-                       backward=eval_config.backward or task.asks_backward)
+                       backward=eval_config.backward or task.asks_backward,
+                       tolerance=tolerances(PRECISIONS[eval_config.precision],
+                                            *task.declared_tolerance(), eval_config))

@@ -50,7 +50,8 @@ class LLMProposer:
                  precision: str, max_output_tokens: int, rng: random.Random,
                  diff_probability: float = 0.5, gpu_name: str = "NVIDIA H200",
                  remembered: tuple[Remembered, ...] = (), lessons: str = "",
-                 backward: bool = False) -> None:
+                 backward: bool = False,
+                 tolerance: tuple[float, float] | None = None) -> None:
         self.pool, self.store = pool, store
         self.task_source, self.backend, self.precision = task_source, backend, precision
         self.max_output_tokens = max_output_tokens
@@ -60,6 +61,7 @@ class LLMProposer:
         self.parse_errors: dict[str, str] = {}
         self.remembered, self.lessons = remembered, lessons  # from the memory
         self.backward = backward  # the run judges gradients too
+        self.tolerance = tolerance  # what the judge holds outputs to, as the prompt states it
 
     async def propose(self, parent: Any, inspirations: list[Any], repair: bool) -> Proposal:
         mode = "repair" if repair else choose_mode(parent.verdict, self.rng,
@@ -70,7 +72,8 @@ class LLMProposer:
             task_source=self.task_source, backend=self.backend, precision=self.precision,
             mode=mode, parent=_exemplar(parent, self.parse_errors.get(parent.id)),
             inspirations=tuple(_exemplar(i) for i in inspirations), gpu_name=self.gpu_name,
-            remembered=self.remembered, lessons=self.lessons, backward=self.backward)
+            remembered=self.remembered, lessons=self.lessons, backward=self.backward,
+            tolerance=self.tolerance)
         messages = build_messages(request)
         record = _CallRecord(self.store, {"mode": mode, "parent": parent.id,
                                           "messages": messages})
