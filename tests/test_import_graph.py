@@ -299,3 +299,13 @@ def main() -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def test_keys_are_made_by_the_one_recipe():
+    """Every SHA-256 key comes from cache_dir.cache_key; the compiler stand-ins, which
+    run where KernelEvo is not importable, repeat the recipe (cuda/shims_*.py)."""
+    source_root = Path(__file__).resolve().parents[1] / "src" / "kernelevo"
+    makers = sorted(str(path.relative_to(source_root))
+                    for path in source_root.rglob("*.py") if "sha256(" in path.read_text())
+    assert makers == ["cache_dir.py", "evaluate/cuda/shims_host.py",
+                      "evaluate/cuda/shims_nvcc.py"], makers

@@ -12,7 +12,16 @@ from kernelevo.schema import AT_LEAST_ONE, POSITIVE, Annotated, Bound, OneOf, ch
 PRECISIONS = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 POLICIES = ("strict", "default", "permissive")
 DEVICES = ("auto", "cuda", "cpu")
-TIMING_MEASURES = ("gpu", "call", "kernelbench")
+# The timing measures (`--timing`, `[eval.timing] measure`) and their titles in reports
+MEASURE_TITLES = {"gpu": "GPU time", "call": "call time", "kernelbench": "KernelBench time"}
+TIMING_MEASURES = tuple(MEASURE_TITLES)
+
+
+def measure_title(measure: str) -> str:
+    """How reports name a timing measure ("call time"); an unknown name as it is."""
+    return MEASURE_TITLES.get(measure, measure)
+
+
 BASELINES = ("eager", "compile")
 # Upper bounds that keep a typo (1e8 input sets, 1e12 samples) from running out of memory
 # or time instead of being refused.

@@ -12,10 +12,10 @@ from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
+from kernelevo.config import measure_title
 from kernelevo.evaluate.verdict import TimingStats, Verdict, speedup
 
 _STATUS_STYLE = {"ok": "bold green", "skipped": "yellow"}
-_MEASURE_TITLES = {"gpu": "GPU time", "call": "call time", "kernelbench": "KernelBench time"}
 
 
 def _timing_text(stats: TimingStats | None) -> str:
@@ -54,7 +54,7 @@ def _print_speedups(console: Console, verdict: Verdict) -> None:
               ("torch.compile", "compile", verdict.speedup_vs_compile))
              if value]
     if gains:
-        measure = _MEASURE_TITLES.get(verdict.timing_measure, verdict.timing_measure)
+        measure = measure_title(verdict.timing_measure)
         console.print("speedup: " + ", ".join(gains) + (f" ({measure})" if measure else ""))
 
 
@@ -69,7 +69,7 @@ def _print_timings(console: Console, verdict: Verdict) -> None:
     for measure, stats in measures.items():
         used = " (speedups use it)" if measure == verdict.timing_measure else ""
         table = Table(show_header=True, header_style="bold",
-                      title=f"{_MEASURE_TITLES.get(measure, measure)}{used}", title_justify="left")
+                      title=f"{measure_title(measure)}{used}", title_justify="left")
         table.add_column("contestant")
         table.add_column("median time")
         table.add_column("speedup of candidate (a rerun's range)")

@@ -21,7 +21,6 @@ versions of the libraries that run the baselines.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -31,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kernelevo.cache_dir import cache_key
 from kernelevo.config import TimingConfig
 
 # Times stored before the store's entries came from a trusted worker only
@@ -95,7 +95,7 @@ def store_key(source: str, precision: str, timing: TimingConfig) -> str:
     settings = {k: v for k, v in asdict(timing).items() if k != "autotune_budget_s"}
     words = (f"{_FORMAT}\0{precision}\0{json.dumps(settings, sort_keys=True)}"
              f"\0{user_backend_words(timing.conv_tf32)}\0{library_words()}")
-    return hashlib.sha256(f"{words}\0{source}".encode()).hexdigest()[:24]
+    return cache_key(words, source, digits=24)  # 24: the length entries on disk were made with
 
 
 @dataclass

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from kernelevo.config import measure_title
 from kernelevo.evaluate import decide
 from kernelevo.evaluate.baseline_store import DRIFT, ratio_words
 from kernelevo.evaluate.decide_backward import decide_backward
@@ -253,17 +254,14 @@ def _contestants(stats: dict[str, Any], index: int) -> dict[str, TimingStats]:
     return own
 
 
-_MEASURE_NAMES = {"gpu": "GPU time", "call": "call time", "kernelbench": "KernelBench time"}
-
-
 def measures_note(measures: dict[str, dict[str, TimingStats]], used: str) -> str:
     """One line with every measure's speedup vs eager, naming the one speedups use."""
     parts = []
     for measure, stats in measures.items():
         gain = speedup(stats.get("eager"), stats["candidate"])
         if gain is not None:
-            parts.append(f"{_MEASURE_NAMES.get(measure, measure)} {gain:.2f}x")
-    return (f"speedups use {_MEASURE_NAMES.get(used, used)}; vs eager by measure: "
+            parts.append(f"{measure_title(measure)} {gain:.2f}x")
+    return (f"speedups use {measure_title(used)}; vs eager by measure: "
             + ", ".join(parts))
 
 
