@@ -21,7 +21,7 @@ from kernelevo.evaluate.verdict import TimingStats, verdict_for
 from kernelevo.report.server import route
 from kernelevo.run.setup import open_to_resume
 from kernelevo.store.run_store import RunStore
-from kernelevo.store.schema import INDEXES, SCHEMA_VERSION
+from kernelevo.store.tables import INDEXES, SCHEMA_VERSION
 
 TASK = "import torch\nclass Model(torch.nn.Module):\n    def forward(self, x):\n" \
        "        return x * 2\n\ndef get_inputs():\n    return [torch.randn(4)]\n\n" \

@@ -19,7 +19,7 @@ from kernelevo.errors import StoreError
 from kernelevo.evaluate.verdict import ErrorMetrics, TimingStats, Verdict, verdict_for
 from kernelevo.store.run_store import DB_NAME, RunStore, rank_candidates
 from kernelevo.store.listing import list_runs
-from kernelevo.store.schema import SCHEMA_VERSION
+from kernelevo.store.tables import SCHEMA_VERSION
 
 SOURCE = "import torch\nclass ModelNew(torch.nn.Module):\n    pass\n"
 

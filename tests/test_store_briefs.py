@@ -16,7 +16,7 @@ import pytest
 from kernelevo.candidate import Candidate
 from kernelevo.evaluate.verdict import TimingStats, Verdict, verdict_for
 from kernelevo.store.run_store import DB_NAME, RunStore, rank_candidates
-from kernelevo.store.schema import INDEXES
+from kernelevo.store.tables import INDEXES
 
 SOURCE = "import torch\nclass ModelNew(torch.nn.Module):\n    pass\n"
 GPU = {"device": "cuda", "gpu": "NVIDIA H200", "torch": "2.11.0"}

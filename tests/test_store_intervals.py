@@ -13,7 +13,7 @@ from kernelevo.evaluate.verdict import Verdict, verdict_for
 from kernelevo.report.lineage import archive_settings
 from kernelevo.search.archive import Archive
 from kernelevo.store.run_store import RunStore, rank_candidates
-from kernelevo.store.schema import SCHEMA_VERSION
+from kernelevo.store.tables import SCHEMA_VERSION
 from test_store_briefs import add, interval
 
 EAGER = "speedup_vs_eager"

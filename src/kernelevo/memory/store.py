@@ -19,7 +19,8 @@ from typing import Any
 from kernelevo.cache_dir import cache_key
 from kernelevo.errors import KernelEvoError, MemoryStoreError
 from kernelevo.memory.signature import Signature
-from kernelevo.store.schema import connect, rollback, write_error
+from kernelevo.store.schema import connect
+from kernelevo.store.transactions import rollback, write_error
 
 SCHEMA_VERSION = 1
 _TABLES = """

@@ -3,7 +3,7 @@
 Sources, verdict JSON, prompts and replies are nearly all of a run's bytes
 (356 MB at 50,000 candidates); reading them all made a report of such a run
 take 13 s to write and the UI hold every prompt in memory. These queries
-leave them unread, and the covering indexes of store_schema.INDEXES answer
+leave them unread, and the covering indexes of store/tables.INDEXES answer
 them without visiting the rows that hold them. Where SQLite can sum, sort or
 pick the few rows a page shows, it does, so no Python object is made per
 candidate except where a search's order must be replayed. A page then reads

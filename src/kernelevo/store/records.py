@@ -34,7 +34,7 @@ def speedup_to_beat(speedup: float, high: float | None) -> float:
 
 
 # The verdicts that carry the flag. The `instr` test is the WHERE of the partial
-# index store_schema.INDEXES["verdict_flagged"], written out the same so SQLite
+# index store/tables.INDEXES["verdict_flagged"], written out the same so SQLite
 # uses it: the few verdicts that name the flag are found without reading the
 # others' JSON. json_each then tells a flag from the word elsewhere (a log).
 FLAGGED_VERDICTS = (
@@ -44,7 +44,7 @@ FLAGGED_VERDICTS = (
 
 
 # Candidates of a backend that is not a kernel's (the PyTorch seed, a few
-# others): the WHERE of the partial index store_schema.INDEXES["candidate_other"],
+# others): the WHERE of the partial index store/tables.INDEXES["candidate_other"],
 # written out the same so SQLite uses it.
 OTHER_BACKEND_SQL = "backend NOT IN ({})".format(", ".join(f"'{b}'" for b in KERNEL_BACKENDS))
 
@@ -87,7 +87,7 @@ class StoredCandidate:
     evaluated_at: float | None
     # The high end of the verdict's speedup interval as stored when it was
     # written, which the search compared with: None for a verdict stored before
-    # intervals were, even if its JSON holds one (store_schema.LATER_COLUMNS).
+    # intervals were, even if its JSON holds one (store/tables.LATER_COLUMNS).
     speedup_vs_eager_high: float | None = None
 
 

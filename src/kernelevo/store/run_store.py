@@ -52,7 +52,8 @@ from kernelevo.store.records import (
     run_info_from_row,
     stored_candidate_from_row,
 )
-from kernelevo.store.schema import RUN_STATUSES, Database, make_run_dir
+from kernelevo.store.schema import Database, make_run_dir
+from kernelevo.store.tables import RUN_STATUSES
 from kernelevo.store.rows import dumps, plain, require_row
 from kernelevo.store.steps import seed_steps, steps_in_order
 from kernelevo.store.tally import read_totals

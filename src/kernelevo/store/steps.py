@@ -21,7 +21,7 @@ intervals needs a pass in order), so those triggers mark the steps as out
 of order instead: readers then scan the verdicts (`scan_steps`), and the
 writer that wrote them fills the steps afresh in the same transaction
 (RunStore.record_verdict). A run made before this table gains it, filled by
-the same scan, the first time a writer opens it (store_schema.ensure_schema).
+the same scan, the first time a writer opens it (store/migrate.ensure_schema).
 """
 
 from __future__ import annotations
