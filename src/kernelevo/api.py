@@ -145,7 +145,9 @@ def apply(model: Any, kernels: str | os.PathLike[str], *,
     `kernels` holds `<task>.py` kernel files; `tasks` is the folder `kernelevo
     model extract` wrote (default: `kernels`). Each kernel uses the
     submodule's own weights and runs only at input shapes it was checked at,
-    unless `guard=False` (docs/model.md). `restore()` on the result undoes it.
+    unless `guard=False` (docs/model.md). A training task's kernel (`extract
+    --backward`) is checked on its gradients and trains with its own backward.
+    `restore()` on the result undoes it.
     """
     from kernelevo.model.apply import apply as apply_kernels
 

@@ -68,6 +68,9 @@ def extract_command(model: Path = _MODEL,
                                                         "comma-separated, instead of --top"),
                     fixed_shapes: bool = typer.Option(False, help="write every size as a "
                                                       "literal (the judge varies none)"),
+                    backward: bool = typer.Option(False, "--backward", help="training tasks: "
+                                                  "gradients judged too, and apply puts the "
+                                                  "kernel's own backward in the model"),
                     seed: int = _SEED, device: Optional[ModelDevice] = _DEVICE,
                     precision: str = _PRECISION, as_json: bool = _JSON) -> None:
     """Write the hottest submodules as KernelBench tasks that `eval`, `evolve` and `suite` take."""
@@ -80,11 +83,11 @@ def extract_command(model: Path = _MODEL,
                                 precision=precision)
         spots = select_hot(profile, top, paths=paths.split(",") if paths else None,
                            leaves=leaves)
-        extract(profile, spots, output, fixed_shapes=fixed_shapes)
+        extract(profile, spots, output, fixed_shapes=fixed_shapes, backward=backward)
     except KernelEvoError as exc:
         fail(exc)
     if as_json:
-        out.print_json(json.dumps({"out": str(output), "tasks": [
+        out.print_json(json.dumps({"out": str(output), "backward": backward, "tasks": [
             {"name": s.name, "paths": list(s.paths), "time_ms": s.time_ms} for s in spots]}))
         return
     for spot in spots:

@@ -7,6 +7,8 @@ never drawn anew), checks it against the original at the recorded input
 shapes in the model's dtype and device, and swaps the instance's forward for
 the custom op (swap.py). Only checked signatures run the kernel while the
 guard is on. The model's class, state_dict keys and hooks stay as they were.
+A training task's kernel (`backward = True`) is checked on its gradients too,
+and its own backward is the one training runs.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from kernelevo.errors import CandidateError, EnvironmentProblem
 from kernelevo.evaluate.tolerance import compare_tensor
 from kernelevo.model.extract import draw_input, read_manifest, spec_from_dict
 from kernelevo.model.profile import InputSpec
-from kernelevo.model.swap import Swap, module_tensors, patched_forward, register, signature
+from kernelevo.model.swap import Swap, gradients, module_tensors, patched_forward, register, \
+    signature
+from kernelevo.task import declares_backward
 
 
 @dataclass(frozen=True)
@@ -39,6 +43,7 @@ class Swapped:
     verified: tuple[tuple[tuple[int, ...], ...], ...]  # input shapes checked, per signature
     max_abs_error: float
     slot: int = -1  # the custom op's `slot` argument for this submodule
+    training: bool = False  # a training task's kernel: its own backward runs
 
 
 @dataclass(frozen=True)
@@ -87,6 +92,7 @@ def apply(model: torch.nn.Module, kernels: str | os.PathLike[str], *,
             sys.path.insert(0, str(folder))
     device, dtype = _placement(model)
     for entry in manifest["tasks"]:
+        entry = {**entry, "backward": is_training_task(entry, tasks_dir)}
         kernel_file = find_kernel(kernels_dir, tasks_dir, entry["name"])
         if kernel_file is None:
             applied.skipped.extend(Skipped(p, entry["name"], "no kernel file")
@@ -116,7 +122,7 @@ def _swap_one(applied: Applied, entry: dict[str, Any], path: str, kernel_class: 
     kernel_names = match_weights(original, kernel, kernel_file)
     share_weights(original, kernel, kernel_names)
     swap = Swap(path, original, kernel, tuple(n for n, _ in module_tensors(original)),
-                kernel_names, guard=guard)
+                kernel_names, guard=guard, training=bool(entry.get("backward")))
     worst = 0.0
     for shape_set in [tuple(s.shape for s in specs), *more_shapes]:
         error, problem = check_swap(swap, specs, shape_set, device, dtype)
@@ -128,7 +134,15 @@ def _swap_one(applied: Applied, entry: dict[str, Any], path: str, kernel_class: 
     slot = register(swap)
     original.forward = patched_forward(original, slot, len(specs))
     verified = tuple(tuple(shape for shape, _, _ in sig) for sig in sorted(swap.verified))
-    applied.swapped.append(Swapped(path, name, str(kernel_file), verified, worst, slot))
+    applied.swapped.append(Swapped(path, name, str(kernel_file), verified, worst, slot,
+                                   swap.training))
+
+
+def is_training_task(entry: dict[str, Any], tasks_dir: Path) -> bool:
+    """Whether the manifest, or the task file itself (edited since), asks for the backward."""
+    task_file = tasks_dir / entry.get("file", f"{entry['name']}.py")
+    return bool(entry.get("backward")) or (task_file.is_file()
+                                           and declares_backward(task_file.read_text()))
 
 
 def _placement(model: torch.nn.Module) -> tuple[Any, Any]:
@@ -267,8 +281,30 @@ def check_swap(swap: Swap, specs: list[InputSpec], shapes: tuple[tuple[int, ...]
     verdict = compare_tensor(got, expected, atol, rtol)
     if verdict.reason:
         return 0.0, verdict.message
+    if swap.training:
+        problem = _gradient_problem(swap, inputs, weights, expected, atol, rtol)
+        if problem:
+            return 0.0, problem
     swap.verified.add(signature(inputs))
     return (verdict.metrics.max_abs_error if verdict.metrics else 0.0), ""
+
+
+def _gradient_problem(swap: Swap, inputs: list[Any], weights: list[Any], output: Any,
+                      atol: float, rtol: float) -> str:
+    """Why the kernel's gradients differ from the original's for a random output gradient."""
+    grad = torch.randn_like(output)
+    expected = gradients(swap, inputs, weights, grad, through_kernel=False)
+    try:
+        got = gradients(swap, inputs, weights, grad, through_kernel=True)
+    except Exception as exc:
+        return f"its backward raised {type(exc).__name__}: {exc}"
+    floating = [f"input {i}" for i, x in enumerate(inputs) if x.is_floating_point()]
+    floating += [n for n, w in zip(swap.names, weights) if w.is_floating_point()]
+    for label, mine, theirs in zip(floating, got, expected):
+        verdict = compare_tensor(mine, theirs, atol, rtol, label=f"the gradient of {label}")
+        if verdict.reason:
+            return verdict.message
+    return ""
 
 
 @contextmanager

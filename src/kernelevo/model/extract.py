@@ -9,6 +9,8 @@ submodule's class to be rebuilt, and a size the judge varies could no longer
 match it. Dimensions equal to a weight's are written as literals; the others
 are module constants, which the judge varies and shrinks (task.py).
 manifest.json beside the tasks names which submodules each task stands for.
+Training tasks (`backward=True`) set `backward = True`: the judge checks the
+gradients too, and apply puts the kernel's own backward into the model.
 """
 
 from __future__ import annotations
@@ -105,8 +107,11 @@ def check_out_folder(out_dir: str | Path) -> Path:
 
 
 def extract(profile: ModelProfile, spots: list[HotSpot], out_dir: str | Path, *,
-            fixed_shapes: bool = False, check: bool = True) -> Path:
-    """Write one task per hot spot, the model file's copy and manifest.json; returns out_dir."""
+            fixed_shapes: bool = False, check: bool = True, backward: bool = False) -> Path:
+    """Write one task per hot spot, the model file's copy and manifest.json; returns out_dir.
+
+    `backward`: training tasks, whose gradients are judged too.
+    """
     out = check_out_folder(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     file = model_file(profile.model_path, profile.seed)
@@ -115,9 +120,9 @@ def extract(profile: ModelProfile, spots: list[HotSpot], out_dir: str | Path, *,
     (out / f"{source_module}.py").write_text(copy_text)
     entries = []
     for spot in spots:
-        text = task_source(spot, file, source_module, fixed_shapes)
+        text = task_source(spot, file, source_module, fixed_shapes, backward)
         (out / f"{spot.name}.py").write_text(text)
-        entries.append(_entry(spot))
+        entries.append({**_entry(spot), "backward": backward})
     # Relative, so a folder shipped with its model file (examples/) reads the same anywhere.
     manifest = {"format": MANIFEST_FORMAT, "model": os.path.relpath(file.path, out.resolve()),
                 "model_source": f"{source_module}.py", "seed": file.seed,
@@ -163,7 +168,7 @@ def _spec_dict(spec: InputSpec) -> dict[str, Any]:
 
 
 def task_source(spot: HotSpot, file: ModelFile, source_module: str,
-                fixed_shapes: bool = False) -> str:
+                fixed_shapes: bool = False, backward: bool = False) -> str:
     """The KernelBench task file of one hot spot."""
     first = spot.first
     weight_dims = set() if fixed_shapes else {n for _, shape in first.params for n in shape}
@@ -183,7 +188,8 @@ def task_source(spot: HotSpot, file: ModelFile, source_module: str,
     return _TEMPLATE.format(path=first.path, type_name=first.type_name,
                             model_name=file.path.name, seed=file.seed, also=also,
                             module=source_module, constants=constants, args=args,
-                            makers=makers, notes=notes)
+                            makers=makers, notes=notes,
+                            backward=_BACKWARD if backward else "")
 
 
 def input_maker(spec: InputSpec, names: dict[int, str] | None = None) -> str:
@@ -216,7 +222,7 @@ import torch.nn as nn
 from {module} import build as build_model  # the copy of {model_name} beside this task
 
 SUBMODULE = "{path}"
-
+{backward}
 {constants}
 
 def reference_submodule() -> nn.Module:
@@ -246,6 +252,12 @@ def get_inputs():
 def get_init_inputs():
     return []
 '''
+
+
+_BACKWARD = """
+# A training task: the gradients of the inputs and weights are judged too.
+backward = True
+"""
 
 
 def load_task_module(folder: Path, name: str) -> Any:

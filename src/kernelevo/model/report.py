@@ -69,7 +69,10 @@ def _applied_section(applied: dict[str, Any], kernels: dict[str, dict[str, Any]]
     rows = [["module", "task", "kernel", "checked at", "max abs error", "task speedup"]]
     for swap in applied["swapped"]:
         gain = kernels.get(swap["task"], {}).get("speedup_vs_eager")
-        rows.append([swap["path"], swap["task"], Path(swap["kernel_file"]).name,
+        # A training task's kernel runs its own backward too; others the original's.
+        kernel = Path(swap["kernel_file"]).name + (" (and its backward)" if swap.get("training")
+                                                   else "")
+        rows.append([swap["path"], swap["task"], kernel,
                      " ".join(str(tuple(s)) for s in swap["verified"]),
                      f"{swap['max_abs_error']:.2e}", f"{gain:.2f}x" if gain else "-"])
     for skip in applied["skipped"]:

@@ -3,10 +3,19 @@
 One op, `kernelevo_model::kernel(inputs, weights, slot)`, serves every swapped
 submodule: `slot` names the swap. Weights travel as op inputs, so
 torch.compile sees what the output depends on; the fake (meta) implementation
-runs the original submodule's forward on fake tensors for shapes, and the
-backward is the original's (a vjp through its forward), so training works.
-At an input signature (shapes, dtypes, device) the kernel was not verified
-for, the guard runs the original forward instead and warns once.
+runs the original submodule's forward on fake tensors for shapes. At an input
+signature (shapes, dtypes, device) the kernel was not verified for, the guard
+runs the original forward instead and warns once.
+
+The backward of a forward-only task is the original's (a vjp through its
+forward, traced by torch.compile like any PyTorch code). That of a training
+task (`backward = True`) is the kernel's own, through a second opaque op,
+`kernelevo_model::kernel_backward`: it recomputes the kernel's forward under
+grad on the saved inputs and weights and runs autograd through it, so the
+kernel's autograd.Function backward runs. A custom op's output cannot carry
+the kernel's autograd graph (what its forward saved) to the backward, hence
+the recompute: one more kernel forward per backward. Where the guard ran the
+original forward, the backward op runs the original's backward too.
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ class Swap:
     verified: set[Signature] = field(default_factory=set)
     guard: bool = True
     warned: set[Signature] = field(default_factory=set)
+    training: bool = False  # the kernel's own backward (a training task), else the original's
 
 
 _SWAPS: dict[int, Swap] = {}
@@ -68,7 +78,7 @@ def kernel_op(inputs: list[torch.Tensor], weights: list[torch.Tensor],
     """The swapped forward: the kernel where verified, else the original, with a warning."""
     swap = _SWAPS[slot]
     seen = signature(inputs)
-    if swap.guard and seen not in swap.verified:
+    if not runs_kernel(swap, inputs):
         if seen not in swap.warned:
             swap.warned.add(seen)
             warnings.warn(f"{swap.path}: the kernel was not verified for inputs {seen}; "
@@ -99,6 +109,10 @@ def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, Any, None]:
     swap = _SWAPS[ctx.slot]
     saved = ctx.saved_tensors
     tensors, weights = list(saved[:ctx.count]), list(saved[ctx.count:])
+    if swap.training:
+        found = iter(torch.ops.kernelevo_model.kernel_backward(grad, tensors, weights, ctx.slot))
+        grads = [next(found) if t.is_floating_point() else None for t in saved]
+        return grads[:ctx.count], grads[ctx.count:], None
     _, vjp = torch.func.vjp(lambda xs, ws: original_forward(swap, xs, ws), tensors, weights)
     grad_inputs, grad_weights = vjp(grad)
     return list(grad_inputs), list(grad_weights), None
@@ -107,20 +121,73 @@ def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, Any, None]:
 kernel_op.register_autograd(_backward, setup_context=_setup_context)
 
 
-def original_forward(swap: Swap, inputs: list[torch.Tensor],
-                     weights: list[torch.Tensor]) -> torch.Tensor:
-    """The original class's forward with `weights` (the instance's own forward is the swap)."""
+@torch.library.custom_op(OP_NAME + "_backward", mutates_args=())
+def kernel_backward_op(grad: torch.Tensor, inputs: list[torch.Tensor],
+                       weights: list[torch.Tensor], slot: int) -> list[torch.Tensor]:
+    """Gradients of the floating inputs then weights: the kernel's backward where it ran."""
+    swap = _SWAPS[slot]
+    # The op runs below autograd (custom ops do); the recompute needs it back.
+    excluded = torch._C._dispatch_tls_local_exclude_set()
+    with torch._C._ForceDispatchKeyGuard(torch._C._dispatch_tls_local_include_set(),
+                                         excluded - _AUTOGRAD_KEYS):
+        found = gradients(swap, inputs, weights, grad, through_kernel=runs_kernel(swap, inputs))
+    return [_fresh(g, [grad, *inputs], weights) for g in found]
+
+
+@kernel_backward_op.register_fake
+def _kernel_backward_fake(grad: torch.Tensor, inputs: list[torch.Tensor],
+                          weights: list[torch.Tensor], slot: int) -> list[torch.Tensor]:
+    return [t.new_empty(t.shape) for t in [*inputs, *weights] if t.is_floating_point()]
+
+
+_AUTOGRAD_KEYS = (torch._C.DispatchKeySet(torch._C.DispatchKey.AutogradFunctionality)
+                  | torch._C.DispatchKeySet(torch._C.DispatchKey.AutogradOther)
+                  | torch._C.DispatchKeySet(torch._C.DispatchKey.AutogradNestedTensor))
+
+
+def gradients(swap: Swap, inputs: list[torch.Tensor], weights: list[torch.Tensor],
+              grad: torch.Tensor, *, through_kernel: bool) -> list[torch.Tensor]:
+    """The vjp of `grad` for each floating input then weight, through the kernel or the original.
+
+    Zeros for a tensor the output does not depend on.
+    """
+    leaves = [t.detach().requires_grad_(t.is_floating_point()) for t in [*inputs, *weights]]
+    xs, ws = leaves[:len(inputs)], leaves[len(inputs):]
+    wanted = [t for t in leaves if t.requires_grad]
+    with torch.enable_grad():
+        if through_kernel:
+            out = kernel_forward(swap, xs, ws, reuse_own=False)
+        else:
+            out = original_forward(swap, xs, ws, reuse_own=False)
+        found: tuple[torch.Tensor | None, ...] = (None,) * len(wanted)
+        if wanted and out.requires_grad:
+            found = torch.autograd.grad(out, wanted, grad, allow_unused=True)
+    return [torch.zeros_like(t) if g is None else g.detach() for t, g in zip(wanted, found)]
+
+
+def runs_kernel(swap: Swap, inputs: list[torch.Tensor]) -> bool:
+    """Whether the op runs the kernel at these inputs (else the guard runs the original)."""
+    return not swap.guard or signature(inputs) in swap.verified
+
+
+def original_forward(swap: Swap, inputs: list[torch.Tensor], weights: list[torch.Tensor],
+                     reuse_own: bool = True) -> torch.Tensor:
+    """The original class's forward with `weights` (the instance's own forward is the swap).
+
+    `reuse_own=False`: `weights` are always swapped in, even tensors sharing the
+    module's storage (detached leaves that gradients are taken of).
+    """
     module = swap.original
-    with _maybe_reparametrized(module, swap.names, weights):
+    with _maybe_reparametrized(module, swap.names, weights, reuse_own):
         return type(module).forward(module, *inputs)
 
 
-def kernel_forward(swap: Swap, inputs: list[torch.Tensor],
-                   weights: list[torch.Tensor]) -> torch.Tensor:
-    """The kernel module's forward with `weights` in place of its own."""
+def kernel_forward(swap: Swap, inputs: list[torch.Tensor], weights: list[torch.Tensor],
+                   reuse_own: bool = True) -> torch.Tensor:
+    """The kernel module's forward with `weights` in place of its own (`reuse_own` as above)."""
     names = [n for n in swap.kernel_names if n is not None]
     used = [w for n, w in zip(swap.kernel_names, weights) if n is not None]
-    with _maybe_reparametrized(swap.kernel, tuple(names), used):
+    with _maybe_reparametrized(swap.kernel, tuple(names), used, reuse_own):
         return swap.kernel(*inputs)
 
 
@@ -133,10 +200,10 @@ class _Nothing:
 
 
 def _maybe_reparametrized(module: torch.nn.Module, names: tuple[str, ...],
-                          weights: list[torch.Tensor]) -> Any:
+                          weights: list[torch.Tensor], reuse_own: bool = True) -> Any:
     """Swap in `weights` unless they are the module's own (eager calls: no cost)."""
     own = dict(module_tensors(module))
-    if all(_same(own.get(n), w) for n, w in zip(names, weights)):
+    if reuse_own and all(_same(own.get(n), w) for n, w in zip(names, weights)):
         return _Nothing()
     return _reparametrize_module(module, dict(zip(names, weights)))
 
