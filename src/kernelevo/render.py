@@ -12,10 +12,14 @@ from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
-from kernelevo.evaluate.verdict import TimingStats, Verdict, speedup
+from kernelevo.evaluate.verdict import TimingStats, Verdict, speedup, workload_measure
 
 _STATUS_STYLE = {"ok": "bold green", "skipped": "yellow"}
-_MEASURE_TITLES = {"gpu": "GPU time", "call": "call time", "kernelbench": "KernelBench time"}
+_MEASURE_TITLES = {"gpu": "GPU time", "call": "call time", "kernelbench": "KernelBench time",
+                   "train_gpu": "train GPU time (forward and backward)",
+                   "train_call": "train call time (forward and backward)",
+                   "backward_gpu": "backward GPU time (the backward alone)",
+                   "backward_call": "backward call time (the backward alone)"}
 
 
 def _timing_text(stats: TimingStats | None) -> str:
@@ -56,6 +60,15 @@ def _print_speedups(console: Console, verdict: Verdict) -> None:
     if gains:
         measure = _MEASURE_TITLES.get(verdict.timing_measure, verdict.timing_measure)
         console.print("speedup: " + ", ".join(gains) + (f" ({measure})" if measure else ""))
+    for workload in ("train", "backward"):  # a task whose backward is judged
+        key = workload_measure(workload, verdict.timing_measure)
+        ranges = verdict.speedup_ranges.get(key, {})
+        gains = [f"{value:.2f}x vs {title}{_range_text(ranges.get(baseline))}"
+                 for title, baseline in (("eager", "eager"), ("torch.compile", "compile"))
+                 for value in [verdict.speedup_in(key, baseline)] if value]
+        if gains:
+            console.print(f"{workload} speedup: " + ", ".join(gains)
+                          + f" ({_MEASURE_TITLES.get(key, key)})")
 
 
 def _range_text(interval: list[float] | None) -> str:

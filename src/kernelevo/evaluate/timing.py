@@ -446,7 +446,7 @@ _KERNELBENCH_TRIALS = 100
 _KERNELBENCH_CLEAR_BYTES = 256 << 20
 
 
-def _kernelbench_time(calls: dict[str, Callable[[], Any]], sampler: _Sampler,
+def _kernelbench_time(calls: dict[str, Callable[[], Any]], sampler: Any,
                       rotation: _Rotation, after: AfterSample,
                       run: TimingRun) -> dict[str, TimingStats]:
     """KernelBench's protocol on the task's own sets only (it times the task's inputs)."""

@@ -35,19 +35,16 @@ import torch
 from kernelevo.config import TimingConfig
 from kernelevo.evaluate.baselines import CompiledInAModel
 from kernelevo.evaluate.gradients import grad_inputs, parameters_of, projections
+from kernelevo.evaluate.oom import is_out_of_memory
 from kernelevo.evaluate.timing import LaunchCount, TimingRun, summarize, time_contestants
 from kernelevo.evaluate.tolerance import compare_tensor
+from kernelevo.evaluate.verdict import workload_measure
 
 TRAIN, BACKWARD = "train", "backward"
 # Suffix of the forward-with-grad call timed beside a contestant whose graph cannot be replayed.
 _FORWARD = "/forward"
 # Method of backward stats taken as train minus forward with grad.
 DIFFERENCE_METHOD = "train-forward"
-
-
-def measure_name(workload: str, measure: str) -> str:
-    """`train_gpu`, `backward_call`: how the measures of a workload are named in verdicts."""
-    return f"{workload}_{measure}"
 
 
 @dataclass
@@ -84,6 +81,7 @@ class _Trainer:
 
     def backward(self) -> tuple[torch.Tensor | None, ...]:
         step = self.step
+        assert step.outputs is not None  # made by _replayable before any backward is timed
         return torch.autograd.grad(step.outputs, step.wanted, grad_outputs=step.projections,
                                    retain_graph=True, allow_unused=True)
 
@@ -128,8 +126,8 @@ def _steps(fn: Any, sets: list[list[Any]], seeds: Sequence[int]) -> tuple[Any, l
             outputs = flat(trained(*leaves))
         picked = [i for i, v in enumerate(outputs) if isinstance(v, torch.Tensor)
                   and v.is_floating_point() and v.grad_fn is not None]
-        drawn = projections(seed, outputs)
-        step = _Step(leaves, wanted, picked, [drawn[i] for i in picked])
+        drawn = projections(seed, outputs)  # a floating output's is never None
+        step = _Step(leaves, wanted, picked, [p for i in picked if (p := drawn[i]) is not None])
         # The first backward's gradients: what every timed one of this set must give again.
         step.gradients = _detached(torch.autograd.grad(
             [outputs[i] for i in picked], wanted, grad_outputs=step.projections,
@@ -152,7 +150,9 @@ def _replayable(trainer: _Trainer) -> str | None:
                 step.outputs = trainer.forward()
             trainer.backward()
             trainer.backward()
-        except RuntimeError as exc:
+        except Exception as exc:  # noqa: BLE001 - refused: timed by the difference instead
+            if is_out_of_memory(exc):
+                raise
             for other in trainer.steps:
                 other.outputs = None
             return f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
@@ -185,11 +185,21 @@ def time_backward(contestants: dict[str, Any], sets: list[list[Any]], seeds: Seq
     """
     config = replace(config, cuda_graph=False, measure="gpu" if config.measure == "kernelbench"
                      else config.measure)
+    result = BackwardTiming({}, {}, [], [], {}, {}, {})
     trainers: dict[str, _Trainer] = {}
     for name, fn in contestants.items():
-        trained, steps = _steps(fn, sets, seeds)
+        try:
+            trained, steps = _steps(fn, sets, seeds)
+        except Exception as exc:  # noqa: BLE001 - a baseline that cannot train is left out
+            if is_out_of_memory(exc):
+                raise
+            problem = f"its training step raised {type(exc).__name__}: {exc}"[:300]
+            if name.startswith("candidate_"):
+                result.dropped[name] = problem
+            else:
+                result.notes.append(f"{name}: not timed in training, {problem}")
+            continue
         trainers[name] = _Trainer(trained, steps)
-    result = BackwardTiming({}, {}, [], [], {}, {}, {})
     after = _checker(trainers, tolerance)
     train = _timed({n: t.train for n, t in trainers.items()}, trainers, sets, config, after,
                    counted, launches)
@@ -264,7 +274,7 @@ def _difference(run: TimingRun, name: str) -> None:
 
 def _collect(result: BackwardTiming, workload: str, run: TimingRun) -> None:
     for measure, by_name in run.measures.items():
-        named = measure_name(workload, measure)
+        named = workload_measure(workload, measure)
         result.measures[named] = {name: vars(stats) for name, stats in by_name.items()}
         result.rounds[named] = run.rounds.get(measure, {})
         result.seconds[named] = run.seconds.get(measure, 0.0)
@@ -273,9 +283,9 @@ def _collect(result: BackwardTiming, workload: str, run: TimingRun) -> None:
     for name, problem in run.dropped.items():
         result.dropped.setdefault(name, f"{workload}: {problem}")
     for name in run.measures.get("gpu", {}):
-        problem = _skipped(run.launches, name)
-        if problem and name.startswith("candidate_"):
-            result.dropped.setdefault(name, f"{workload}: {problem}")
+        skipped = _skipped(run.launches, name)
+        if skipped and name.startswith("candidate_"):
+            result.dropped.setdefault(name, f"{workload}: {skipped}")
 
 
 def _skipped(launches: dict[str, dict[str, float]], name: str) -> str | None:
