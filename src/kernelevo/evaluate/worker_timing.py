@@ -198,11 +198,20 @@ def _backward_timing(contestants: dict[str, Any], run: TimingRun, sets: list[lis
     """The train and backward measures (timing_backward.py) of every contestant still timed.
 
     Candidates' timed gradients are checked against their own first ones at
-    the loosest of the task's output tolerances.
+    the loosest of the task's output tolerances. Out of memory (a graph per
+    contestant and input set is held), the forward's times stand alone.
     """
     timed = {name: fn for name, fn in contestants.items() if name not in run.dropped}
     tolerance = (max(atol for atol, _ in tolerances), max(rtol for _, rtol in tolerances))
-    return time_backward(timed, sets, given.seeds, config, counted or None, launches, tolerance)
+    try:
+        return time_backward(timed, sets, given.seeds, config, counted or None, launches,
+                             tolerance)
+    except Exception as exc:  # noqa: BLE001 - the forward's times stand without these
+        if not is_out_of_memory(exc):
+            raise
+        torch.cuda.empty_cache()
+        return BackwardTiming({}, {}, [f"train and backward not timed: out of memory "
+                                       f"({str(exc).splitlines()[0][:160]})"], [], {}, {}, {})
 
 
 def speedup_ranges(measures: dict[str, dict[str, dict[str, Any]]],
