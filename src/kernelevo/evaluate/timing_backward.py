@@ -35,7 +35,8 @@ import torch
 from kernelevo.config import TimingConfig
 from kernelevo.evaluate import guards
 from kernelevo.evaluate.baselines import CompiledInAModel
-from kernelevo.evaluate.gradients import grad_inputs, parameters_of, projections
+from kernelevo.evaluate.gradients import (NotDifferentiable, grad_inputs, parameters_of,
+                                          projections)
 from kernelevo.evaluate.oom import is_out_of_memory
 from kernelevo.evaluate.timing import LaunchCount, TimingRun, summarize, time_contestants
 from kernelevo.evaluate.tolerance import compare_tensor
@@ -128,6 +129,8 @@ def _steps(fn: Any, sets: list[list[Any]], seeds: Sequence[int],
             outputs = flat(trained(*leaves))
         picked = [i for i, v in enumerate(outputs) if isinstance(v, torch.Tensor)
                   and v.is_floating_point() and v.grad_fn is not None]
+        if not picked:
+            raise NotDifferentiable("no floating output carries a gradient function")
         drawn = projections(seed, outputs)  # a floating output's is never None
         step = _Step(leaves, wanted, picked, [p for i in picked if (p := drawn[i]) is not None])
         # The first backward's gradients: what every timed one of this set must give again.
@@ -214,6 +217,8 @@ def time_backward(contestants: dict[str, Any], sets: list[list[Any]], seeds: Seq
                 result.notes.append(f"{name}: not timed in training, {problem}")
             continue
         trainers[name] = _Trainer(trained, steps)
+    if not trainers:
+        return result
     after = _checker(trainers, tolerance)
     train = _timed({n: t.train for n, t in trainers.items()}, trainers, sets, config, after,
                    counted, launches)
@@ -233,11 +238,12 @@ def time_backward(contestants: dict[str, Any], sets: list[list[Any]], seeds: Seq
             result.notes.append(f"{name}: its graph refuses a second backward ({refused[name]}); "
                                 "its backward alone is train minus forward with grad, timed "
                                 "in the same rounds")
-    backward = _timed(calls, trainers, sets, config, after, counted, launches)
-    for name in list(calls):
-        if name.endswith(_FORWARD):
-            _difference(backward, name.removesuffix(_FORWARD))
-    _collect(result, BACKWARD, backward)
+    if calls:
+        backward = _timed(calls, trainers, sets, config, after, counted, launches)
+        for name in list(calls):
+            if name.endswith(_FORWARD):
+                _difference(backward, name.removesuffix(_FORWARD))
+        _collect(result, BACKWARD, backward)
     for trainer in trainers.values():
         for step in trainer.steps:
             step.outputs = None  # the graphs' saved tensors go now, not with the worker
