@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -86,3 +87,18 @@ def test_a_verdict_round_trips_with_its_training_measures():
     again = Verdict.from_dict(verdict.to_dict())
     assert again.measures == verdict.measures
     assert again.speedup_in("train_call", "eager") == 2.5
+
+
+def test_the_models_feedback_names_the_training_steps_times():
+    from kernelevo.propose.prompt import feedback
+
+    text = feedback(_verdict()).splitlines()
+    train = next(line for line in text if line.startswith("training step"))
+    assert train.startswith("training step (forward with grad and backward): 4.0000 ms median")
+    assert train.endswith("-> speedup 2.50x vs PyTorch eager, 1.25x vs torch.compile")
+    backward = next(line for line in text if line.startswith("backward alone"))
+    assert backward.endswith("-> speedup 2.00x vs PyTorch eager, 0.80x vs torch.compile")
+    forward_only = replace(_verdict(), measures={m: s for m, s in _verdict().measures.items()
+                                                 if m in ("gpu", "call")})
+    assert not any(line.startswith(("training step", "backward alone"))
+                   for line in feedback(forward_only).splitlines())

@@ -298,6 +298,7 @@ def _collect(result: BackwardTiming, workload: str, run: TimingRun) -> None:
         result.measures[named] = {name: vars(stats) for name, stats in by_name.items()}
         result.rounds[named] = run.rounds.get(measure, {})
         result.seconds[named] = run.seconds.get(measure, 0.0)
+    result.seconds[f"{workload}_warm"] = run.seconds.get("warm", 0.0)
     result.notes += [f"{workload}: {note}".replace(f"{_FORWARD}:", " (its forward with grad):")
                      for note in run.notes]
     result.flags += [f"{workload}_{flag}" for flag in run.flags]
