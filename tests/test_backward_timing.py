@@ -161,3 +161,23 @@ def test_a_baseline_that_cannot_train_is_left_out_with_a_note():
     assert timing.dropped == {}
     alone = time_backward({"eager": _NoGraph()}, _plain_sets(), [1, 2], QUICK)
     assert alone.measures == {} and alone.notes
+
+
+def test_the_workers_step_gives_speedup_intervals_from_paired_rounds():
+    from kernelevo.evaluate.messages import ReadyReply
+    from kernelevo.evaluate.timing import TimingRun
+    from kernelevo.evaluate.worker_timing import _backward_timing, speedup_ranges
+
+    given = ReadyReply(seeds=(1, 2, 3), variants=(None, None, 64.0), tolerances=((1e-4, 1e-4),))
+    run = TimingRun(dropped={"candidate_1": "wrong while timing its forward"})
+    contestants = {"eager": _SlowModel(0.004), "candidate_0": _SlowModel(),
+                   "candidate_1": _SlowModel()}
+    trained = _backward_timing(contestants, run, _plain_sets(3), given, QUICK, [0, 1], None,
+                               given.tolerances)
+    assert "candidate_1" not in trained.measures["train_gpu"]  # its forward's timing ended it
+    ranges = speedup_ranges(trained.measures, trained.rounds)
+    for measure in ("train_gpu", "train_call", "backward_gpu", "backward_call"):
+        low, high = ranges["0"][measure]["eager"]
+        assert low <= high
+    # eager's backward sleeps 4 ms, the candidate's not at all: the whole interval is above 1
+    assert ranges["0"]["backward_gpu"]["eager"][0] > 1.0
