@@ -202,7 +202,8 @@ def _backward_timing(contestants: dict[str, Any], run: TimingRun, sets: list[lis
     contestant and input set is held), the forward's times stand alone.
     """
     timed = {name: fn for name, fn in contestants.items() if name not in run.dropped}
-    tolerance = (max(atol for atol, _ in tolerances), max(rtol for _, rtol in tolerances))
+    tolerance = (max((atol for atol, _ in tolerances), default=1e-4),
+                 max((rtol for _, rtol in tolerances), default=1e-4))
     try:
         return time_backward(timed, sets, given.seeds, config, counted or None, launches,
                              tolerance)
