@@ -30,6 +30,17 @@ EXAMPLES = [
            notes=("a note",), inconsistent={"0": "while timing: x"}, compile_s=2.5,
            ranges={"0": {"call": {"eager": [1.5, 1.75], "compile": [0.9, 1.0]}}},
            versions={"torch": "2.13"}),
+    # a task whose backward is judged: training steps and the backward alone too
+    Timing(measures={measure: {name: {"median_ms": 2.0, "iqr_ms": 0.2, "min_ms": 1.8,
+                                      "samples": 20, "method": method, "mean_ms": 2.1}
+                               for name in ("candidate_0", "eager", "compile")}
+                     for measure, method in (("call", "call_loop"), ("train_gpu", "events"),
+                                             ("train_call", "call_loop"),
+                                             ("backward_gpu", "train-forward"))},
+           ranges={"0": {"train_gpu": {"eager": [1.1, 1.3]},
+                         "backward_gpu": {"compile": [0.8, 0.95]}}},
+           backward_methods={"candidate_0": "replayed graph", "eager": "replayed graph",
+                             "compile": "train-forward"}),
     OracleDone(kept_sets=(0, 1, 2), variants_used=(None, None, 64.0), stress={"2": "scale 64"},
                structure="tuple:2", ops=("aten::mm",), flops=1e6, bytes=4096,
                output_dtypes=("float32", "float32"), atol=1e-3),
@@ -102,6 +113,14 @@ def test_a_field_of_the_wrong_type_is_named():
     with pytest.raises(MessageError, match="field problems"):
         decode({"kind": "checked_candidate", "candidate": 0, "bundle": {},
                 "problems": [1, 2]}, WORKER_KINDS)
+
+
+def test_how_a_backward_was_timed_is_checked_on_the_way_in():
+    with pytest.raises(MessageError, match="timing message's field backward_methods"):
+        decode({"kind": "timing", "measures": {}, "backward_methods": {"eager": 1}},
+               WORKER_KINDS)
+    older = decode({"kind": "timing", "measures": {}}, WORKER_KINDS)  # a forward-only worker
+    assert older.backward_methods == {}
 
 
 def test_an_unknown_field_is_named():

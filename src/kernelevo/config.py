@@ -17,9 +17,21 @@ MEASURE_TITLES = {"gpu": "GPU time", "call": "call time", "kernelbench": "Kernel
 TIMING_MEASURES = tuple(MEASURE_TITLES)
 
 
+# Measures of a task whose backward is judged: reported beside the chosen one, not chosen
+WORKLOAD_TITLES = {"train_gpu": "train GPU time", "train_call": "train call time",
+                   "backward_gpu": "backward GPU time", "backward_call": "backward call time"}
+_WORKLOAD_WORDS = {"train": "forward and backward", "backward": "the backward alone"}
+
+
 def measure_title(measure: str) -> str:
     """How reports name a timing measure ("call time"); an unknown name as it is."""
-    return MEASURE_TITLES.get(measure, measure)
+    return MEASURE_TITLES.get(measure) or WORKLOAD_TITLES.get(measure, measure)
+
+
+def measure_heading(measure: str) -> str:
+    """A measure's title with what a backward task's workload times, for headings."""
+    words = _WORKLOAD_WORDS.get(measure.split("_")[0]) if measure in WORKLOAD_TITLES else None
+    return f"{measure_title(measure)} ({words})" if words else measure_title(measure)
 
 
 BASELINES = ("eager", "compile")

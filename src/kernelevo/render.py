@@ -12,8 +12,8 @@ from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
-from kernelevo.config import measure_title
-from kernelevo.evaluate.verdict import TimingStats, Verdict, speedup
+from kernelevo.config import measure_heading
+from kernelevo.evaluate.verdict import TimingStats, Verdict, speedup, workload_measure
 
 _STATUS_STYLE = {"ok": "bold green", "skipped": "yellow"}
 
@@ -54,8 +54,17 @@ def _print_speedups(console: Console, verdict: Verdict) -> None:
               ("torch.compile", "compile", verdict.speedup_vs_compile))
              if value]
     if gains:
-        measure = measure_title(verdict.timing_measure)
+        measure = measure_heading(verdict.timing_measure)
         console.print("speedup: " + ", ".join(gains) + (f" ({measure})" if measure else ""))
+    for workload in ("train", "backward"):  # a task whose backward is judged
+        key = workload_measure(workload, verdict.timing_measure)
+        ranges = verdict.speedup_ranges.get(key, {})
+        gains = [f"{value:.2f}x vs {title}{_range_text(ranges.get(baseline))}"
+                 for title, baseline in (("eager", "eager"), ("torch.compile", "compile"))
+                 for value in [verdict.speedup_in(key, baseline)] if value]
+        if gains:
+            console.print(f"{workload} speedup: " + ", ".join(gains)
+                          + f" ({measure_heading(key)})")
 
 
 def _range_text(interval: list[float] | None) -> str:
@@ -69,7 +78,7 @@ def _print_timings(console: Console, verdict: Verdict) -> None:
     for measure, stats in measures.items():
         used = " (speedups use it)" if measure == verdict.timing_measure else ""
         table = Table(show_header=True, header_style="bold",
-                      title=f"{measure_title(measure)}{used}", title_justify="left")
+                      title=f"{measure_heading(measure)}{used}", title_justify="left")
         table.add_column("contestant")
         table.add_column("median time")
         table.add_column("speedup of candidate (a rerun's range)")

@@ -80,6 +80,8 @@ def warm_baselines(task: Any, job: WorkerJob, gpu: GpuPhases | None = None) -> B
                 extra)
             with torch.no_grad():
                 compiled(*warm_inputs)
+            if job.backward:  # AOTAutograd's forward and backward graphs, compiled now
+                _train_once(compiled, warm_inputs)
             torch.cuda.synchronize()
             contestants["compile"] = compiled
         except Exception as exc:  # a baseline that cannot compile is reported, not fatal
@@ -90,6 +92,25 @@ def warm_baselines(task: Any, job: WorkerJob, gpu: GpuPhases | None = None) -> B
         compile_s = time.perf_counter() - started
     torch.cuda.synchronize()
     return Baselines(contestants, notes, compile_s, steps)
+
+
+def _train_once(compiled: "CompiledInAModel", warm_inputs: list[Any]) -> None:
+    """One forward with grad and a backward of the compiled model, so timing pays no compile.
+
+    As timing_backward.py trains it: every call's floating inputs require grad.
+    """
+    def leaves(values: list[Any]) -> list[Any]:
+        return [v.detach().clone().requires_grad_(True)
+                if isinstance(v, torch.Tensor) and v.is_floating_point() else v for v in values]
+
+    with torch.enable_grad():
+        outputs = compiled.compiled(leaves(warm_inputs), *[leaves(e) for e in compiled.extra])
+        flat = [v for v in torch.utils._pytree.tree_leaves(outputs)
+                if isinstance(v, torch.Tensor) and v.grad_fn is not None]
+        if flat:
+            torch.autograd.backward(flat, [torch.ones_like(v) for v in flat])
+    for parameter in compiled.compiled.parameters():
+        parameter.grad = None
 
 
 EXTRA_SETS_BYTES = 1 << 30  # the compiled model's other calls: inputs and outputs

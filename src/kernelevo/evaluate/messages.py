@@ -366,6 +366,9 @@ class Timing(Message):
     backend: str = ""
     # candidate index -> measure -> baseline -> [low, high] of its speedup (timing.speedup_range)
     ranges: dict[str, dict[str, dict[str, list[float]]]] = field(default_factory=dict)
+    # With the backward judged: contestant -> how its backward alone was timed
+    # ("replayed graph", or "train-forward": train minus forward with grad)
+    backward_methods: dict[str, str] = field(default_factory=dict)
     tampered: tuple[str, ...] = ()
     device_name: str = ""
     versions: dict[str, str] = field(default_factory=dict)

@@ -197,12 +197,16 @@ def _timed(base: Verdict, state: Any, judge: Any, index: int, candidate: Any) ->
         return verdict_for("no_custom_kernel", "the profiler saw none of the candidate's kernels "
                            f"run in {share.get('profiled_calls', 1)} profiled call(s) (kernels "
                            f"seen: {', '.join(list(share.get('kernels', {}))[:5])})")
+    # a measure without this candidate (a training step it was not timed in) is left out
     measures = {measure: _contestants(stats, index)
-                for measure, stats in timing.measures.items()}
+                for measure, stats in timing.measures.items()
+                if f"candidate_{index}" in stats}
     measure = judge.config.timing.measure  # the judge's own setting, never the worker's word
     timings = measures[measure]
     own = timings["candidate"]
     notes = list(base.notes) + list(timing.notes) + [measures_note(measures, measure)]
+    if timing.backward_methods:
+        notes.append(backward_note(timing.backward_methods, index))
     said = baselines_note(timing)
     if said:
         notes.append(said)
@@ -252,6 +256,17 @@ def _contestants(stats: dict[str, Any], index: int) -> dict[str, TimingStats]:
     own.update({name: TimingStats(**values) for name, values in stats.items()
                 if not name.startswith("candidate_")})
     return own
+
+
+def backward_note(methods: dict[str, str], index: int) -> str:
+    """How each contestant's backward alone was timed (timing_backward.py)."""
+    named = {("candidate" if name == f"candidate_{index}" else name): how
+             for name, how in methods.items()
+             if not name.startswith("candidate_") or name == f"candidate_{index}"}
+    words = {"replayed graph": "its backward replayed on one forward's graph per input set",
+             "train-forward": "train minus forward with grad (its graph refuses a replay)"}
+    return ("backward alone timed as: " + "; ".join(f"{name}: {words.get(how, how)}"
+                                                     for name, how in named.items()))
 
 
 def measures_note(measures: dict[str, dict[str, TimingStats]], used: str) -> str:

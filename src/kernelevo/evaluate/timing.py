@@ -12,7 +12,9 @@
 - kernelbench: KernelBench's harness protocol (256 MB cache clear, events
   around a call made right after it, mean of 100 trials), so results compare
   with numbers published under it.
-Samples of every contestant interleave, so drift affects all alike. Every
+Samples of every contestant interleave, so drift affects all alike. Without a GPU
+(tests on the CPU) the same loops run by the host's clock (`_HostSampler`);
+verdicts still report timings there as unavailable. Every
 input set rotates through the timed calls, the stress set too (its outputs
 are checked as well), but only the sets of the task's own distribution make
 the statistics: a reference can take twice as long on rescaled values
@@ -184,13 +186,17 @@ class _Sleeper:
         torch.cuda._sleep(int(self.cycles_per_ms * ms))
 
 
+Load = Callable[[int], None]  # makes input set i the one the next calls use
+
+
 class _Sampler:
     """Times one call of one contestant at a time on the current device."""
 
-    def __init__(self, arena: list[Any], sets: list[list[Any]]) -> None:
+    def __init__(self, arena: list[Any], sets: list[list[Any]], load: Load | None = None) -> None:
         l2_bytes = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20)
         self.flush = torch.empty(max(2 * l2_bytes, 1 << 20), dtype=torch.int8, device="cuda")
         self.arena, self.sets = arena, sets
+        self.load = load or (lambda set_index: load_set(self.arena, self.sets[set_index]))
         self.shares: dict[str, int] = {}  # calls of the task per invocation, when not 1
         self.sleeper = _Sleeper()
         self.start = torch.cuda.Event(enable_timing=True)
@@ -208,7 +214,7 @@ class _Sampler:
         device: work left running on other streams makes it long.
         """
         torch.cuda.synchronize()
-        load_set(self.arena, self.sets[set_index])
+        self.load(set_index)
         self.sleeper.sleep(hold_ms)
         # Right before the call, as do_bench flushes: the call meets an L2 full
         # of another buffer's dirty lines.
@@ -223,13 +229,41 @@ class _Sampler:
 
     def loop(self, call: Callable[[], Any], set_index: int, calls: int) -> tuple[float, Any]:
         """(ms per call, last output) of `calls` back-to-back calls, by the host's clock."""
-        load_set(self.arena, self.sets[set_index])
+        self.load(set_index)
         torch.cuda.synchronize()
         started = time.perf_counter()
         for _ in range(calls):
             output = call()
         torch.cuda.synchronize()
         return (time.perf_counter() - started) * 1e3 / calls, output
+
+
+class _HostSampler:
+    """The sampler by the host's clock, where there is no GPU: no flush, no events, no tail."""
+
+    def __init__(self, arena: list[Any], sets: list[list[Any]], load: Load | None = None) -> None:
+        self.arena, self.sets = arena, sets
+        self.load = load or (lambda set_index: load_set(self.arena, self.sets[set_index]))
+        self.shares: dict[str, int] = {}
+
+    def sample(self, call: Callable[[], Any], set_index: int,
+               hold_ms: float) -> tuple[float, float, Any]:
+        self.load(set_index)
+        started = time.perf_counter()
+        output = call()
+        return (time.perf_counter() - started) * 1e3, 0.0, output
+
+    def loop(self, call: Callable[[], Any], set_index: int, calls: int) -> tuple[float, Any]:
+        self.load(set_index)
+        started = time.perf_counter()
+        for _ in range(calls):
+            output = call()
+        return (time.perf_counter() - started) * 1e3 / calls, output
+
+
+def _synchronize() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
 
 
 def _graphed(fn: Contestant, arena: list[Any]) -> tuple[Callable[[], Any], Any]:
@@ -253,7 +287,7 @@ def _warm(call: Callable[[], Any], warmup_ms: float) -> tuple[float, float]:
         before = time.perf_counter()
         call()
         queue_ms.append((time.perf_counter() - before) * 1e3)
-        torch.cuda.synchronize()
+        _synchronize()
         calls += 1
     return (time.perf_counter() - started) * 1e3 / calls, statistics.median(queue_ms)
 
@@ -291,7 +325,8 @@ def time_contestants(contestants: dict[str, Contestant], sets: list[list[Any]],
                      config: TimingConfig, after: AfterSample,
                      counted: Sequence[int] | None = None,
                      launches: LaunchCount | None = None,
-                     brief: dict[str, tuple[int, int]] | None = None) -> TimingRun:
+                     brief: dict[str, tuple[int, int]] | None = None,
+                     load: Load | None = None) -> TimingRun:
     """Every measure of every contestant; `after(name, measure, set, output)` sees outputs.
 
     `counted`: the sets whose times make the statistics (the task's own
@@ -301,6 +336,9 @@ def time_contestants(contestants: dict[str, Contestant], sets: list[list[Any]],
     in a loop of calls (an output cached on the unchanged inputs) from work done.
     `brief`: contestants timed with at most (gpu samples, call loops) on the
     counted sets, interleaved with the others' first rounds (a drift probe).
+    `load(i)`, when given, makes set i current in place of copying it into
+    the arena: `sets` are then empty lists and contestants take no arguments
+    (timing_backward.py keeps a graph per set that way).
     """
     run = TimingRun()
     run.brief = dict(brief or {})
@@ -310,7 +348,7 @@ def time_contestants(contestants: dict[str, Contestant], sets: list[list[Any]],
     count = launches or (lambda: 0)
     rotation = _Rotation(len(sets), counted)
     arena = [x.clone() if isinstance(x, torch.Tensor) else x for x in sets[0]]
-    sampler = _Sampler(arena, sets)
+    sampler = (_Sampler if torch.cuda.is_available() else _HostSampler)(arena, sets, load)
     started = time.perf_counter()
     calls, graphed = _calls(contestants, arena, config, run)
     warm = {name: _per_call(_warm(call, config.warmup_ms), shares[name])
@@ -340,7 +378,7 @@ def time_contestants(contestants: dict[str, Contestant], sets: list[list[Any]],
 
 
 def _gpu_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, float]],
-              graphed: set[str], sampler: _Sampler, rotation: _Rotation,
+              graphed: set[str], sampler: Any, rotation: _Rotation,
               config: TimingConfig, after: AfterSample, run: TimingRun,
               launch_count: LaunchCount) -> dict[str, TimingStats]:
     slowest = max(per_call for per_call, _ in warm.values())
@@ -375,7 +413,7 @@ def _gpu_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, 
 
 
 def _call_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, float]],
-               sampler: _Sampler, rotation: _Rotation, config: TimingConfig,
+               sampler: Any, rotation: _Rotation, config: TimingConfig,
                after: AfterSample, run: TimingRun,
                launch_count: LaunchCount) -> dict[str, TimingStats]:
     """Loops of back-to-back calls (at least 2 ms each), interleaved; median per call."""
@@ -408,7 +446,7 @@ _KERNELBENCH_TRIALS = 100
 _KERNELBENCH_CLEAR_BYTES = 256 << 20
 
 
-def _kernelbench_time(calls: dict[str, Callable[[], Any]], sampler: _Sampler,
+def _kernelbench_time(calls: dict[str, Callable[[], Any]], sampler: Any,
                       rotation: _Rotation, after: AfterSample,
                       run: TimingRun) -> dict[str, TimingStats]:
     """KernelBench's protocol on the task's own sets only (it times the task's inputs)."""
@@ -421,7 +459,7 @@ def _kernelbench_time(calls: dict[str, Callable[[], Any]], sampler: _Sampler,
             if name not in calls or name in run.brief:  # a probe checks gpu and call only
                 continue
             torch.cuda.synchronize()
-            load_set(sampler.arena, sampler.sets[set_index])
+            sampler.load(set_index)
             clear.fill_(42)
             start.record()
             output = calls[name]()

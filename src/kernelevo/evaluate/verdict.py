@@ -175,6 +175,17 @@ class Verdict:
         interval = self.speedup_ranges.get(self.timing_measure, {}).get("eager")
         return float(interval[1]) if interval else None
 
+    def speedup_in(self, measure: str, baseline: str) -> float | None:
+        """The candidate's speedup over `baseline` under any measure taken; None without it."""
+        stats = self.measures.get(measure, {})
+        own = stats.get("candidate")
+        return speedup(stats.get(baseline), own) if own is not None else None
+
+    @property
+    def train_measure(self) -> str:
+        """The training step's measure that matches the verdict's (`train_call`, `train_gpu`)."""
+        return workload_measure("train", self.timing_measure)
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -193,6 +204,15 @@ class Verdict:
         if data.get("profile"):
             data["profile"] = Profile.from_dict(data["profile"])
         return cls(**data)
+
+
+def workload_measure(workload: str, measure: str) -> str:
+    """A backward workload's measure (`train_gpu`, `backward_call`) matching a forward's.
+
+    The forward's gpu and call measures have one each; KernelBench's protocol
+    times the forward only, so its verdicts rank training by GPU time.
+    """
+    return f"{workload}_{'gpu' if measure == 'kernelbench' else measure}"
 
 
 def speedup(baseline: TimingStats | None, own: TimingStats) -> float | None:

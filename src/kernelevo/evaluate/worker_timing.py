@@ -27,6 +27,7 @@ from kernelevo.evaluate.messages import (BaselinesReply, BaselineTimes, Progress
 from kernelevo.evaluate.oom import is_out_of_memory
 from kernelevo.evaluate.profile_take import attach_profiles
 from kernelevo.evaluate.timing import TimingRun, load_set, speedup_range, time_contestants
+from kernelevo.evaluate.timing_backward import BackwardTiming, time_backward
 from kernelevo.evaluate.tolerance import compare_tensor
 from kernelevo.evaluate.verdict import TimingStats
 
@@ -137,6 +138,8 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any, job: Wor
                 run = time_contestants(contestants, sets, config, after, counted or None,
                                        launches)
                 run.seconds["probe"] = probed_s
+        trained = (_backward_timing(contestants, run, sets, given, config, counted, launches,
+                                    tolerances) if job.backward else None)
     timing_s = time.perf_counter() - started
     # Profiled after timing, so no profiler state can touch a timed call. The
     # judge answers once other judges' checks may share the GPU again (a
@@ -162,13 +165,23 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any, job: Wor
             inconsistent[str(index)] = f"while timing: {problem}"
     measures = _as_json(run)
     notes = tuple(baselines.notes + run.notes)
+    flags, rounds = tuple(run.flags), run.rounds if how != "stored" else {}
     if how == "stored":
         assert stored is not None and stored.measures is not None
         measures = with_stored(measures, stored.measures)
         notes += stored.notes
+    if trained is not None:  # timed beside the candidates always: the store holds forwards
+        measures, rounds = {**measures, **trained.measures}, {**rounds, **trained.rounds}
+        notes, flags = notes + tuple(trained.notes), flags + tuple(trained.flags)
+        run.seconds.update(trained.seconds)
+        for index in loaded:
+            problem = trained.dropped.get(f"candidate_{index}")
+            if problem and str(index) not in inconsistent:
+                inconsistent[str(index)] = f"while timing its backward ({problem})"
     channel.send(Timing(
-        measures=measures, notes=notes, flags=tuple(run.flags),
-        ranges=speedup_ranges(measures, run.rounds if how != "stored" else {}),
+        measures=measures, notes=notes, flags=flags,
+        ranges=speedup_ranges(measures, rounds),
+        backward_methods=trained.methods if trained is not None else {},
         inconsistent=inconsistent, shares=shares, compile_s=baselines.compile_s,
         timing_s=timing_s, timing_steps=run.seconds, baselines=how, drift=ratios,
         stored_at=stored.measured_at if stored and probe else "",
@@ -176,6 +189,30 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any, job: Wor
         tampered=tuple(snapshot.tampered()), device_name=torch.cuda.get_device_name(0),
         versions={"torch": torch.__version__, "triton": _triton_version(),
                   "cuda": str(torch.version.cuda)}))
+
+
+def _backward_timing(contestants: dict[str, Any], run: TimingRun, sets: list[list[Any]],
+                     given: ReadyReply, config: Any, counted: list[int],
+                     launches: Callable[[], int] | None,
+                     tolerances: Sequence[Sequence[float]]) -> BackwardTiming:
+    """The train and backward measures (timing_backward.py) of every contestant still timed.
+
+    Candidates' timed gradients are checked against their own first ones at
+    the loosest of the task's output tolerances. Out of memory (a graph per
+    contestant and input set is held), the forward's times stand alone.
+    """
+    timed = {name: fn for name, fn in contestants.items() if name not in run.dropped}
+    tolerance = (max((atol for atol, _ in tolerances), default=1e-4),
+                 max((rtol for _, rtol in tolerances), default=1e-4))
+    try:
+        return time_backward(timed, sets, given.seeds, config, counted or None, launches,
+                             tolerance)
+    except Exception as exc:  # noqa: BLE001 - the forward's times stand without these
+        if not is_out_of_memory(exc):
+            raise
+        torch.cuda.empty_cache()
+        return BackwardTiming({}, {}, [f"train and backward not timed: out of memory "
+                                       f"({str(exc).splitlines()[0][:160]})"], [], {}, {}, {})
 
 
 def speedup_ranges(measures: dict[str, dict[str, dict[str, Any]]],

@@ -21,7 +21,8 @@ from kernelevo.candidate import BACKEND_REGISTRY
 from kernelevo.config import PRECISIONS, tolerances
 from kernelevo.errors import ConfigError
 from kernelevo.evaluate.profile import Profile, prompt_lines, summary_line
-from kernelevo.evaluate.verdict import REASONS, ErrorMetrics, TimingStats, Verdict
+from kernelevo.evaluate.verdict import (REASONS, ErrorMetrics, TimingStats, Verdict,
+                                        workload_measure)
 
 PROMPT_BACKENDS = {backend.name: backend.title for backend in BACKEND_REGISTRY if backend.kernels}
 MODES = ("rewrite", "diff", "repair")
@@ -263,6 +264,23 @@ def _timing_lines(verdict: Verdict) -> list[str]:
         gain = speedups.get(name)
         speed = f" -> speedup {gain:.2f}x" if gain else ""
         lines.append(f"{_BASELINE_LABELS.get(name, name)}: {_stats(stats)}{speed}")
+    return lines + _training_lines(verdict)
+
+
+def _training_lines(verdict: Verdict) -> list[str]:
+    """A task whose backward is judged: the training step's and the backward's times."""
+    lines = []
+    for workload, words in (("train", "training step (forward with grad and backward)"),
+                            ("backward", "backward alone")):
+        measure = workload_measure(workload, verdict.timing_measure)
+        own = verdict.measures.get(measure, {}).get("candidate")
+        if own is None:
+            continue
+        gains = [f"{gain:.2f}x vs {_BASELINE_LABELS.get(name, name)}"
+                 for name in ("eager", "compile")
+                 for gain in [verdict.speedup_in(measure, name)] if gain]
+        lines.append(f"{words}: {_stats(own)}" + (f" -> speedup {', '.join(gains)}"
+                                                  if gains else ""))
     return lines
 
 
