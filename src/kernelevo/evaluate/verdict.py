@@ -186,6 +186,29 @@ class Verdict:
         """The training step's measure that matches the verdict's (`train_call`, `train_gpu`)."""
         return workload_measure("train", self.timing_measure)
 
+    @property
+    def ranked_measure(self) -> str:
+        """The measure a search ranks by: the training step's where it was timed (a task
+        whose backward is judged: `evolve --backward` searches forward and backward),
+        else the verdict's own."""
+        trained = self.train_measure
+        return trained if "candidate" in self.measures.get(trained, {}) else self.timing_measure
+
+    def ranked_speedup(self, baseline: str = "eager") -> float | None:
+        """The speedup over `baseline` under `ranked_measure`: what the run store keeps in
+        its speedup columns and the search's fitness reads."""
+        if self.ranked_measure == self.timing_measure:
+            return self.speedup_vs_eager if baseline == "eager" else self.speedup_vs_compile
+        return self.speedup_in(self.ranked_measure, baseline)
+
+    @property
+    def ranked_speedup_high(self) -> float | None:
+        """The high end of `ranked_speedup()`'s interval over eager; None without one."""
+        if self.ranked_speedup() is None:
+            return None
+        interval = self.speedup_ranges.get(self.ranked_measure, {}).get("eager")
+        return float(interval[1]) if interval else None
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

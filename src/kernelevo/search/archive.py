@@ -478,8 +478,10 @@ def roofline_reached(verdict: Verdict, threshold: float) -> str:
 
 
 def fitness(verdict: Verdict) -> float | None:
-    """Speedup over eager; a correct candidate without timings (CPU) counts as 1."""
-    return fitness_of(verdict.status, verdict.speedup_vs_eager)
+    """Speedup over eager under the ranked measure (the training step's for a task whose
+    backward is judged); a correct candidate without timings (CPU) counts as 1. The run
+    store keeps the same figure (run_store.record_verdict), so a resume ranks alike."""
+    return fitness_of(verdict.status, verdict.ranked_speedup())
 
 
 def fitness_of(status: str | None, speedup_vs_eager: float | None) -> float | None:
@@ -491,7 +493,7 @@ def fitness_of(status: str | None, speedup_vs_eager: float | None) -> float | No
 
 def fitness_high(verdict: Verdict) -> float | None:
     """The high end of `fitness`'s interval; None without one (or without fitness)."""
-    return fitness_high_of(verdict.status, verdict.speedup_vs_eager_high)
+    return fitness_high_of(verdict.status, verdict.ranked_speedup_high)
 
 
 def fitness_high_of(status: str | None, speedup_vs_eager_high: float | None) -> float | None:

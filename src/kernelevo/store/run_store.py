@@ -238,9 +238,10 @@ class RunStore(LlmCallLog):
                 " speedup_vs_eager, speedup_vs_compile, runtime_ms, evaluated_at,"
                 " speedup_vs_eager_high) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (candidate_id, dumps(verdict.to_dict()), verdict.status, verdict.reason,
-                 verdict.speedup_vs_eager, verdict.speedup_vs_compile,
+                 # the ranked measure's: a training step's where the backward was timed
+                 verdict.ranked_speedup("eager"), verdict.ranked_speedup("compile"),
                  timing.median_ms if timing else None, time.time(),
-                 verdict.speedup_vs_eager_high),
+                 verdict.ranked_speedup_high),
             )
             if not steps_in_order(db):  # a step's verdict replaced, or one judged before a step
                 seed_steps(db)
