@@ -45,7 +45,7 @@ def main() -> None:
     mark("torch imported")
     from kernelevo.candidate import load_candidate
     from kernelevo.config import EvalConfig
-    from kernelevo.evaluate.judge import Judge
+    from kernelevo.evaluate.parent.judge import Judge
     from kernelevo.task import load_task
 
     mark("kernelevo imported")

@@ -19,9 +19,9 @@ from torch.autograd.profiler import record_function
 from torch.profiler import ProfilerActivity, profile
 
 from kernelevo.config import EvalConfig
-from kernelevo.evaluate import inputs
-from kernelevo.evaluate.messages import WorkerJob
-from kernelevo.evaluate.worker_timing import warm_baselines
+from kernelevo.evaluate.child.worker_timing import warm_baselines
+from kernelevo.evaluate.shared import inputs
+from kernelevo.evaluate.shared.messages import WorkerJob
 
 MARK = "kernelevo_no_gpu_hold"
 GPU_CALLS = ("LaunchKernel", "Memcpy", "Memset")

@@ -94,8 +94,8 @@ def _check(module: Any, candidate: Path) -> str:
 
 def child(candidate: Path, scratch: Path) -> dict[str, Any]:
     """Import one candidate under the judge's hook; seconds, CPU seconds, ninja's steps."""
-    from kernelevo.evaluate import guards
-    from kernelevo.evaluate import inputs as task_inputs
+    from kernelevo.evaluate.child import guards
+    from kernelevo.evaluate.shared import inputs as task_inputs
     from kernelevo.evaluate.cuda.build import LoadInlineHook
 
     extensions_dir = Path(os.environ["TORCH_EXTENSIONS_DIR"])
@@ -185,7 +185,7 @@ def _header_for(compile_: list[str], pch_store: Path | None) -> Path | None:
 
 
 def _environment(cache_dir: Path, variant: str) -> dict[str, str]:
-    from kernelevo.evaluate.worker import cache_environment
+    from kernelevo.evaluate.child.worker import cache_environment
 
     environment = {**os.environ, **cache_environment(cache_dir)}
     environment["KERNELEVO_COMPILER_SHIMS"] = "0" if variant == "plain" else "1"

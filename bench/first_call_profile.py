@@ -6,7 +6,7 @@ and the evaluation's timing waits for it (`gate_wait_recheck_worker`
 0.38-0.48 s). A plain process paid 0.37-0.40 s whether Triton's driver was
 set up first or not (2026-12-03, session 16). This one starts as the
 judge's workers do: a parent imports what the forkserver imports
-(kernelevo.evaluate.preload), then each trial is a child forked from it that
+(kernelevo.evaluate.child.preload), then each trial is a child forked from it that
 makes its CUDA context and calls the candidate under cProfile, so the
 profile names what the first call pays for. Modes:
 
@@ -119,7 +119,7 @@ def main() -> None:
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    import kernelevo.evaluate.preload  # noqa: F401 - what the forkserver imports
+    import kernelevo.evaluate.child.preload  # noqa: F401 - what the forkserver imports
     print(json.dumps({"preload_s": round(time.perf_counter() - started, 2)}), flush=True)
     print(json.dumps(_key_states()), flush=True)
     candidate = ROOT / "examples/softmax/triton_candidate.py"

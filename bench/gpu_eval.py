@@ -29,7 +29,7 @@ STABILITY = ["softmax", "layernorm", "gemm_bias_relu"]
 
 def _judge(task_path: str, **config):
     from kernelevo.config import EvalConfig
-    from kernelevo.evaluate.judge import Judge
+    from kernelevo.evaluate.parent.judge import Judge
     from kernelevo.task import load_task
 
     return Judge(load_task(task_path), EvalConfig(**config))
@@ -146,7 +146,7 @@ def do_bench(out: Path) -> None:
     import torch
     import triton
 
-    from kernelevo.evaluate import inputs as task_inputs
+    from kernelevo.evaluate.shared import inputs as task_inputs
 
     import tempfile
 

@@ -6,7 +6,7 @@ NOISE_ROWS.jsonl: bench/host_noise.py's rows (15 interleaved rounds of eager
 and candidate per process, free or pinned to one core); AGREEMENT.json:
 bench/speed_agreement.py's output of the same device call (its plain runs).
 For each recorded process it computes the interval as the judge does
-(kernelevo.evaluate.timing.speedup_range over the paired rounds) and checks
+(kernelevo.evaluate.child.timing.speedup_range over the paired rounds) and checks
 the acceptance of bench/speed_agreement.py: the plain runs' median inside
 it, and the interval no wider than their range plus 10 % of their median.
 No GPU: it reads what a device call recorded.
@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
-from kernelevo.evaluate.timing import speedup_range, summarize  # noqa: E402
+from kernelevo.evaluate.child.timing import speedup_range, summarize  # noqa: E402
 
 
 def main() -> None:

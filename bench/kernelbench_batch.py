@@ -83,7 +83,7 @@ def prepare(entries: list[dict], kb: Path, out: Path, max_elements: int) -> dict
 def judge_phase(entries: list[dict], problems: dict, log: Path) -> list[dict]:
     from kernelevo.candidate import load_candidate
     from kernelevo.config import EvalConfig, TimingConfig
-    from kernelevo.evaluate.judge import Judge
+    from kernelevo.evaluate.parent.judge import Judge
     from kernelevo.task import load_task
 
     # Every measure (kernelbench adds KernelBench's protocol to gpu and call);
@@ -145,8 +145,8 @@ def timers_child(items: list[dict], log: Path) -> None:
     import torch
     import triton.testing
 
-    from kernelevo.evaluate.inputs import (build_model, import_source, make_inputs,
-                                           set_reference_precision, set_user_backend)
+    from kernelevo.evaluate.shared.inputs import (build_model, import_source, make_inputs,
+                                                  set_reference_precision, set_user_backend)
 
     folder = Path("/tmp/ke-kb-timers")
     folder.mkdir(exist_ok=True)

@@ -109,7 +109,7 @@ def patched_pair(prepared: dict[str, Any], precision: str) -> dict[str, Any]:
     import torch
 
     from kernelevo.config import DEFAULT_TOLERANCES
-    from kernelevo.evaluate.tolerance import compare_tensor
+    from kernelevo.evaluate.analysis.tolerance import compare_tensor
     from kernelevo.model.apply import apply
     from kernelevo.model.contract import build_model, dtype_of, model_file, moved
 

@@ -63,7 +63,7 @@ def load(spec: str, kb: Path | None):
 def task_module(task, device: str):
     import tempfile
 
-    from kernelevo.evaluate import inputs as task_inputs
+    from kernelevo.evaluate.shared import inputs as task_inputs
 
     folder = Path(tempfile.mkdtemp(prefix="profile-truth-"))
     return task_inputs.import_source(task.source, f"truth_{abs(hash(task.source))}", folder,
@@ -75,7 +75,7 @@ def independent_cost(module, device: str) -> tuple[int, int]:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
-    from kernelevo.evaluate import inputs as task_inputs
+    from kernelevo.evaluate.shared import inputs as task_inputs
 
     dtype = torch.float32
     model = task_inputs.build_model(module.Model, list(module.get_init_inputs()), device, dtype)
@@ -97,7 +97,7 @@ def do_bench_ms(module, candidate_path: str) -> float:
     import torch
     import triton.testing
 
-    from kernelevo.evaluate import inputs as task_inputs
+    from kernelevo.evaluate.shared import inputs as task_inputs
 
     folder = Path(tempfile.mkdtemp(prefix="profile-truth-candidate-"))
     candidate = task_inputs.import_source(Path(candidate_path).read_text(),
@@ -113,7 +113,7 @@ def judged_profile(task, candidate_path: str) -> dict:
     """The verdict's profile from our judge, as a dict (or why there is none)."""
     from kernelevo.candidate import load_candidate
     from kernelevo.config import EvalConfig
-    from kernelevo.evaluate.judge import Judge
+    from kernelevo.evaluate.parent.judge import Judge
 
     verdict = Judge(task, EvalConfig(device="cuda")).evaluate(load_candidate(candidate_path))
     if verdict.profile is None:
@@ -157,7 +157,7 @@ def measure_one(problem: dict[str, str], kb: Path | None) -> dict:
 def ncu_rows(rows: list[dict], selected: list[dict[str, str]], kb: Path | None,
              count: int) -> list[dict]:
     """Nsight Compute on the top kernels of the first `count` measured problems."""
-    from kernelevo.evaluate.ncu import measure
+    from kernelevo.evaluate.parent.ncu import measure
 
     found = []
     for problem, row in list(zip(selected, rows))[:count]:
@@ -239,7 +239,7 @@ def dry_run(selected: list[dict[str, str]], kb: Path | None) -> int:
     """On CPU: every task and candidate loads, and the analytic bytes equal the meta tensors'."""
     import torch
 
-    from kernelevo.evaluate.cost import task_cost
+    from kernelevo.evaluate.analysis.cost import task_cost
 
     bad = 0
     for problem in selected:

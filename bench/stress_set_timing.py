@@ -42,7 +42,7 @@ def times(path: Path) -> dict[str, dict[str, float]]:
     import torch
     import triton.testing
 
-    from kernelevo.evaluate.inputs import build_model, import_source, make_inputs
+    from kernelevo.evaluate.shared.inputs import build_model, import_source, make_inputs
 
     folder = Path("/tmp/ke-stress-timing")
     folder.mkdir(exist_ok=True)

@@ -210,7 +210,7 @@ def builds_phase(labels: tuple[str, ...] = ("ok", "other", "broken"),
     """
     from kernelevo.config import EvalConfig
     from kernelevo.evaluate.cuda.prebuild import forget_prebuilt, prebuild_source
-    from kernelevo.evaluate.judge import child_environment
+    from kernelevo.evaluate.parent.judge import child_environment
     from kernelevo.evaluate.sandbox.jobs import start_forkserver
 
     # The judge's warm process (torch, inductor and Triton imported once) starts

@@ -75,7 +75,7 @@ def _timed_work_s(verdict, call_loop_ms: float = 2.0) -> float:
 def pool_phase(entries: list[dict], problems: dict, phase: str, out: Path) -> dict:
     from kernelevo.candidate import load_candidate
     from kernelevo.config import EvalConfig
-    from kernelevo.evaluate.judge import Judge
+    from kernelevo.evaluate.parent.judge import Judge
     from kernelevo.evaluate.protocol import JudgeJob
     from kernelevo.evaluate.remote.service import JudgePool, ServiceSettings
     from kernelevo.task import load_task

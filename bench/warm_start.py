@@ -31,7 +31,7 @@ def probe(payload: dict, channel) -> None:
     """Child: the worker's warm-up steps, timed; the modules the compile imported."""
     import torch
 
-    from kernelevo.evaluate import inputs as task_inputs
+    from kernelevo.evaluate.shared import inputs as task_inputs
 
     steps = {"entered_at": time.time()}
     started = time.perf_counter()
@@ -111,8 +111,8 @@ def restart_forkserver(extra: list[str], warm: str = "") -> float:
     os.environ["KERNELEVO_BENCH_PRELOAD"] = ",".join(extra)
     os.environ["KERNELEVO_BENCH_WARM"] = warm
     sandbox._forkserver_context().set_forkserver_preload(
-        ["kernelevo.evaluate.preload", "preload_extra"] if extra or warm else
-        ["kernelevo.evaluate.preload"])
+        ["kernelevo.evaluate.child.preload", "preload_extra"] if extra or warm else
+        ["kernelevo.evaluate.child.preload"])
     started = time.perf_counter()
     sandbox._ensure_forkserver()
     # ensure_running returns before the preload ends: a trivial job waits for it

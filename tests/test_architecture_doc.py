@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 import re
 
-from kernelevo.evaluate import messages
+from kernelevo.evaluate.shared import messages
 from tests.conftest import ROOT
 from tests.test_import_graph import PACKAGE_ROOT
 
@@ -92,7 +92,7 @@ def test_dotted_names_in_the_doc_are_defined_where_it_says():
     for module, name in set(_DOTTED.findall(DOC.read_text())):
         if name == "py" or module.startswith(_ELSEWHERE):
             continue
-        # `outcome.x` may be evaluate/outcome.py or search/outcome.py: any that defines x
+        # `outcome.x` may be evaluate/parent/outcome.py or search/outcome.py: any that defines x
         candidates = [path for path in modules
                       if path.relative_to(PACKAGE_ROOT).with_suffix("").as_posix()
                       .endswith(module) and path.stem == module.split("/")[-1]]

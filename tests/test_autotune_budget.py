@@ -6,8 +6,8 @@ import pytest
 
 from kernelevo.candidate import Candidate
 from kernelevo.config import EvalConfig, TimingConfig
-from kernelevo.evaluate.autotune_budget import AutotuneBudget
-from kernelevo.evaluate.judge import Judge
+from kernelevo.evaluate.child.autotune_budget import AutotuneBudget
+from kernelevo.evaluate.parent.judge import Judge
 from kernelevo.evaluate.verdict import AUTOTUNE_BUDGET_FLAG
 from kernelevo.task import task_from_source
 

@@ -18,7 +18,7 @@ import pytest
 from kernelevo.candidate import Candidate, load_candidate
 from kernelevo.config import EvalConfig
 from kernelevo.errors import TaskError
-from kernelevo.evaluate.judge import Judge
+from kernelevo.evaluate.parent.judge import Judge
 from kernelevo.task import load_task, task_from_source
 from tests.conftest import ROOT
 

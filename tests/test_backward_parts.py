@@ -9,12 +9,13 @@ import torch.nn as nn
 
 from kernelevo.config import EvalConfig, eval_config_from_dict
 from kernelevo.config_file import load_eval_config
-from kernelevo.evaluate.decide_backward import decide_backward, reference_gradients
-from kernelevo.evaluate.gradients import (REPEAT_SCALE, NotDifferentiable, backward_on,
-                                          custom_function_nodes, forward_backward, projections)
-from kernelevo.evaluate.messages import CheckedCandidate, OracleDone
+from kernelevo.evaluate.analysis.decide_backward import decide_backward, reference_gradients
+from kernelevo.evaluate.child.worker_backward import BackwardRuns
+from kernelevo.evaluate.shared.gradients import (REPEAT_SCALE, NotDifferentiable, backward_on,
+                                                 custom_function_nodes, forward_backward,
+                                                 projections)
+from kernelevo.evaluate.shared.messages import CheckedCandidate, OracleDone
 from kernelevo.evaluate.verdict import REASONS
-from kernelevo.evaluate.worker_backward import BackwardRuns
 from kernelevo.task import task_from_source
 
 TASK = """

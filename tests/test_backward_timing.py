@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from kernelevo.config import TimingConfig
-from kernelevo.evaluate import inputs as task_inputs
-from kernelevo.evaluate.baselines import CompiledInAModel, InAModel
-from kernelevo.evaluate.timing_backward import DIFFERENCE_METHOD, time_backward
+from kernelevo.evaluate.child.baselines import CompiledInAModel, InAModel
+from kernelevo.evaluate.child.timing_backward import DIFFERENCE_METHOD, time_backward
+from kernelevo.evaluate.shared import inputs as task_inputs
 from tests.conftest import ROOT
 
 EXAMPLE = ROOT / "examples" / "layernorm_backward"
@@ -164,9 +164,9 @@ def test_a_baseline_that_cannot_train_is_left_out_with_a_note():
 
 
 def test_the_workers_step_gives_speedup_intervals_from_paired_rounds():
-    from kernelevo.evaluate.messages import ReadyReply
-    from kernelevo.evaluate.timing import TimingRun
-    from kernelevo.evaluate.worker_timing import _backward_timing, speedup_ranges
+    from kernelevo.evaluate.shared.messages import ReadyReply
+    from kernelevo.evaluate.child.timing import TimingRun
+    from kernelevo.evaluate.child.worker_timing import _backward_timing, speedup_ranges
 
     given = ReadyReply(seeds=(1, 2, 3), variants=(None, None, 64.0), tolerances=((1e-4, 1e-4),))
     run = TimingRun(dropped={"candidate_1": "wrong while timing its forward"})

@@ -10,8 +10,8 @@ import pytest
 from rich.console import Console
 
 from kernelevo.config import EvalConfig, TimingConfig
-from kernelevo.evaluate import outcome
-from kernelevo.evaluate.messages import Timing
+from kernelevo.evaluate.parent import outcome
+from kernelevo.evaluate.shared.messages import Timing
 from kernelevo.evaluate.verdict import Verdict, verdict_for
 from kernelevo.render import print_verdict
 

@@ -6,8 +6,8 @@ from dataclasses import replace
 import pytest
 
 from kernelevo.config import TimingConfig
-from kernelevo.evaluate.baseline_store import (DRIFT, BaselineStore, drift, steady, store_key,
-                                               with_stored)
+from kernelevo.evaluate.parent.baseline_store import (DRIFT, BaselineStore, drift, steady,
+                                                      store_key, with_stored)
 
 
 def stats(median_ms: float) -> dict:

@@ -4,7 +4,7 @@ import pytest
 
 from kernelevo.candidate import load_candidate
 from kernelevo.config import EvalConfig
-from kernelevo.evaluate.judge import Judge
+from kernelevo.evaluate.parent.judge import Judge
 from kernelevo.task import load_task
 from tests.conftest import ROOT
 

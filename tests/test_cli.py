@@ -60,7 +60,7 @@ def test_evolve_without_llm_or_kernel_seed_says_what_to_do(tmp_path):
 
 
 def test_compare_decides_only_above_noise():
-    from kernelevo.evaluate.compare import _decide
+    from kernelevo.evaluate.parent.compare import _decide
     from kernelevo.evaluate.verdict import TimingStats, verdict_for
 
     def timed(median_ms, iqr_ms):

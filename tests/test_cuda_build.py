@@ -86,7 +86,7 @@ def test_the_hook_passes_the_candidates_sources_as_written(tmp_path, monkeypatch
     from torch.utils import cpp_extension
 
     from kernelevo.evaluate.cuda.build import LoadInlineHook
-    from kernelevo.evaluate.guards import KernelSwitch
+    from kernelevo.evaluate.child.guards import KernelSwitch
 
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
     monkeypatch.setattr(cpp_extension, "load_inline", cpp_extension.load_inline)  # restored
@@ -113,7 +113,7 @@ def test_the_hook_names_each_build_by_its_key(tmp_path, monkeypatch):
     from torch.utils import cpp_extension
 
     from kernelevo.evaluate.cuda.build import LoadInlineHook
-    from kernelevo.evaluate.guards import KernelSwitch
+    from kernelevo.evaluate.child.guards import KernelSwitch
 
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
     monkeypatch.setattr(cpp_extension, "load_inline", cpp_extension.load_inline)  # restored
@@ -501,8 +501,8 @@ def test_shims_can_be_switched_off(tmp_path, monkeypatch):
 
 _LOAD_AGAIN = """
 import sys, time
+from kernelevo.evaluate.child.guards import KernelSwitch
 from kernelevo.evaluate.cuda.build import LoadInlineHook
-from kernelevo.evaluate.guards import KernelSwitch
 hook = LoadInlineHook(True, KernelSwitch())
 module = hook.load_inline(sys.argv[1], sys.argv[2], sys.argv[3] or None, [sys.argv[4]])
 print(hook.build_s)
@@ -532,7 +532,7 @@ def test_a_host_only_extension_builds_with_the_header_loads_cached_and_reports_e
     from torch.utils import cpp_extension
 
     from kernelevo.evaluate.cuda.build import LoadInlineHook
-    from kernelevo.evaluate.guards import KernelSwitch
+    from kernelevo.evaluate.child.guards import KernelSwitch
 
     times, extensions = tmp_path / "times.jsonl", tmp_path / "extensions"
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(extensions))
@@ -577,7 +577,7 @@ def test_a_candidate_built_through_the_stand_ins_runs_right_and_loads_from_the_c
     from torch.utils import cpp_extension
 
     from kernelevo.evaluate.cuda.build import LoadInlineHook
-    from kernelevo.evaluate.guards import KernelSwitch
+    from kernelevo.evaluate.child.guards import KernelSwitch
 
     times, extensions = tmp_path / "times.jsonl", tmp_path / "extensions"
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(extensions))
@@ -607,7 +607,7 @@ def _failing_hook(tmp_path, monkeypatch, message):
     from torch.utils import cpp_extension
 
     from kernelevo.evaluate.cuda.build import LoadInlineHook
-    from kernelevo.evaluate.guards import KernelSwitch
+    from kernelevo.evaluate.child.guards import KernelSwitch
 
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
     monkeypatch.setattr(cpp_extension, "load_inline", cpp_extension.load_inline)  # restored
@@ -801,7 +801,7 @@ def test_a_build_clears_a_mark_left_by_an_earlier_build_cut_short(tmp_path, monk
     from torch.utils import cpp_extension
 
     from kernelevo.evaluate.cuda.build import LoadInlineHook, build_key
-    from kernelevo.evaluate.guards import KernelSwitch
+    from kernelevo.evaluate.child.guards import KernelSwitch
 
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
     monkeypatch.setattr(cpp_extension, "load_inline", cpp_extension.load_inline)  # restored

@@ -22,9 +22,9 @@ import pytest
 from kernelevo.cache_dir import default_cache_dir
 from kernelevo.candidate import load_candidate
 from kernelevo.config import EvalConfig
+from kernelevo.evaluate.parent.judge import Judge
 from kernelevo.evaluate.sandbox import confine
 from kernelevo.evaluate.sandbox import namespaces
-from kernelevo.evaluate.judge import Judge
 from kernelevo.evaluate.sandbox.jobs import run_job
 from kernelevo.task import load_task
 from tests.conftest import ROOT

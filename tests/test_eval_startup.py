@@ -95,7 +95,7 @@ def test_eval_with_local_never_asks_for_a_service(monkeypatch):
 
     monkeypatch.setattr(client, "find_service", no_service)
     monkeypatch.setattr(jobs, "start_forkserver", lambda *args, **kwargs: None)
-    monkeypatch.setattr("kernelevo.evaluate.judge.Judge", Judged)
+    monkeypatch.setattr("kernelevo.evaluate.parent.judge.Judge", Judged)
     done = CliRunner().invoke(app, ["eval", "--local", str(TASK), str(CANDIDATE)],
                               env={"COLUMNS": "200", "NO_COLOR": "1"})
     assert "judged on the service" not in done.output and "passed" in done.output.lower(), \

@@ -13,7 +13,7 @@ import pytest
 from kernelevo.candidate import Candidate
 from kernelevo.config import EvalConfig, TimingConfig
 from kernelevo.evaluate.cuda.prebuild import prebuild_source
-from kernelevo.evaluate.judge import Judge, child_environment
+from kernelevo.evaluate.parent.judge import Judge, child_environment
 from kernelevo.task import load_task
 from tests.conftest import ROOT
 

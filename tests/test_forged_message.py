@@ -6,7 +6,7 @@ import json
 
 from kernelevo.candidate import Candidate
 from kernelevo.config import EvalConfig
-from kernelevo.evaluate.judge import Judge
+from kernelevo.evaluate.parent.judge import Judge
 from kernelevo.task import load_task
 from tests.conftest import ROOT
 

@@ -14,9 +14,9 @@ SOFTMAX = ROOT / "examples" / "softmax"
 WARMED_AHEAD = f"""
 import threading
 from kernelevo.config import EvalConfig
-from kernelevo.evaluate import decide
-from kernelevo.evaluate.gate import gate_for
-from kernelevo.evaluate.judge import Judge
+from kernelevo.evaluate.analysis import decide
+from kernelevo.evaluate.parent.gate import gate_for
+from kernelevo.evaluate.parent.judge import Judge
 from kernelevo.task import load_task
 
 calls, original = [], decide.warm_comparisons
@@ -59,9 +59,9 @@ import torch
 from torch.autograd.profiler import record_function
 from torch.profiler import ProfilerActivity, profile
 from kernelevo.config import EvalConfig
-from kernelevo.evaluate import inputs
-from kernelevo.evaluate.messages import WorkerJob
-from kernelevo.evaluate.baselines import warm_baselines
+from kernelevo.evaluate.child.baselines import warm_baselines
+from kernelevo.evaluate.shared import inputs
+from kernelevo.evaluate.shared.messages import WorkerJob
 
 class Window:  # the stretch without a GPU hold, marked for the profiler
     def __init__(self):
@@ -114,7 +114,7 @@ import multiprocessing, sys
 sys.path.insert(0, sys.argv[1])
 import probe_keys
 context = multiprocessing.get_context("forkserver")
-context.set_forkserver_preload(["kernelevo.evaluate.preload"])
+context.set_forkserver_preload(["kernelevo.evaluate.child.preload"])
 queue = context.Queue()
 child = context.Process(target=probe_keys.report, args=(queue,))
 child.start()

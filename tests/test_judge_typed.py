@@ -4,12 +4,12 @@ import typing
 from types import SimpleNamespace
 
 from kernelevo.config import EvalConfig, TimingConfig
-from kernelevo.evaluate import outcome
-from kernelevo.evaluate.judge import Judge
-from kernelevo.evaluate.messages import Timing
+from kernelevo.evaluate.parent import outcome
+from kernelevo.evaluate.parent.judge import Judge
 from kernelevo.evaluate.protocol import JudgeLike
 from kernelevo.evaluate.remote.client import ServiceJudge
 from kernelevo.evaluate.remote.cluster import ClusterJudge
+from kernelevo.evaluate.shared.messages import Timing
 from kernelevo.evaluate.verdict import Verdict, verdict_for
 from kernelevo.search.loop import Evolution
 

@@ -6,10 +6,11 @@ import pytest
 
 from kernelevo.config import TimingConfig
 from kernelevo.errors import MessageError
-from kernelevo.evaluate import messages
-from kernelevo.evaluate.messages import (ORACLE_KINDS, WORKER_KINDS, Abort, CheckedCandidate,
-                                         Failed, OracleDone, Progress, Ready, ReadyReply,
-                                         TimeThese, Timing, WorkerJob, decode, reply_to_ready)
+from kernelevo.evaluate.shared import messages
+from kernelevo.evaluate.shared.messages import (ORACLE_KINDS, WORKER_KINDS, Abort, CheckedCandidate,
+                                                Failed, OracleDone, Progress, Ready, ReadyReply,
+                                                TimeThese, Timing, WorkerJob, decode,
+                                                reply_to_ready)
 
 
 def _over_the_pipe(data: dict) -> dict:

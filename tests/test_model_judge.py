@@ -9,7 +9,7 @@ import pytest
 
 from kernelevo.candidate import Candidate, detect_backend, load_candidate
 from kernelevo.config import EvalConfig
-from kernelevo.evaluate.judge import Judge
+from kernelevo.evaluate.parent.judge import Judge
 from kernelevo.model.extract import extract, select_hot
 from kernelevo.model.profile import profile_model
 from kernelevo.task import load_task

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import tempfile
 
-from kernelevo.evaluate import ncu
+from kernelevo.evaluate.parent import ncu
 
 # The shape `ncu --csv --page raw` prints: names, units, then one row per launch.
 SAMPLE = "\n".join([

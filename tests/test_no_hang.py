@@ -151,7 +151,7 @@ def test_a_standby_whose_worker_died_waiting_is_dropped_and_the_next_candidate_j
 
     from kernelevo.candidate import load_candidate
     from kernelevo.config import EvalConfig
-    from kernelevo.evaluate.judge import Judge
+    from kernelevo.evaluate.parent.judge import Judge
     from kernelevo.task import load_task
 
     task = load_task(str(ROOT / "tests/fixtures/tasks/add.py"))

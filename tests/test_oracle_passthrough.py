@@ -6,8 +6,8 @@ import json
 
 import torch
 
-from kernelevo.evaluate import oracle
-from kernelevo.evaluate.messages import OracleJob
+from kernelevo.evaluate.child import oracle
+from kernelevo.evaluate.shared.messages import OracleJob
 
 
 def _job(sets: int) -> OracleJob:

@@ -2,9 +2,9 @@
 
 from kernelevo.candidate import Candidate, load_candidate
 from kernelevo.config import EvalConfig
-from kernelevo.evaluate.judge import Judge
-from kernelevo.evaluate.oom import in_units, requested_size
-from kernelevo.evaluate.outcome import WARM_UP, _crash_verdict, _decided
+from kernelevo.evaluate.analysis.oom import in_units, requested_size
+from kernelevo.evaluate.parent.judge import Judge
+from kernelevo.evaluate.parent.outcome import WARM_UP, _crash_verdict, _decided
 from kernelevo.evaluate.sandbox.jobs import JobResult
 from kernelevo.task import load_task
 from tests.conftest import ROOT

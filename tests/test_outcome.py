@@ -1,6 +1,6 @@
 """Verdict notes built from what the worker measured."""
 
-from kernelevo.evaluate.outcome import kernel_time_note
+from kernelevo.evaluate.parent.outcome import kernel_time_note
 
 
 def test_profiler_note_names_the_kernels_that_took_the_time_longest_first():
@@ -23,7 +23,7 @@ def test_profiler_note_counts_what_it_leaves_out():
 
 
 def test_a_profile_with_copies_only_recorded_no_kernel():
-    from kernelevo.evaluate.outcome import recorded_kernels
+    from kernelevo.evaluate.parent.outcome import recorded_kernels
 
     copies = {"kernels": {"Memcpy DtoH (Device -> Pageable)": {"us": 2.0, "own": False},
                           "Memset (Device)": {"us": 1.0, "own": False}}}
@@ -34,7 +34,7 @@ def test_a_profile_with_copies_only_recorded_no_kernel():
 
 
 def test_a_profile_proves_nothing_when_it_lost_the_counted_launches():
-    from kernelevo.evaluate.outcome import unrecorded_note
+    from kernelevo.evaluate.parent.outcome import unrecorded_note
 
     torch_only = {"own_us": 0.0, "profiled_calls": 3, "kernels": {
         "void at::native::vectorized_elementwise_kernel<4, FillFunctor<float>>": {

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from kernelevo.evaluate import preload_modules
+from kernelevo.evaluate.shared import preload_modules
 from tests.conftest import ROOT
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernelevo.evaluate.cost import element_flops, model_cost, task_cost
-from kernelevo.evaluate.roofline import peaks_for, roofline
+from kernelevo.evaluate.analysis.cost import element_flops, model_cost, task_cost
+from kernelevo.evaluate.analysis.roofline import peaks_for, roofline
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 F32 = 4

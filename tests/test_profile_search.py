@@ -7,7 +7,8 @@ import random
 
 from kernelevo.budget import Budget
 from kernelevo.candidate import Candidate
-from kernelevo.evaluate.profile import CALL_ANNOTATION, Cost, TraceEvent, breakdown, build_profile
+from kernelevo.evaluate.analysis.profile import (CALL_ANNOTATION, Cost, TraceEvent, breakdown,
+                                                 build_profile)
 from kernelevo.evaluate.verdict import TimingStats, verdict_for
 from kernelevo.llm import ClientConfig, ModelPool
 from kernelevo.propose.prompt import PROFILE_MAX_CHARS
@@ -112,7 +113,7 @@ def test_a_kernel_below_the_roofline_threshold_does_not_stop_the_search(tmp_path
 
 
 def test_inspirations_carry_the_diagnosis_and_a_cpu_profile_adds_no_section():
-    from kernelevo.evaluate.profile import NO_GPU_NOTE, Profile
+    from kernelevo.evaluate.analysis.profile import NO_GPU_NOTE, Profile
     from kernelevo.propose.prompt import Exemplar, PromptRequest, build_messages
 
     judge = ProfiledJudge(0.41)

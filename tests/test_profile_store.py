@@ -11,7 +11,7 @@ from rich.console import Console
 
 from kernelevo.candidate import Candidate
 from kernelevo.cli.profile import print_profile
-from kernelevo.evaluate.profile import NO_GPU_NOTE, Profile
+from kernelevo.evaluate.analysis.profile import NO_GPU_NOTE, Profile
 from kernelevo.evaluate.verdict import TimingStats, Verdict, verdict_for
 from kernelevo.run.as_json import run_json
 from kernelevo.store.run_store import RunStore

@@ -7,10 +7,10 @@ import json
 import pytest
 import torch
 
-from kernelevo.evaluate.profile import (CALL_ANNOTATION, NO_GPU_NOTE, Cost, Profile, TraceEvent,
-                                        breakdown, build_profile, diagnose,
-                                        events_from_chrome_trace, prompt_lines)
-from kernelevo.evaluate.profile_take import take_breakdown
+from kernelevo.evaluate.analysis.profile import (CALL_ANNOTATION, NO_GPU_NOTE, Cost, Profile,
+                                                 TraceEvent, breakdown, build_profile, diagnose,
+                                                 events_from_chrome_trace, prompt_lines)
+from kernelevo.evaluate.child.profile_take import take_breakdown
 
 
 def _call(start: float, duration: float) -> TraceEvent:
@@ -104,7 +104,7 @@ def test_profile_round_trips_through_json():
 def test_attach_profiles_adds_each_candidates_profile_to_its_share():
     import types
 
-    from kernelevo.evaluate.profile_take import attach_profiles
+    from kernelevo.evaluate.child.profile_take import attach_profiles
     from kernelevo.evaluate.verdict import TimingStats
 
     task = types.ModuleType("relu_task")

@@ -26,7 +26,7 @@ def test_secret_values_and_the_service_token_are_redacted_everywhere(tmp_path):
 
 def _fail_in_candidate(folder):
     """Import, as the worker does, a candidate that raises at import; the exception."""
-    from kernelevo.evaluate.inputs import import_source
+    from kernelevo.evaluate.shared.inputs import import_source
 
     source = ("def forward(x):\n    return helper(x)\n\n\ndef helper(x):\n"
               "    raise ValueError('bad ' + x)\n\n\nforward('shape')\n")
@@ -41,7 +41,7 @@ def test_a_traceback_keeps_the_candidates_lines_and_drops_the_judges(tmp_path):
     assert 'File "kernelevo_candidate_0.py", line 2, in forward' in text
     assert "    return helper(x)" in text and "    raise ValueError('bad ' + x)" in text
     assert text.endswith("ValueError: bad shape")
-    assert "evaluate/inputs.py" not in text and str(tmp_path) not in text
+    assert "evaluate/shared/inputs.py" not in text and str(tmp_path) not in text
 
 
 def test_library_frames_keep_their_place_but_not_their_source():

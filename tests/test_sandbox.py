@@ -95,7 +95,7 @@ import sys
 sys.path.insert(0, {src!r})
 from kernelevo.candidate import load_candidate
 from kernelevo.config import EvalConfig
-from kernelevo.evaluate.judge import Judge
+from kernelevo.evaluate.parent.judge import Judge
 from kernelevo.task import load_task
 judge = Judge(load_task({task!r}), EvalConfig(timeout_s=600))
 judge.evaluate(load_candidate({candidate!r}))

@@ -43,7 +43,7 @@ print(json.dumps({"messages": result.messages, "exit": result.exit_code,
                   "log": result.log_tail}))
 '''
 
-LATE = ("kernelevo.evaluate.roofline", "torch.utils.serialization")
+LATE = ("kernelevo.evaluate.analysis.roofline", "torch.utils.serialization")
 
 
 @pytest.mark.skipif(sys.prefix == sys.base_prefix, reason="needs the tests to run in a venv")
@@ -66,7 +66,7 @@ def test_a_child_imports_late_from_a_linked_venv_and_a_linked_checkout_under_tmp
     assert message["executable"] == str(python)
     found = message["found"]
     late_kernelevo, late_torch = (found[name] for name in LATE)
-    assert late_kernelevo == [False, str(tmp_path / "linked/kernelevo/evaluate/roofline.py")]
+    assert late_kernelevo == [False, str(tmp_path / "linked/kernelevo/evaluate/analysis/roofline.py")]
     assert late_torch[0] is False
     assert late_torch[1].startswith(str(tmp_path / "venv/lib/")), late_torch
     assert result["exit"] == 0, result["log"]

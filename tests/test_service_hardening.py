@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from kernelevo.errors import ConfigError
-from kernelevo.evaluate.gate import GateAbandoned, GpuGate
+from kernelevo.evaluate.parent.gate import GateAbandoned, GpuGate
 from kernelevo.evaluate.protocol import JudgeJob
 from tests.conftest import ROOT
 

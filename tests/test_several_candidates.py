@@ -2,7 +2,7 @@
 
 from kernelevo.candidate import Candidate, load_candidate
 from kernelevo.config import EvalConfig
-from kernelevo.evaluate.judge import Judge
+from kernelevo.evaluate.parent.judge import Judge
 from kernelevo.task import load_task
 from tests.conftest import ROOT
 

@@ -7,7 +7,7 @@ import torch
 
 from kernelevo.candidate import Candidate
 from kernelevo.config import EvalConfig, TimingConfig
-from kernelevo.evaluate.judge import Judge
+from kernelevo.evaluate.parent.judge import Judge
 from kernelevo.evaluate.verdict import SPECIALISED_FLAG
 from kernelevo.export_guard import GUARD_SOURCE
 from kernelevo.task import task_from_source
@@ -134,7 +134,7 @@ def test_the_re_check_started_beside_the_evaluation_judges_the_same():
     evaluation and is used for the re-check; dropped when nothing passed."""
     import time
 
-    from kernelevo.evaluate import session as session_module
+    from kernelevo.evaluate.parent import session as session_module
 
     judge = _judge("cpu")
     judge.vary_beside = True
@@ -175,8 +175,8 @@ def test_a_judge_with_standby_keeps_the_re_check_s_session_warm_too():
     are the ones a cold re-check gives. Closing the judge ends both standbys."""
     import time
 
-    from kernelevo.evaluate import other_sizes
-    from kernelevo.evaluate import session as session_module
+    from kernelevo.evaluate.parent import other_sizes
+    from kernelevo.evaluate.parent import session as session_module
 
     judge = Judge(task_from_source(TASK, name="axpy"),
                   EvalConfig(device="cpu", shrink_on_cpu=False, timeout_s=60.0,
@@ -243,7 +243,7 @@ def test_memory_that_ran_out_beside_the_evaluation_gets_the_re_check_run_alone(m
     """Two sessions at once hold twice the GPU memory: a re-check beside the
     evaluation that ran out of it is no finding about other sizes, and is run
     again alone (a kernel right there then passes, not `shape_specialised`)."""
-    from kernelevo.evaluate.other_sizes import Recheck
+    from kernelevo.evaluate.parent.other_sizes import Recheck
     from kernelevo.evaluate.verdict import verdict_for
 
     judge = _judge("cpu")

@@ -6,11 +6,11 @@ import os
 
 import pytest
 
-from kernelevo.evaluate.compare import _decide
-from kernelevo.evaluate.cores import on_timing_core, timing_core, visible_gpu_ordinal
-from kernelevo.evaluate.timing import RANGE_FLOOR, speedup_range
+from kernelevo.evaluate.child.cores import on_timing_core, timing_core, visible_gpu_ordinal
+from kernelevo.evaluate.child.timing import RANGE_FLOOR, speedup_range
+from kernelevo.evaluate.child.worker_timing import speedup_ranges
+from kernelevo.evaluate.parent.compare import _decide
 from kernelevo.evaluate.verdict import TimingStats, Verdict
-from kernelevo.evaluate.worker_timing import speedup_ranges
 
 
 def stats(median: float, iqr: float = 0.0) -> TimingStats:
@@ -91,7 +91,7 @@ def test_timing_runs_on_one_core_and_returns_to_where_it_ran() -> None:
 def test_the_compile_baseline_calls_the_task_on_every_set_inside_one_compiled_model() -> None:
     import torch
 
-    from kernelevo.evaluate.baselines import CompiledInAModel, InAModel, model_calls
+    from kernelevo.evaluate.child.baselines import CompiledInAModel, InAModel, model_calls
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU())

@@ -158,7 +158,7 @@ def test_a_suite_hands_its_gpu_models_store_to_every_judge_and_rows_say_where_ti
         bench, monkeypatch):
     """The runner's store path, with a stand-in judge that uses the store as the GPU judge
     does (its first worker times the baselines and stores them; later ones read them)."""
-    import kernelevo.evaluate.judge as judge_module
+    import kernelevo.evaluate.parent.judge as judge_module
     from kernelevo.config import EvalConfig
     from kernelevo.suite import SuitePlan, run_suite
     from kernelevo.suite import runner
@@ -256,7 +256,7 @@ def test_tasks_are_judged_side_by_side_one_per_gpu(bench, monkeypatch):
     """--gpus 0,1: two judges at once, never two on one GPU (a stand-in judge records it)."""
     import threading
 
-    import kernelevo.evaluate.judge as judge_module
+    import kernelevo.evaluate.parent.judge as judge_module
     from kernelevo.config import EvalConfig
     from kernelevo.suite import SuitePlan, run_suite
 
@@ -293,7 +293,7 @@ def test_lanes_judge_several_tasks_at_once_on_one_gpu_with_standby_judges(bench,
     """On a GPU, --lanes tasks share it at once, each judge keeping its next session warm."""
     import threading
 
-    import kernelevo.evaluate.judge as judge_module
+    import kernelevo.evaluate.parent.judge as judge_module
     from kernelevo.config import EvalConfig
     from kernelevo.suite import SuitePlan, run_suite
 
@@ -349,7 +349,7 @@ def test_a_lane_warms_its_next_task_before_its_current_task_s_last_solution(benc
                                                                           monkeypatch):
     """One lane, two tasks: the second task's first session starts (Judge.warm_up)
     before the first task's last solution is judged, and is the one it uses."""
-    import kernelevo.evaluate.judge as judge_module
+    import kernelevo.evaluate.parent.judge as judge_module
     from kernelevo.config import EvalConfig
     from kernelevo.suite import SuitePlan, run_suite
 
@@ -396,7 +396,7 @@ def test_gpus_that_are_not_visible_are_refused(bench):
 
 def test_a_suite_row_without_timings_says_no_baseline_was_measured(bench, monkeypatch):
     """A CPU run times nothing: its rows must not claim measured baselines."""
-    import kernelevo.evaluate.judge as judge_module
+    import kernelevo.evaluate.parent.judge as judge_module
     from kernelevo.config import EvalConfig
     from kernelevo.evaluate.verdict import Verdict
     from kernelevo.suite import SuitePlan, run_suite
@@ -457,7 +457,7 @@ def test_a_source_built_ahead_starts_no_second_build_process(monkeypatch, tmp_pa
     judge finds the source built (or refused) and starts no job for it."""
     from kernelevo.config import EvalConfig
     from kernelevo.evaluate.cuda import prebuild as prebuild_module
-    from kernelevo.evaluate.messages import PrebuildDone
+    from kernelevo.evaluate.shared.messages import PrebuildDone
     from kernelevo.evaluate.sandbox.jobs import JobResult
 
     jobs = []
@@ -487,7 +487,7 @@ def test_a_source_built_ahead_starts_no_second_build_process(monkeypatch, tmp_pa
 
 def answer_then_finish_a_header(payload, channel):
     """A prebuild's child whose build is done at once and whose header takes 4 s more."""
-    from kernelevo.evaluate.messages import PrebuildDone, PrebuildJob, Sender
+    from kernelevo.evaluate.shared.messages import PrebuildDone, PrebuildJob, Sender
 
     Sender(channel).send(PrebuildDone(True, 1.5, 1.6))
     time.sleep(4)
@@ -558,7 +558,7 @@ def test_builds_ahead_go_to_the_judge_s_cache_before_any_judge_exists(monkeypatc
     judge made later must find them there by the same key."""
     from kernelevo.config import EvalConfig
     from kernelevo.evaluate.cuda import prebuild as prebuild_module
-    from kernelevo.evaluate.messages import PrebuildDone
+    from kernelevo.evaluate.shared.messages import PrebuildDone
     from kernelevo.evaluate.sandbox.jobs import JobResult
 
     jobs = []

@@ -14,7 +14,7 @@ import pytest
 
 from kernelevo.config import EvalConfig
 from kernelevo.errors import TaskError
-from kernelevo.evaluate.outcome import WARM_UP, _decided
+from kernelevo.evaluate.parent.outcome import WARM_UP, _decided
 from kernelevo.evaluate.sandbox.jobs import JobResult
 from kernelevo.evaluate.verdict import Verdict, verdict_for
 from kernelevo.suite.alone import GpuRoom, out_of_memory_in, worth_running_alone
@@ -117,7 +117,7 @@ class SharedGpu:
 def stand_in_judges(monkeypatch, gpu, behave):
     """Judges that run `behave(judge, gpu)` for each evaluation, on a GPU as far as the
     suite can tell."""
-    import kernelevo.evaluate.judge as judge_module
+    import kernelevo.evaluate.parent.judge as judge_module
 
     class StandInJudge:
         def __init__(self, task, config, gpu_index=None, standby=False, baseline_store=None):

@@ -8,7 +8,7 @@ import pytest
 from kernelevo.candidate import Candidate
 from kernelevo.config import EvalConfig
 from kernelevo.errors import TaskError
-from kernelevo.evaluate.judge import Judge
+from kernelevo.evaluate.parent.judge import Judge
 from kernelevo.task import (find_constants, load_task, perturb_sizes, replace_constants,
                             shrink_sizes, task_from_source)
 from tests.conftest import ROOT, write
@@ -114,7 +114,7 @@ def test_a_file_named_task_takes_its_folders_name():
 def test_input_sets_are_made_once_per_process_and_kept_unless_large(tmp_path, monkeypatch):
     import torch
 
-    from kernelevo.evaluate import inputs as task_inputs
+    from kernelevo.evaluate.shared import inputs as task_inputs
 
     source = (ROOT / "examples" / "softmax" / "task.py").read_text()
     module = task_inputs.import_source(source, "kept_inputs_task", tmp_path)

@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kernelevo.evaluate import worker_timing
-from kernelevo.evaluate.tolerance import compare_tensor
-from kernelevo.evaluate.worker_timing import _consistency, _identical
+from kernelevo.evaluate.analysis.tolerance import compare_tensor
+from kernelevo.evaluate.child import worker_timing
+from kernelevo.evaluate.child.worker_timing import _consistency, _identical
 
 TOLERANCES = [[1e-4, 1e-4]]
 
@@ -90,7 +90,7 @@ def _task_module(tmp_path, name: str, source: str):
 
 def test_tf32_tolerance_applies_to_convolution_tasks_only(tmp_path) -> None:
     """cuDNN's TF32 moves only convolutions: other tasks keep their strict re-check."""
-    from kernelevo.evaluate.worker_timing import uses_convolution
+    from kernelevo.evaluate.child.worker_timing import uses_convolution
 
     gemm = _task_module(tmp_path, "gemm_task", (
         "import torch\nclass Model(torch.nn.Module):\n"

@@ -4,7 +4,7 @@ import pytest
 
 from kernelevo.candidate import load_candidate
 from kernelevo.config import EvalConfig, TimingConfig
-from kernelevo.evaluate.judge import Judge
+from kernelevo.evaluate.parent.judge import Judge
 from kernelevo.task import load_task
 from tests.conftest import ROOT
 
@@ -59,7 +59,7 @@ def test_large_kernels_agree_across_gpu_and_call_time():
 def test_times_count_the_tasks_own_sets_and_a_value_dependent_one_is_named():
     import torch
 
-    from kernelevo.evaluate.timing import time_contestants
+    from kernelevo.evaluate.child.timing import time_contestants
 
     def steady(x):
         x.abs().max().item()
@@ -104,7 +104,7 @@ def test_a_contestant_of_several_calls_an_invocation_is_timed_per_call():
     """The compile baseline's way: one invocation, four calls of the task, a quarter of its time."""
     import torch
 
-    from kernelevo.evaluate.timing import time_contestants
+    from kernelevo.evaluate.child.timing import time_contestants
 
     x = torch.randn(4096, 4096, device="cuda")
     sets = [[x], [x.clone()]]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from kernelevo.evaluate.timing import _Rotation, stress_note
+from kernelevo.evaluate.child.timing import _Rotation, stress_note
 
 
 def test_every_set_rotates_but_only_the_counted_ones_make_the_statistics():

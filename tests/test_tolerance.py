@@ -1,7 +1,7 @@
 import torch
 
 from kernelevo.config import EvalConfig, tolerances
-from kernelevo.evaluate.tolerance import compare_tensor
+from kernelevo.evaluate.analysis.tolerance import compare_tensor
 
 
 def test_identical_passes_with_zero_error():

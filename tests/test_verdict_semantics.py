@@ -8,9 +8,10 @@ import torch
 from kernelevo.config import EvalConfig, TimingConfig
 from kernelevo.config_file import load_eval_config
 from kernelevo.errors import ConfigError
-from kernelevo.evaluate import decide, outcome
-from kernelevo.evaluate.inputs import describe_stress, is_discrete, stress_tensor
-from kernelevo.evaluate.judge import Judge
+from kernelevo.evaluate.analysis import decide
+from kernelevo.evaluate.parent import outcome
+from kernelevo.evaluate.parent.judge import Judge
+from kernelevo.evaluate.shared.inputs import describe_stress, is_discrete, stress_tensor
 from kernelevo.evaluate.verdict import (NO_CUSTOM_KERNEL_FLAG, TimingStats, Verdict, speedup,
                                         verdict_for)
 from kernelevo.task import load_task
@@ -84,7 +85,7 @@ def get_inputs():
 def get_init_inputs():
     return []
 """)
-    from kernelevo.evaluate.inputs import import_source, make_inputs
+    from kernelevo.evaluate.shared.inputs import import_source, make_inputs
 
     module = import_source(task.read_text(), "kernelevo_test_mixed", tmp_path)
     plain = make_inputs(module, 7, "cpu", torch.float32)
@@ -312,9 +313,9 @@ def test_a_stress_set_backs_off_where_the_reference_itself_is_not_sure(tmp_path,
     reach ~1e5: their float32 rounding moves the reference's own answer beyond
     the tolerance (its float64 answer says so), and an honest kernel rounding
     otherwise was failed; the set backs off to a scale where the reference is sure."""
-    from kernelevo.evaluate import inputs as task_inputs
-    from kernelevo.evaluate.messages import OracleJob
-    from kernelevo.evaluate.oracle import _run_in_domain
+    from kernelevo.evaluate.shared import inputs as task_inputs
+    from kernelevo.evaluate.shared.messages import OracleJob
+    from kernelevo.evaluate.child.oracle import _run_in_domain
 
     module = task_inputs.import_source(source, f"stress_{kept:g}".replace(".", "_"), tmp_path)
     model = task_inputs.build_model(module.Model, [], "cpu", torch.float32)

@@ -10,12 +10,12 @@ import pytest
 from kernelevo.candidate import load_candidate
 from kernelevo.config import EvalConfig
 from kernelevo.errors import ConfigError, EnvironmentProblem
-from kernelevo.evaluate.sandbox import jobs as sandbox
-from kernelevo.evaluate.gate import GpuGate, Hold, gate_for
-from kernelevo.evaluate.judge import Judge
+from kernelevo.evaluate.parent.gate import GpuGate, Hold, gate_for
+from kernelevo.evaluate.parent.judge import Judge
 from kernelevo.evaluate.protocol import JudgeJob, JudgeLike
-from kernelevo.evaluate.remote.service import Service, ServiceSettings
 from kernelevo.evaluate.remote.client import ServiceJudge, find_service, request
+from kernelevo.evaluate.remote.service import Service, ServiceSettings
+from kernelevo.evaluate.sandbox import jobs as sandbox
 from kernelevo.task import load_task
 from tests.conftest import ROOT
 
@@ -93,7 +93,7 @@ def test_a_timing_that_ends_a_verdict_goes_before_a_warm_up_s_baseline_timing():
 def test_a_session_names_the_holders_its_timing_waited_for_by_their_relation_to_it():
     from types import SimpleNamespace
 
-    from kernelevo.evaluate.session import Session
+    from kernelevo.evaluate.parent.session import Session
 
     waited = Session._waited_on(SimpleNamespace(number=4), {
         "4:task:oracle": 0.2, "5:recheck:worker": 0.5, "5:recheck:oracle": 0.1,
@@ -109,9 +109,9 @@ def test_the_baselines_warm_up_gives_the_gpu_up_before_torch_compile_is_set_up(
     set-up (imports, its backend) is CPU work and runs after the hold is given up."""
     import torch
 
-    from kernelevo.evaluate import inputs
-    from kernelevo.evaluate.messages import WorkerJob
-    from kernelevo.evaluate.baselines import warm_baselines
+    from kernelevo.evaluate.shared import inputs
+    from kernelevo.evaluate.shared.messages import WorkerJob
+    from kernelevo.evaluate.child.baselines import warm_baselines
 
     order = []
 
@@ -215,7 +215,7 @@ def test_a_first_evaluation_starts_its_standby_before_it_ends(monkeypatch, after
 def test_the_worker_goes_on_while_the_oracle_exits_and_the_judge_checks_trivial_answers(
         monkeypatch):
     """The reference is handed on as the oracle's last message comes, not after both."""
-    from kernelevo.evaluate import oracle_run
+    from kernelevo.evaluate.parent import oracle_run
 
     task, candidate = _softmax()
     worker_went_on = threading.Event()
@@ -242,7 +242,7 @@ def test_a_standby_runs_no_kernels_until_the_evaluation_beside_it_has_timed():
     """
     from types import SimpleNamespace
 
-    from kernelevo.evaluate.session import Session
+    from kernelevo.evaluate.parent.session import Session
 
     task, candidate = _softmax()
     judge = Judge(task, EvalConfig())
@@ -280,8 +280,8 @@ def test_a_warm_up_compiles_without_the_gpu_and_a_candidate_cannot_drop_the_hold
     candidate's code runs then)."""
     from types import SimpleNamespace
 
-    from kernelevo.evaluate.messages import CpuWork, Gpu, Ready
-    from kernelevo.evaluate.session import Session
+    from kernelevo.evaluate.shared.messages import CpuWork, Gpu, Ready
+    from kernelevo.evaluate.parent.session import Session
 
     task, _ = _softmax()
     judge = Judge(task, EvalConfig())

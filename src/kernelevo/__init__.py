@@ -40,7 +40,7 @@ class _EvaluatePackage(types.ModuleType):
 
     Python binds `kernelevo.evaluate` to the subpackage as soon as any module
     in it is imported, so a plain function of that name would be replaced;
-    the package forwards calls instead, and `kernelevo.evaluate.judge` and
+    the package forwards calls instead, and `kernelevo.evaluate.parent.judge` and
     the like stay reachable.
     """
 

@@ -29,7 +29,7 @@ from kernelevo.errors import CandidateError, ConfigError
 from kernelevo.task import Task, load_task, task_from_source
 
 if TYPE_CHECKING:
-    from kernelevo.evaluate.compare import ComparisonResult
+    from kernelevo.evaluate.parent.compare import ComparisonResult
     from kernelevo.evaluate.verdict import Verdict
     from kernelevo.model.apply import Applied
     from kernelevo.run.driver import EvolveResult
@@ -53,7 +53,7 @@ def evaluate(task: TaskLike, candidate: CandidateLike, *, backend: str | None = 
     `task` is a file, a `kernelbench:level1/19` reference, source text or a
     Task; `candidate` a file, source text or a Candidate.
     """
-    from kernelevo.evaluate.judge import Judge
+    from kernelevo.evaluate.parent.judge import Judge
 
     config = _eval_config(config_file, settings)
     judge = Judge(as_task(task, kernelbench_dir), config, progress=progress)
@@ -64,7 +64,7 @@ def compare(task: TaskLike, first: CandidateLike, second: CandidateLike, *,
             kernelbench_dir: str | None = None, config_file: str | None = None,
             progress: Progress | None = None, **settings: Any) -> ComparisonResult:
     """Judge two candidates alike, timed interleaved; `faster` is set only above noise."""
-    from kernelevo.evaluate.compare import compare_candidates
+    from kernelevo.evaluate.parent.compare import compare_candidates
 
     config = _eval_config(config_file, settings)
     return compare_candidates(as_task(task, kernelbench_dir), as_candidate(first),

@@ -125,7 +125,7 @@ def _judge(task: Any, config: Any, progress: Any, service: Any) -> Any:
         from kernelevo.evaluate.remote.client import ServiceJudge
 
         return ServiceJudge(service, task, config, progress)
-    from kernelevo.evaluate.judge import Judge
+    from kernelevo.evaluate.parent.judge import Judge
 
     return Judge(task, config, progress=progress)
 
@@ -199,7 +199,7 @@ def compare_command(
 ) -> None:
     """Judge two candidates under the same protocol, timed interleaved, and say which is faster."""
     from kernelevo.candidate import load_candidate
-    from kernelevo.evaluate.compare import compare_candidates
+    from kernelevo.evaluate.parent.compare import compare_candidates
     from kernelevo.render import distinct_names, print_comparison
     from kernelevo.task import load_task
 

@@ -22,8 +22,8 @@ from kernelevo.cli.options import (CONFIG_OPTION, KERNELBENCH_OPTION, PRECISION_
                                    TASK_ARGUMENT, Precision, choice_value, console,
                                    eval_overrides, eval_settings, fail, out)
 from kernelevo.errors import ConfigError, KernelEvoError
+from kernelevo.evaluate.analysis.profile import Profile, pct, table_lines
 from kernelevo.paths import check_file
-from kernelevo.evaluate.profile import Profile, pct, table_lines
 
 NCU_TOP_KERNELS = 3
 EVAL_TABLE_ROWS = 5
@@ -66,7 +66,7 @@ def profile_command(
     import shutil
 
     from kernelevo.candidate import load_candidate
-    from kernelevo.evaluate.judge import Judge
+    from kernelevo.evaluate.parent.judge import Judge
     from kernelevo.task import load_task
 
     try:
@@ -109,7 +109,7 @@ def _check_ncu_path(ncu_path: str) -> None:
 
 def _with_ncu(profile: Profile, task_path: str, candidate_path: str, precision: str,
               ncu_path: str | None) -> Profile:
-    from kernelevo.evaluate.ncu import measure
+    from kernelevo.evaluate.parent.ncu import measure
 
     kernels = profile.breakdown.kernels if profile.breakdown else ()
     names = [row.name for row in kernels[:NCU_TOP_KERNELS]]

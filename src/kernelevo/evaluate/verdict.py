@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from kernelevo.evaluate.profile import Profile
+from kernelevo.evaluate.analysis.profile import Profile
 
 STATUSES = (
     "ok",

@@ -25,7 +25,7 @@ import torch
 
 from kernelevo.config import tolerances
 from kernelevo.errors import CandidateError, EnvironmentProblem
-from kernelevo.evaluate.tolerance import compare_tensor
+from kernelevo.evaluate.analysis.tolerance import compare_tensor
 from kernelevo.model.extract import draw_input, read_manifest, spec_from_dict
 from kernelevo.model.profile import InputSpec
 from kernelevo.model.swap import Swap, gradients, module_tensors, patched_forward, register, \

@@ -1,6 +1,6 @@
 """End to end: the patched model against the original, outputs and time.
 
-Outputs are compared with the judge's tolerance (evaluate/tolerance.py) on
+Outputs are compared with the judge's tolerance (evaluate/analysis/tolerance.py) on
 fresh inputs drawn like the example inputs. Times are a verdict's call time
 (host time per call in a loop of calls, synchronised at the ends, launch
 overhead included), samples interleaved round by round, median and IQR, in
@@ -17,8 +17,8 @@ from typing import Any, Callable
 import torch
 
 from kernelevo.config import tolerances
-from kernelevo.evaluate.timing import summarize
-from kernelevo.evaluate.tolerance import compare_tensor
+from kernelevo.evaluate.analysis.tolerance import compare_tensor
+from kernelevo.evaluate.child.timing import summarize
 from kernelevo.evaluate.verdict import TimingStats
 from kernelevo.model.extract import draw_input
 from kernelevo.model.profile import input_spec

@@ -20,7 +20,7 @@ import jinja2
 from kernelevo.candidate import BACKEND_REGISTRY
 from kernelevo.config import PRECISIONS, tolerances
 from kernelevo.errors import ConfigError
-from kernelevo.evaluate.profile import Profile, prompt_lines, summary_line
+from kernelevo.evaluate.analysis.profile import Profile, prompt_lines, summary_line
 from kernelevo.evaluate.verdict import (REASONS, ErrorMetrics, TimingStats, Verdict,
                                         workload_measure)
 

@@ -174,7 +174,7 @@ def make_judges(task: Task, eval_config: EvalConfig, gpus: str | None,
         return cluster_judges(task, eval_config, search, gpus)
     import torch
 
-    from kernelevo.evaluate.judge import Judge
+    from kernelevo.evaluate.parent.judge import Judge
 
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     indexes = select_gpus("all" if gpus is None else gpus, count)

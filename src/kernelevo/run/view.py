@@ -289,7 +289,7 @@ def _no_best_to_export(run_id: str, ranking: Ranking, words: Wording = CLI_WORDS
 
 
 def _recheck(info: RunInfo, stored: StoredCandidate, progress: Callable[[str], None] | None):
-    from kernelevo.evaluate.judge import Judge  # here, so `runs` and `show` need no torch
+    from kernelevo.evaluate.parent.judge import Judge  # here, so `runs` and `show` need no torch
 
     task = task_from_source(info.task_source, name=info.task_name)
     judge = Judge(task, eval_config_from_run(info.config), progress=progress)

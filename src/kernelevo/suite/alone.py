@@ -19,8 +19,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from kernelevo.evaluate.oom import requested_size, said_in
-from kernelevo.evaluate.outcome import WARM_UP
+from kernelevo.evaluate.analysis.oom import requested_size, said_in
+from kernelevo.evaluate.parent.outcome import WARM_UP
 
 # The size a message says was asked for, in its units: "Tried to allocate 36.38 GiB".
 _SIZE = re.compile(r"(\d+(?:\.\d+)?) ?([KMGTP]i?B|bytes)")

@@ -17,7 +17,7 @@ from typing import Any, Callable
 from kernelevo.candidate import load_candidate
 from kernelevo.config import EvalConfig
 from kernelevo.errors import CandidateError, KernelEvoError, TaskError
-from kernelevo.evaluate.baseline_store import BaselineStore
+from kernelevo.evaluate.parent.baseline_store import BaselineStore
 from kernelevo.suite.alone import GpuRoom, OutOfMemory, out_of_memory_in, row_message, \
     worth_running_alone
 from kernelevo.suite.metrics import BASELINES
@@ -54,7 +54,7 @@ class TaskLane:
         context.room.add_judge(self.judge)
 
     def _judge(self) -> Any:
-        from kernelevo.evaluate.judge import Judge
+        from kernelevo.evaluate.parent.judge import Judge
 
         return Judge(self.loaded, self.context.config, gpu_index=self.context.gpu_index,
                      standby=True, baseline_store=self.context.store)

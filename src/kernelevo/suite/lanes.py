@@ -3,7 +3,7 @@
 Each lane judges one task at a time with a judge that keeps its next oracle
 and worker started (standby), so every solution after a task's first finds
 them warm (suite/lane_judge.py). Lanes of one GPU share it as
-evaluate/gate.py allows: checks side by side, timing phases one at a time;
+evaluate/parent/gate.py allows: checks side by side, timing phases one at a time;
 and they share its memory: a lane takes the next task that fits beside the
 others (suite/schedule.py), and a solution that runs out of memory beside
 them is judged again alone (suite/alone.py). Tasks come quickest first.
@@ -15,7 +15,7 @@ last solution, so no later task's first candidate waits for processes to
 start or for baselines to compile; before it, those sessions would only
 slow the first verdicts down. Baselines are timed once per task, by the
 task's first worker before any solution loads, and kept in the store on
-disk for the next suite (evaluate/baseline_store.py); each solution is
+disk for the next suite (evaluate/parent/baseline_store.py); each solution is
 timed beside a brief drift probe of them.
 """
 
@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterator
 from kernelevo.candidate import load_candidate
 from kernelevo.config import EvalConfig
 from kernelevo.errors import KernelEvoError
-from kernelevo.evaluate.baseline_store import BaselineStore
+from kernelevo.evaluate.parent.baseline_store import BaselineStore
 from kernelevo.suite.alone import GpuRoom
 from kernelevo.suite.footprint import measure_footprint
 from kernelevo.suite.lane_judge import LaneContext, MakeRow, Row, TaskLane

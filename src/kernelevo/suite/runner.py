@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator
 
 from kernelevo.config import EvalConfig
 from kernelevo.errors import KernelEvoError, TaskError
-from kernelevo.evaluate.baseline_store import BaselineStore, gpu_model
+from kernelevo.evaluate.parent.baseline_store import BaselineStore, gpu_model
 from kernelevo.suite.eta import Eta
 from kernelevo.suite.evolve import SearchBudget, evolve_task
 from kernelevo.suite.metrics import SuiteResult, best_of, summarize
@@ -121,7 +121,7 @@ def _pending(plan: SuitePlan, tasks: list[SuiteTask], solutions: dict[str, list[
 def _lanes(plan: SuitePlan) -> tuple[str, int]:
     """(device, lanes per GPU): --lanes, else as many as the cores and the free memory
     hold on a GPU; one on the CPU unless asked (it has no GPU to keep busy)."""
-    from kernelevo.evaluate.judge import resolve_device
+    from kernelevo.evaluate.parent.judge import resolve_device
     from kernelevo.suite.lanes import default_lanes
     from kernelevo.suite.schedule import gpu_memory, lanes_for_memory
 
@@ -137,7 +137,7 @@ def _judge_jobs(plan: SuitePlan, jobs: list[tuple[SuiteTask, list[Solution]]],
                 store: BaselineStore | None, gpu: str | None, lanes: tuple[str, int],
                 record: LaneRecord) -> Iterator[dict[str, Any]]:
     """Rows as solutions are judged, on `lanes` per GPU, CUDA builds ahead."""
-    from kernelevo.evaluate.judge import child_environment
+    from kernelevo.evaluate.parent.judge import child_environment
     from kernelevo.suite.lanes import BuildsAhead, build_workers, judge_on_lanes
     from kernelevo.suite.schedule import gpu_memory
 

@@ -18,7 +18,7 @@ from kernelevo.task import SIZE_CONSTANT_MIN, Task
 
 def meta_module(task: Task) -> Any:
     """The task's module imported for runs on the meta device (a copy of its own)."""
-    from kernelevo.evaluate.inputs import import_source
+    from kernelevo.evaluate.shared.inputs import import_source
 
     folder = Path(tempfile.gettempdir()) / "kernelevo-meta"
     folder.mkdir(exist_ok=True)

@@ -19,12 +19,12 @@ from typing import Any
 import torch
 
 from kernelevo.config import EvalConfig
-from kernelevo.evaluate import guards
+from kernelevo.evaluate.child import guards
+from kernelevo.evaluate.child.worker import Failure, load_candidate_module
 from kernelevo.evaluate.cuda.build import LoadInlineHook
-from kernelevo.evaluate.messages import CompileChecked, PrebuildJob, Sender
 from kernelevo.evaluate.sandbox.jobs import Channel, run_job
+from kernelevo.evaluate.shared.messages import CompileChecked, PrebuildJob, Sender
 from kernelevo.evaluate.verdict import Verdict, verdict_for
-from kernelevo.evaluate.worker import Failure, load_candidate_module
 
 
 def compile_check(source: str, config: EvalConfig) -> Verdict | None:

@@ -19,9 +19,9 @@ from typing import Any
 
 from kernelevo.cache_dir import cache_key, default_cache_dir
 from kernelevo.config import EvalConfig
-from kernelevo.evaluate.messages import PrebuildDone, PrebuildJob
+from kernelevo.evaluate.child.worker import cache_environment, run_prebuild
 from kernelevo.evaluate.sandbox.jobs import JobResult, run_job
-from kernelevo.evaluate.worker import cache_environment, run_prebuild
+from kernelevo.evaluate.shared.messages import PrebuildDone, PrebuildJob
 
 # Sources this process has prebuilt (built, or refused by the compiler), by
 # source and build environment: a suite builds its CUDA solutions ahead, and

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 try:  # imported as part of the package
-    from kernelevo.evaluate.cuda.shims_shared import (HEADER, SIBLING_FAILED, compile_in_build, record)
+    from kernelevo.evaluate.cuda.shims_shared import (HEADER, SIBLING_FAILED, compile_in_build,
+                                                      record)
 except ImportError:  # run as the stand-in script (python -S -E shims.py): its folder leads sys.path
     from shims_shared import (HEADER, SIBLING_FAILED, compile_in_build, record)  # type: ignore[no-redef]
 

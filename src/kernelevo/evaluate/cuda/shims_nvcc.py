@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 try:  # imported as part of the package
-    from kernelevo.evaluate.cuda.shims_shared import (HEADER, SIBLING_FAILED, STOPPED, kill_group, record)
+    from kernelevo.evaluate.cuda.shims_shared import (HEADER, SIBLING_FAILED, STOPPED, kill_group,
+                                                      record)
 except ImportError:  # run as the stand-in script (python -S -E shims.py): its folder leads sys.path
     from shims_shared import (HEADER, SIBLING_FAILED, STOPPED, kill_group, record)  # type: ignore[no-redef]
 

@@ -22,12 +22,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from kernelevo.errors import KernelEvoError
-from kernelevo.evaluate.sandbox import jobs as sandbox
-from kernelevo.evaluate.gate import GateAbandoned
+from kernelevo.evaluate.parent.gate import GateAbandoned
 from kernelevo.evaluate.protocol import JudgeJob, verdicts_to_data
 from kernelevo.evaluate.remote.address import bind_error
-from kernelevo.evaluate.remote.judge_pool import JobCancelled, JobControl, JudgePool, ServiceSettings
 from kernelevo.evaluate.remote.client import MAX_BODY_BYTES
+from kernelevo.evaluate.remote.judge_pool import (JobCancelled, JobControl, JudgePool,
+                                                  ServiceSettings)
+from kernelevo.evaluate.sandbox import jobs as sandbox
 from kernelevo.logs import get_logger
 
 log = get_logger(__name__)

@@ -85,7 +85,7 @@ def _judge_for(job: JudgeJob) -> Any:
         if judge is not None:
             _judges.move_to_end(key)
             return judge
-    from kernelevo.evaluate.judge import Judge
+    from kernelevo.evaluate.parent.judge import Judge
 
     judge = Judge(job.task(), job.config(), gpu_index=job.gpu)
     with _judges_lock:

@@ -138,7 +138,7 @@ class JudgePool:
 
     def cancel(self, control: JobControl) -> None:
         """Cancel a job: it stops waiting for a lane, its processes are killed."""
-        from kernelevo.evaluate.session import kill_sessions
+        from kernelevo.evaluate.parent.session import kill_sessions
 
         control.cancelled.set()
         judge = control.judge
@@ -193,7 +193,7 @@ class JudgePool:
 
     @staticmethod
     def _new_judge(task: Any, config: Any, slot: int | None) -> Any:
-        from kernelevo.evaluate.judge import Judge
+        from kernelevo.evaluate.parent.judge import Judge
 
         return Judge(task, config, gpu_index=slot, standby=True)
 

@@ -131,7 +131,7 @@ def _forkserver_context() -> Any:
         _context = multiprocessing.get_context("forkserver")
         # torch, torch._dynamo, triton and (for CUDA builds of torch) inductor:
         # seconds of imports paid once, none of which touches CUDA (preload.py).
-        _context.set_forkserver_preload(["kernelevo.evaluate.preload"])
+        _context.set_forkserver_preload(["kernelevo.evaluate.child.preload"])
     return _context
 
 

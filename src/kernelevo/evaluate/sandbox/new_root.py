@@ -20,7 +20,8 @@ from typing import Protocol
 
 from kernelevo.evaluate.sandbox import keeper
 from kernelevo.evaluate.sandbox import namespaces
-from kernelevo.evaluate.sandbox.namespaces import MNT_DETACH, MS_BIND, MS_NODEV, MS_NOEXEC, MS_NOSUID
+from kernelevo.evaluate.sandbox.namespaces import (MNT_DETACH, MS_BIND, MS_NODEV, MS_NOEXEC,
+                                                   MS_NOSUID)
 
 _SYSTEM = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "opt", "sys")
 _DEVICES = ("null", "zero", "full", "random", "urandom", "tty")

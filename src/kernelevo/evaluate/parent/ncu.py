@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from kernelevo.evaluate.profile import NcuKernel
+from kernelevo.evaluate.analysis.profile import NcuKernel
 from kernelevo.evaluate.sandbox.environment import candidate_environment
 
 # short name -> ncu metric; percents are of the peak the metric names.
@@ -146,7 +146,7 @@ def measure(kernel_names: list[str], task_path: str, candidate_path: str, precis
                       "give its path); torch profiler and roofline only")
     # ncu starts the target in a folder of its own: paths relative to the
     # user's working directory would name nothing there.
-    target = [sys.executable, "-m", "kernelevo.evaluate.ncu_target", os.path.abspath(task_path),
+    target = [sys.executable, "-m", "kernelevo.evaluate.child.ncu_target", os.path.abspath(task_path),
               os.path.abspath(candidate_path), precision]
     with tempfile.TemporaryDirectory(prefix="kernelevo-ncu-") as folder:
         log_file = Path(folder) / "ncu.csv"

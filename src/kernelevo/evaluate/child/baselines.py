@@ -13,8 +13,8 @@ from typing import Any, Protocol
 
 import torch
 
-from kernelevo.evaluate import inputs as task_inputs
-from kernelevo.evaluate.messages import WorkerJob
+from kernelevo.evaluate.shared import inputs as task_inputs
+from kernelevo.evaluate.shared.messages import WorkerJob
 
 
 class Baselines:

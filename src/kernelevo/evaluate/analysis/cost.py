@@ -21,9 +21,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode, flop_registry
 
-from kernelevo.evaluate import inputs as task_inputs
-from kernelevo.evaluate.oplog import NON_COMPUTE_OPS
-from kernelevo.evaluate.profile import Cost
+from kernelevo.evaluate.analysis.profile import Cost
+from kernelevo.evaluate.shared import inputs as task_inputs
+from kernelevo.evaluate.shared.oplog import NON_COMPUTE_OPS
 
 # Reductions: their output is small, their work is one step per input element.
 REDUCTION_OPS = frozenset("""

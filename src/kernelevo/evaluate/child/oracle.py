@@ -14,16 +14,16 @@ from typing import Any
 import torch
 
 from kernelevo.config import EvalConfig, tolerances
-from kernelevo.evaluate import inputs as task_inputs
-from kernelevo.evaluate.messages import (Gpu, OracleDone, OracleJob, Progress, Reference, Sender,
-                                         TaskFailed)
-from kernelevo.evaluate.oplog import record_ops
-from kernelevo.evaluate.oracle_backward import reference_backward
+from kernelevo.evaluate.analysis.tolerance import compare_tensor
+from kernelevo.evaluate.child.oracle_backward import reference_backward
+from kernelevo.evaluate.child.task_code import (ANY, BUILD, FORWARD, IMPORT, INIT_INPUTS, INPUTS,
+                                                TaskProblem, TaskRaised, task_code)
 from kernelevo.evaluate.sandbox.jobs import Channel
-from kernelevo.evaluate.task_code import (ANY, BUILD, FORWARD, IMPORT, INIT_INPUTS, INPUTS,
-                                          TaskProblem, TaskRaised, task_code)
-from kernelevo.evaluate.tolerance import compare_tensor
-from kernelevo.evaluate.transfer import export_bundle
+from kernelevo.evaluate.shared import inputs as task_inputs
+from kernelevo.evaluate.shared.messages import (Gpu, OracleDone, OracleJob, Progress, Reference,
+                                                Sender, TaskFailed)
+from kernelevo.evaluate.shared.oplog import record_ops
+from kernelevo.evaluate.shared.transfer import export_bundle
 
 TASK_MODULE = "kernelevo_task"  # the task's copy in the scratch folder: kernelevo_task.py
 

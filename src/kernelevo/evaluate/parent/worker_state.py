@@ -12,10 +12,10 @@ import time
 from typing import Any
 
 from kernelevo.candidate import Candidate
-from kernelevo.evaluate import preload_modules
-from kernelevo.evaluate.messages import (Abort, Checked, CheckedCandidate, Failed, Granted,
-                                         Message, Progress, Ready, ReadyReply, TimeThese,
-                                         Timing)
+from kernelevo.evaluate.shared import preload_modules
+from kernelevo.evaluate.shared.messages import (Abort, Checked, CheckedCandidate, Failed, Granted,
+                                                Message, Progress, Ready, ReadyReply, TimeThese,
+                                                Timing)
 
 
 class WorkerState:
@@ -66,7 +66,7 @@ class WorkerState:
         return None
 
     def _judge(self, report: CheckedCandidate) -> None:
-        from kernelevo.evaluate.outcome import judge_candidate
+        from kernelevo.evaluate.parent.outcome import judge_candidate
 
         self.reports[report.candidate] = report
         self.judge.progress("judging outputs")

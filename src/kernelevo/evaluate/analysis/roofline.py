@@ -112,4 +112,4 @@ def roofline(time_ms: float, bytes_moved: int, matmul_flops: int, other_flops: i
 def unknown_device_note(device_name: str) -> str:
     """What the profile says instead of a roofline on a GPU missing from the table."""
     return (f"roofline unknown: no peak figures for {device_name or 'this device'} "
-            "(evaluate/roofline.py PEAK_TABLE)")
+            "(evaluate/analysis/roofline.py PEAK_TABLE)")

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from kernelevo.evaluate import oom
+from kernelevo.evaluate.analysis import oom
 
 _FRAMES = 8  # of the task's own, innermost last
 _MESSAGE_CHARS = 600

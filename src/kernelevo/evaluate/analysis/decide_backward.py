@@ -18,11 +18,11 @@ from typing import Any
 import torch
 
 from kernelevo.config import EvalConfig, tolerances
-from kernelevo.evaluate.decide import Decision
-from kernelevo.evaluate.gradients import KNOCKOUT_SET, REPEAT_SCALE, gradient_key
-from kernelevo.evaluate.messages import CheckedCandidate, OracleDone
-from kernelevo.evaluate.oplog import reference_reused
-from kernelevo.evaluate.tolerance import compare_tensor, worst_of
+from kernelevo.evaluate.analysis.decide import Decision
+from kernelevo.evaluate.analysis.tolerance import compare_tensor, worst_of
+from kernelevo.evaluate.shared.gradients import KNOCKOUT_SET, REPEAT_SCALE, gradient_key
+from kernelevo.evaluate.shared.messages import CheckedCandidate, OracleDone
+from kernelevo.evaluate.shared.oplog import reference_reused
 from kernelevo.evaluate.verdict import ErrorMetrics
 
 

@@ -16,19 +16,19 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from kernelevo.evaluate import guards
-from kernelevo.evaluate import inputs as task_inputs
-from kernelevo.evaluate.baseline_store import (PROBE_CALL_LOOPS, PROBE_GPU_SAMPLES, STORED_MIN_MS,
-                                                drift, steady, with_stored)
-from kernelevo.evaluate.baselines import Baselines
-from kernelevo.evaluate.cores import on_timing_core, timing_core, visible_gpu_ordinal
-from kernelevo.evaluate.messages import (BaselinesReply, BaselineTimes, Progress, ReadyReply,
-                                         Sender, StoredBaselines, Timed, Timing, WorkerJob)
-from kernelevo.evaluate.oom import is_out_of_memory
-from kernelevo.evaluate.profile_take import attach_profiles
-from kernelevo.evaluate.timing import TimingRun, load_set, speedup_range, time_contestants
-from kernelevo.evaluate.timing_backward import BackwardTiming, time_backward
-from kernelevo.evaluate.tolerance import compare_tensor
+from kernelevo.evaluate.analysis.oom import is_out_of_memory
+from kernelevo.evaluate.analysis.tolerance import compare_tensor
+from kernelevo.evaluate.child import guards
+from kernelevo.evaluate.child.baselines import Baselines
+from kernelevo.evaluate.child.cores import on_timing_core, timing_core, visible_gpu_ordinal
+from kernelevo.evaluate.child.profile_take import attach_profiles
+from kernelevo.evaluate.child.timing import TimingRun, load_set, speedup_range, time_contestants
+from kernelevo.evaluate.child.timing_backward import BackwardTiming, time_backward
+from kernelevo.evaluate.parent.baseline_store import (PROBE_CALL_LOOPS, PROBE_GPU_SAMPLES,
+                                                      STORED_MIN_MS, drift, steady, with_stored)
+from kernelevo.evaluate.shared import inputs as task_inputs
+from kernelevo.evaluate.shared.messages import (BaselinesReply, BaselineTimes, Progress, ReadyReply,
+                                                Sender, StoredBaselines, Timed, Timing, WorkerJob)
 from kernelevo.evaluate.verdict import TimingStats
 
 _LAUNCH_BOUNDS = re.compile(r"__launch_bounds__\s*\([^)]*\)")

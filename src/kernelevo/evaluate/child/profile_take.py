@@ -16,11 +16,11 @@ from typing import Any, Iterable
 
 import torch
 
-from kernelevo.evaluate import inputs as task_inputs
-from kernelevo.evaluate.cost import task_cost
-from kernelevo.evaluate.profile import (CALL_ANNOTATION, CPU_STAND_IN_CATEGORIES,
-                                        GPU_KERNEL_CATEGORIES, Breakdown, breakdown,
-                                        build_profile, events_from_chrome_trace)
+from kernelevo.evaluate.analysis.cost import task_cost
+from kernelevo.evaluate.analysis.profile import (CALL_ANNOTATION, CPU_STAND_IN_CATEGORIES,
+                                                 GPU_KERNEL_CATEGORIES, Breakdown, breakdown,
+                                                 build_profile, events_from_chrome_trace)
+from kernelevo.evaluate.shared import inputs as task_inputs
 
 PROFILED_CALLS = 3
 

@@ -15,10 +15,10 @@ from typing import Any
 import torch
 
 from kernelevo.config import EvalConfig, tolerances
-from kernelevo.evaluate import inputs as task_inputs
-from kernelevo.evaluate.gradients import Backward, NotDifferentiable, forward_backward
-from kernelevo.evaluate.task_code import Step, TaskProblem, task_code
-from kernelevo.evaluate.tolerance import compare_tensor
+from kernelevo.evaluate.analysis.tolerance import compare_tensor
+from kernelevo.evaluate.child.task_code import Step, TaskProblem, task_code
+from kernelevo.evaluate.shared import inputs as task_inputs
+from kernelevo.evaluate.shared.gradients import Backward, NotDifferentiable, forward_backward
 
 BACKWARD = Step("the task's Model under autograd (forward with grad, then backward)",
                 "the task asks for its backward (backward = True): Model.forward must be "

@@ -26,11 +26,11 @@ from typing import Any, Callable
 
 import torch
 
-from kernelevo.evaluate import guards
-from kernelevo.evaluate import inputs as task_inputs
-from kernelevo.evaluate.gradients import (KNOCKOUT_SET, REPEAT_SCALE, Backward,
-                                          NotDifferentiable, forward_backward)
+from kernelevo.evaluate.child import guards
 from kernelevo.evaluate.sandbox.redact import candidate_traceback
+from kernelevo.evaluate.shared import inputs as task_inputs
+from kernelevo.evaluate.shared.gradients import (KNOCKOUT_SET, REPEAT_SCALE, Backward,
+                                                 NotDifferentiable, forward_backward)
 
 
 class BackwardRuns:

@@ -79,7 +79,7 @@ if torch.version.cuda is not None:
     import importlib
 
     from kernelevo.cache_dir import default_cache_dir
-    from kernelevo.evaluate import preload_modules
+    from kernelevo.evaluate.shared import preload_modules
 
     for _name in preload_modules.read(default_cache_dir()):
         try:

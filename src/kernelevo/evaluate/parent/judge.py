@@ -22,17 +22,17 @@ from kernelevo.cache_dir import default_cache_dir, keep_bytecode
 from kernelevo.candidate import Candidate
 from kernelevo.config import EvalConfig
 from kernelevo.errors import TaskError
-from kernelevo.evaluate import decide
-from kernelevo.evaluate.baseline_store import BaselineStore, store_key
+from kernelevo.evaluate.analysis import decide
+from kernelevo.evaluate.child.worker import cache_environment
 from kernelevo.evaluate.cuda.check import compile_check
 from kernelevo.evaluate.cuda.prebuild import prebuild_source
-from kernelevo.evaluate.gate import gate_for
-from kernelevo.evaluate.other_sizes import OtherSizes, Recheck
+from kernelevo.evaluate.parent.baseline_store import BaselineStore, store_key
+from kernelevo.evaluate.parent.gate import gate_for
+from kernelevo.evaluate.parent.other_sizes import OtherSizes, Recheck
+from kernelevo.evaluate.parent.session import Session
 from kernelevo.evaluate.sandbox.jobs import set_triton_mode, stopping
-from kernelevo.evaluate.session import Session
 from kernelevo.evaluate.static import checks as static
 from kernelevo.evaluate.verdict import Verdict, verdict_for
-from kernelevo.evaluate.worker import cache_environment
 from kernelevo.logs import get_logger
 from kernelevo.task import Task, shrink_sizes
 

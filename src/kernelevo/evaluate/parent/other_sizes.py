@@ -22,8 +22,8 @@ from typing import Callable, Protocol
 
 from kernelevo.candidate import Candidate
 from kernelevo.errors import TaskError
-from kernelevo.evaluate.outcome import shape_variation_verdict
-from kernelevo.evaluate.session import Session
+from kernelevo.evaluate.parent.outcome import shape_variation_verdict
+from kernelevo.evaluate.parent.session import Session
 from kernelevo.evaluate.verdict import Verdict
 from kernelevo.task import Task, perturb_sizes
 
@@ -33,7 +33,7 @@ RECHECK_PHASE = "recheck_"
 
 
 class Judge(Protocol):
-    """What the re-check needs of the judge (evaluate/judge.py) whose candidates it re-checks."""
+    """What the re-check needs of the judge (evaluate/parent/judge.py) whose candidates it re-checks."""
 
     task: Task
     progress: Callable[[str], None]

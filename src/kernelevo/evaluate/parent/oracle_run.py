@@ -19,15 +19,15 @@ import torch
 
 from kernelevo.config import EvalConfig, tolerances
 from kernelevo.errors import TaskError
-from kernelevo.evaluate import decide
-from kernelevo.evaluate.decide_backward import reference_gradients
-from kernelevo.evaluate.gate import Hold
-from kernelevo.evaluate.gradients import backward_on
-from kernelevo.evaluate.messages import (ORACLE_KINDS, Gpu, Granted, Message, OracleDone,
-                                         OracleJob, Progress, Reference, TaskFailed, decode)
-from kernelevo.evaluate.oracle import run_oracle
+from kernelevo.evaluate.analysis import decide
+from kernelevo.evaluate.analysis.decide_backward import reference_gradients
+from kernelevo.evaluate.child.oracle import run_oracle
+from kernelevo.evaluate.parent.gate import Hold
 from kernelevo.evaluate.sandbox.jobs import Deadline, JobResult, run_job
-from kernelevo.evaluate.transfer import import_bundle
+from kernelevo.evaluate.shared.gradients import backward_on
+from kernelevo.evaluate.shared.messages import (ORACLE_KINDS, Gpu, Granted, Message, OracleDone,
+                                                OracleJob, Progress, Reference, TaskFailed, decode)
+from kernelevo.evaluate.shared.transfer import import_bundle
 from kernelevo.task import Task
 
 

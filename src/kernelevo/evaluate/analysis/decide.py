@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
-from kernelevo.evaluate.messages import CheckedCandidate
-from kernelevo.evaluate.oplog import reference_reused
-from kernelevo.evaluate.tolerance import compare_tensor, worst_of
+from kernelevo.evaluate.analysis.tolerance import compare_tensor, worst_of
+from kernelevo.evaluate.shared.messages import CheckedCandidate
+from kernelevo.evaluate.shared.oplog import reference_reused
 from kernelevo.evaluate.verdict import ErrorMetrics
 
 

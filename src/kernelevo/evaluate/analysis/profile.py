@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Iterable
 
-from kernelevo.evaluate.roofline import Roofline, roofline, unknown_device_note
+from kernelevo.evaluate.analysis.roofline import Roofline, roofline, unknown_device_note
 
 CALL_ANNOTATION = "kernelevo::call"
 GPU_KERNEL_CATEGORIES = ("kernel",)

@@ -35,7 +35,7 @@ def compare_candidates(task: Task, a: Candidate, b: Candidate, config: EvalConfi
     `judge` judges `task` under `config` (a service's, say); default: one in this process.
     """
     if judge is None:
-        from kernelevo.evaluate.judge import Judge
+        from kernelevo.evaluate.parent.judge import Judge
 
         judge = Judge(task, config, progress)
     first = judge.evaluate_many([a], timed=False)[0]

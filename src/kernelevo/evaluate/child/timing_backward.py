@@ -33,13 +33,13 @@ from typing import Any, Callable, Sequence
 import torch
 
 from kernelevo.config import TimingConfig
-from kernelevo.evaluate import guards
-from kernelevo.evaluate.baselines import CompiledInAModel
-from kernelevo.evaluate.gradients import (NotDifferentiable, grad_inputs, parameters_of,
-                                          projections)
-from kernelevo.evaluate.oom import is_out_of_memory
-from kernelevo.evaluate.timing import LaunchCount, TimingRun, summarize, time_contestants
-from kernelevo.evaluate.tolerance import compare_tensor
+from kernelevo.evaluate.analysis.oom import is_out_of_memory
+from kernelevo.evaluate.analysis.tolerance import compare_tensor
+from kernelevo.evaluate.child import guards
+from kernelevo.evaluate.child.baselines import CompiledInAModel
+from kernelevo.evaluate.child.timing import LaunchCount, TimingRun, summarize, time_contestants
+from kernelevo.evaluate.shared.gradients import (NotDifferentiable, grad_inputs, parameters_of,
+                                                 projections)
 from kernelevo.evaluate.verdict import workload_measure
 
 TRAIN, BACKWARD = "train", "backward"

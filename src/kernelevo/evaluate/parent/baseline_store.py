@@ -90,7 +90,7 @@ def library_words() -> str:
 def store_key(source: str, precision: str, timing: TimingConfig) -> str:
     """What stored times depend on: the task, its precision, the timing and backend
     settings, and the libraries that run the baselines (a store outlives an upgrade)."""
-    from kernelevo.evaluate.inputs import user_backend_words
+    from kernelevo.evaluate.shared.inputs import user_backend_words
 
     settings = {k: v for k, v in asdict(timing).items() if k != "autotune_budget_s"}
     words = (f"{_FORMAT}\0{precision}\0{json.dumps(settings, sort_keys=True)}"

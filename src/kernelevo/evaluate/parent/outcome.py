@@ -8,15 +8,15 @@ from typing import Any
 import torch
 
 from kernelevo.config import measure_title
-from kernelevo.evaluate import decide
-from kernelevo.evaluate.baseline_store import DRIFT, ratio_words
-from kernelevo.evaluate.decide_backward import decide_backward
-from kernelevo.evaluate.floor import compute_floor
-from kernelevo.evaluate.profile import timed_profile, untimed_profile
-from kernelevo.evaluate.messages import CheckedCandidate, Failed, Timing
-from kernelevo.evaluate.oom import said_in, summary
+from kernelevo.evaluate.analysis import decide
+from kernelevo.evaluate.analysis.decide_backward import decide_backward
+from kernelevo.evaluate.analysis.floor import compute_floor
+from kernelevo.evaluate.analysis.oom import said_in, summary
+from kernelevo.evaluate.analysis.profile import timed_profile, untimed_profile
+from kernelevo.evaluate.parent.baseline_store import DRIFT, ratio_words
 from kernelevo.evaluate.sandbox.jobs import JobResult
-from kernelevo.evaluate.transfer import TransferError, import_bundle
+from kernelevo.evaluate.shared.messages import CheckedCandidate, Failed, Timing
+from kernelevo.evaluate.shared.transfer import TransferError, import_bundle
 from kernelevo.evaluate.verdict import (AUTOTUNE_BUDGET_FLAG, NO_CUSTOM_KERNEL_FLAG,
                                         SPECIALISED_FLAG, TimingStats, Verdict, speedup,
                                         verdict_for)

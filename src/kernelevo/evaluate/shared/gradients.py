@@ -24,8 +24,8 @@ from typing import Any, Callable
 import torch
 
 from kernelevo.config import EvalConfig
-from kernelevo.evaluate import inputs as task_inputs
-from kernelevo.evaluate.oplog import record_ops
+from kernelevo.evaluate.shared import inputs as task_inputs
+from kernelevo.evaluate.shared.oplog import record_ops
 from kernelevo.task import Task
 
 # Mixed into an input set's seed for its projection: the inputs and the

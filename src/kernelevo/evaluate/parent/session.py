@@ -30,18 +30,18 @@ from typing import Any, Callable
 
 from kernelevo.candidate import Candidate
 from kernelevo.errors import MessageError
-from kernelevo.evaluate.gate import Hold, gate_for
-from kernelevo.evaluate.messages import (WORKER_KINDS, Abort, BaselinesReply, BaselineTimes,
-                                         Checked, CpuWork, Gpu, Granted, Message, Ready,
-                                         ReadyReply, StoredBaselines, Timed, TimeThese,
-                                         Timing, WorkerJob, decode)
-from kernelevo.evaluate.gradients import backward_on
-from kernelevo.evaluate.oracle_run import OracleRun, wait_for
-from kernelevo.evaluate.outcome import build_verdicts
+from kernelevo.evaluate.child.worker import run_worker
+from kernelevo.evaluate.parent.gate import Hold, gate_for
+from kernelevo.evaluate.parent.oracle_run import OracleRun, wait_for
+from kernelevo.evaluate.parent.outcome import build_verdicts
+from kernelevo.evaluate.parent.worker_state import WorkerState
 from kernelevo.evaluate.sandbox.jobs import Deadline, JobResult, run_job, stopping
+from kernelevo.evaluate.shared.gradients import backward_on
+from kernelevo.evaluate.shared.messages import (WORKER_KINDS, Abort, BaselinesReply, BaselineTimes,
+                                                Checked, CpuWork, Gpu, Granted, Message, Ready,
+                                                ReadyReply, StoredBaselines, Timed, TimeThese,
+                                                Timing, WorkerJob, decode)
 from kernelevo.evaluate.verdict import Verdict, verdict_for
-from kernelevo.evaluate.worker import run_worker
-from kernelevo.evaluate.worker_state import WorkerState
 from kernelevo.task import Task
 
 _POLL_S = 0.25  # how often a waiting worker looks whether the process is stopping

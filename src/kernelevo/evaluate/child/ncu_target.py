@@ -1,6 +1,6 @@
 """The process ncu watches: a passing candidate run on its task's inputs a few times.
 
-python -m kernelevo.evaluate.ncu_target TASK_FILE CANDIDATE_FILE PRECISION
+python -m kernelevo.evaluate.child.ncu_target TASK_FILE CANDIDATE_FILE PRECISION
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from kernelevo.config import PRECISIONS
-from kernelevo.evaluate import inputs as task_inputs
+from kernelevo.evaluate.shared import inputs as task_inputs
 
 CALLS = 2
 

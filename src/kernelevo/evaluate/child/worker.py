@@ -16,24 +16,24 @@ from typing import Any, Callable, Iterator, TypeVar
 
 import torch
 
-from kernelevo.evaluate import guards
-from kernelevo.evaluate import inputs as task_inputs
-from kernelevo.evaluate.autotune_budget import AutotuneBudget
+from kernelevo.evaluate.analysis.oom import is_out_of_memory, summary
+from kernelevo.evaluate.child import guards
+from kernelevo.evaluate.child.autotune_budget import AutotuneBudget
+from kernelevo.evaluate.child.baselines import warm_baselines
+from kernelevo.evaluate.child.worker_backward import BackwardRuns, warm_autograd_threads
+from kernelevo.evaluate.child.worker_timing import rotation_check, run_timing, stored_or_timed
 from kernelevo.evaluate.cuda.build import CompileOnly, LoadInlineHook
 from kernelevo.evaluate.cuda.diagnostics import with_first_error
 from kernelevo.evaluate.cuda.shims_host import BACKGROUND, wait_for_background
-from kernelevo.evaluate.messages import (BaselinesReply, Checked, CheckedCandidate, CpuWork,
-                                         Failed, Gpu, PrebuildDone, PrebuildJob, Progress, Ready,
-                                         ReadyReply, Sender, TimeThese, WorkerDone, WorkerJob,
-                                         reply_to_ready)
-from kernelevo.evaluate.oom import is_out_of_memory, summary
-from kernelevo.evaluate.oplog import record_ops
-from kernelevo.evaluate.sandbox.redact import candidate_traceback
 from kernelevo.evaluate.sandbox.jobs import Channel
-from kernelevo.evaluate.transfer import export_bundle
-from kernelevo.evaluate.worker_backward import BackwardRuns, warm_autograd_threads
-from kernelevo.evaluate.baselines import warm_baselines
-from kernelevo.evaluate.worker_timing import rotation_check, run_timing, stored_or_timed
+from kernelevo.evaluate.sandbox.redact import candidate_traceback
+from kernelevo.evaluate.shared import inputs as task_inputs
+from kernelevo.evaluate.shared.messages import (BaselinesReply, Checked, CheckedCandidate, CpuWork,
+                                                Failed, Gpu, PrebuildDone, PrebuildJob, Progress,
+                                                Ready, ReadyReply, Sender, TimeThese, WorkerDone,
+                                                WorkerJob, reply_to_ready)
+from kernelevo.evaluate.shared.oplog import record_ops
+from kernelevo.evaluate.shared.transfer import export_bundle
 
 
 class Failure(Exception):

@@ -1,0 +1,1 @@
+"""Pure analysis, used by both sides: decisions, tolerances, costs and profiles."""

@@ -1,0 +1,1 @@
+"""What the judge and its children share: messages, transfers, inputs, gradients."""
