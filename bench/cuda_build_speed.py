@@ -185,7 +185,7 @@ def _header_for(compile_: list[str], pch_store: Path | None) -> Path | None:
 
 
 def _environment(cache_dir: Path, variant: str) -> dict[str, str]:
-    from kernelevo.evaluate.child.worker import cache_environment
+    from kernelevo.evaluate.sandbox.environment import cache_environment
 
     environment = {**os.environ, **cache_environment(cache_dir)}
     environment["KERNELEVO_COMPILER_SHIMS"] = "0" if variant == "plain" else "1"

@@ -6,8 +6,8 @@ from dataclasses import replace
 import pytest
 
 from kernelevo.config import TimingConfig
-from kernelevo.evaluate.parent.baseline_store import (DRIFT, BaselineStore, drift, steady,
-                                                      store_key, with_stored)
+from kernelevo.evaluate.analysis.baseline_drift import DRIFT, drift, steady, with_stored
+from kernelevo.evaluate.parent.baseline_store import BaselineStore, store_key
 
 
 def stats(median_ms: float) -> dict:

@@ -15,12 +15,12 @@ import pytest
 
 from kernelevo.candidate import load_candidate
 from kernelevo.config import EvalConfig
-from kernelevo.evaluate.child.worker import cache_environment
 from kernelevo.evaluate.parent.judge import child_environment
 from kernelevo.evaluate.parent.judge import Judge
 from kernelevo.evaluate.sandbox import redact
 from kernelevo.evaluate.sandbox.environment import (ALLOWED_NAMES, ALLOWED_PREFIXES,
                                                     candidate_environment, is_allowed)
+from kernelevo.evaluate.sandbox.environment import cache_environment
 from kernelevo.task import load_task
 from tests.conftest import ROOT
 from tests.test_service_hardening import Service, _job, _judge

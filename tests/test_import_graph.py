@@ -1,4 +1,5 @@
-"""The import graph of src/kernelevo: no cycles, and only the CLI imports the CLI.
+"""The import graph of src/kernelevo: no cycles, only the CLI imports the CLI, and the
+sides of evaluate/ (the judge's process, its children's, pure analysis, shared) kept apart.
 
 Lazy imports (inside functions) count: a cycle closed at call time still
 ties two modules into one. `if TYPE_CHECKING:` imports and
@@ -7,8 +8,9 @@ reads a's `__init__`, so it is an edge to a (and to a.b when b is a module):
 a submodule importing its own package's re-exports closes a cycle.
 
 Run `python -m tests.test_import_graph` from the repository root to print
-the graph's counts, its cycles, library imports of the CLI and imports up
-the layers (LAYERS below); it exits 1 when there is any.
+the graph's counts, its cycles, library imports of the CLI, imports up
+the layers (LAYERS below) and across evaluate/'s sides (SIDES); it exits 1
+when there is any.
 """
 
 from __future__ import annotations
@@ -45,6 +47,40 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("kernelevo", "kernelevo.api", "kernelevo.suite*", "kernelevo.model*"),
     ("kernelevo.cli*",),
 )
+
+
+# Inside evaluate/, by the process a module's code runs in (docs/architecture.md):
+# the judge's own (parent), the oracle's and the worker's (child), pure rules
+# both use (analysis), and what crosses between them (shared: messages, inputs,
+# the sandbox's two ends). fnmatch patterns; the longest that matches wins.
+SIDES: dict[str, tuple[str, ...]] = {
+    "parent": ("kernelevo.evaluate.parent*", "kernelevo.evaluate.protocol",
+               "kernelevo.evaluate.remote*", "kernelevo.evaluate.cuda.check",
+               "kernelevo.evaluate.cuda.prebuild"),
+    "child": ("kernelevo.evaluate.child*", "kernelevo.evaluate.cuda*"),
+    "analysis": ("kernelevo.evaluate.analysis*", "kernelevo.evaluate.static*",
+                 "kernelevo.evaluate.verdict"),
+    "shared": ("kernelevo.evaluate.shared*", "kernelevo.evaluate.sandbox*"),
+}
+# The sides a side may import: analysis and shared know neither process; a
+# child never imports the judge's side, nor the judge a child's.
+SIDE_IMPORTS: dict[str, frozenset[str]] = {
+    "parent": frozenset({"parent", "analysis", "shared"}),
+    "child": frozenset({"child", "analysis", "shared"}),
+    "analysis": frozenset({"analysis", "shared"}),
+    "shared": frozenset({"shared"}),
+}
+# Imports across the sides allowed anyway, each with its reason.
+SIDE_EXCEPTIONS: dict[tuple[str, str], str] = {
+    ("kernelevo.evaluate.parent.session", "kernelevo.evaluate.child.worker"):
+        "run_worker is the job run_job starts; the child imports it again by name",
+    ("kernelevo.evaluate.parent.oracle_run", "kernelevo.evaluate.child.oracle"):
+        "run_oracle is the job run_job starts; the child imports it again by name",
+    ("kernelevo.evaluate.cuda.prebuild", "kernelevo.evaluate.child.worker"):
+        "run_prebuild is the job run_job starts; the child imports it again by name",
+    ("kernelevo.evaluate.cuda.check", "kernelevo.evaluate.child.worker"):
+        "run_compile_check is the job run_job starts; the child imports it again by name",
+}
 
 
 @dataclass(frozen=True)
@@ -228,6 +264,23 @@ def upward_imports(graph: ImportGraph) -> list[tuple[str, str]]:
     return sorted((s, t) for s, t in graph.edges if layer_of(t) > layer_of(s))
 
 
+def side_of(module: str) -> str | None:
+    """The side of an evaluate/ module by its longest matching pattern; None outside them."""
+    matches = [(len(pattern), side) for side, patterns in SIDES.items()
+               for pattern in patterns if fnmatch.fnmatchcase(module, pattern)]
+    return max(matches)[1] if matches else None
+
+
+def side_crossings(graph: ImportGraph) -> list[tuple[str, str]]:
+    """Imports from one side of evaluate/ into a side it may not import, less the exceptions."""
+    crossings = []
+    for source, target in graph.edges:
+        importer, imported = side_of(source), side_of(target)
+        if importer and imported and imported not in SIDE_IMPORTS[importer]:
+            crossings.append((source, target))
+    return sorted(edge for edge in crossings if edge not in SIDE_EXCEPTIONS)
+
+
 def _describe(edges: list[tuple[str, str]]) -> str:
     return "\n".join(f"  {source} -> {target}" for source, target in edges)
 
@@ -251,6 +304,36 @@ def test_no_module_imports_a_layer_above_its_own():
     upward = upward_imports(package_graph())
     assert not upward, "imports up the layers (move the code, or the module in LAYERS):\n" \
         + _describe(upward)
+
+
+def test_every_evaluate_module_has_a_side():
+    unsided = [m for m in sorted(package_graph().modules)
+               if m.startswith("kernelevo.evaluate.") and side_of(m) is None]
+    assert not unsided, f"add {unsided} to SIDES in tests/test_import_graph.py"
+
+
+def test_no_side_of_evaluate_imports_a_side_it_may_not():
+    crossings = side_crossings(package_graph())
+    assert not crossings, "imports across evaluate/'s sides (move the code, or name the " \
+        "exception and its reason in SIDE_EXCEPTIONS):\n" + _describe(crossings)
+
+
+def test_every_side_exception_is_still_an_import():
+    stale = sorted(set(SIDE_EXCEPTIONS) - package_graph().edges)
+    assert not stale, f"SIDE_EXCEPTIONS names imports that are gone: {stale}"
+
+
+def test_side_crossings_are_found():
+    edges = {("kernelevo.evaluate.analysis.a", "kernelevo.evaluate.child.b"),
+             ("kernelevo.evaluate.child.b", "kernelevo.evaluate.parent.c"),
+             ("kernelevo.evaluate.parent.c", "kernelevo.evaluate.analysis.a"),
+             ("kernelevo.evaluate.shared.d", "kernelevo.evaluate.analysis.a"),
+             ("kernelevo.evaluate.parent.session", "kernelevo.evaluate.child.worker")}
+    graph = ImportGraph(frozenset(m for edge in edges for m in edge), frozenset(edges))
+    assert side_crossings(graph) == [
+        ("kernelevo.evaluate.analysis.a", "kernelevo.evaluate.child.b"),
+        ("kernelevo.evaluate.child.b", "kernelevo.evaluate.parent.c"),
+        ("kernelevo.evaluate.shared.d", "kernelevo.evaluate.analysis.a")]
 
 
 def test_relative_lazy_and_package_imports_are_edges(tmp_path):
@@ -286,15 +369,19 @@ def test_cli_imports_and_upward_imports_are_found():
 def main() -> int:
     graph = package_graph()
     cycles, offenders, upward = find_cycles(graph), cli_imports(graph), upward_imports(graph)
+    crossings = side_crossings(graph)
     print(f"modules {len(graph.modules)}, edges {len(graph.edges)}, cycles {len(cycles)}, "
-          f"library->CLI imports {len(offenders)}, upward imports {len(upward)}")
+          f"library->CLI imports {len(offenders)}, upward imports {len(upward)}, "
+          f"crossings of evaluate/'s sides {len(crossings)}")
     for cycle in cycles:
         print("cycle: " + " -> ".join(cycle))
     if offenders:
         print("library modules importing the CLI:\n" + _describe(offenders))
     if upward:
         print("imports up the layers:\n" + _describe(upward))
-    return 1 if cycles or offenders or upward else 0
+    if crossings:
+        print("imports across evaluate/'s sides:\n" + _describe(crossings))
+    return 1 if cycles or offenders or upward or crossings else 0
 
 
 if __name__ == "__main__":

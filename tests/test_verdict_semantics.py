@@ -9,7 +9,7 @@ from kernelevo.config import EvalConfig, TimingConfig
 from kernelevo.config_file import load_eval_config
 from kernelevo.errors import ConfigError
 from kernelevo.evaluate.analysis import decide
-from kernelevo.evaluate.parent import outcome
+from kernelevo.evaluate.parent import outcome, worker_state
 from kernelevo.evaluate.parent.judge import Judge
 from kernelevo.evaluate.shared.inputs import describe_stress, is_discrete, stress_tensor
 from kernelevo.evaluate.verdict import (NO_CUSTOM_KERNEL_FLAG, TimingStats, Verdict, speedup,
@@ -189,9 +189,9 @@ def test_comparison_moves_to_the_cpu_when_the_gpu_is_full(monkeypatch):
         class judge:
             compare_device = "cuda:0"
 
-    monkeypatch.setattr(outcome, "_judge_on", judge_on)
+    monkeypatch.setattr(worker_state, "_judge_on", judge_on)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
-    assert outcome.judge_candidate(State(), 0, {})[0] == "passed"
+    assert worker_state.judge_candidate(State(), 0, {})[0] == "passed"
     assert devices == ["cuda:0", "cpu"]
 
 

@@ -28,10 +28,10 @@ from kernelevo.evaluate.cuda.shims_host import BACKGROUND, wait_for_background
 from kernelevo.evaluate.sandbox.jobs import Channel
 from kernelevo.evaluate.sandbox.redact import candidate_traceback
 from kernelevo.evaluate.shared import inputs as task_inputs
-from kernelevo.evaluate.shared.messages import (BaselinesReply, Checked, CheckedCandidate, CpuWork,
-                                                Failed, Gpu, PrebuildDone, PrebuildJob, Progress,
-                                                Ready, ReadyReply, Sender, TimeThese, WorkerDone,
-                                                WorkerJob, reply_to_ready)
+from kernelevo.evaluate.shared.messages import (BaselinesReply, Checked, CheckedCandidate,
+                                                CompileChecked, CpuWork, Failed, Gpu, PrebuildDone,
+                                                PrebuildJob, Progress, Ready, ReadyReply, Sender,
+                                                TimeThese, WorkerDone, WorkerJob, reply_to_ready)
 from kernelevo.evaluate.shared.oplog import record_ops
 from kernelevo.evaluate.shared.transfer import export_bundle
 
@@ -210,6 +210,19 @@ def run_prebuild(payload: dict[str, Any], channel: Channel) -> None:
 
 # How long a prebuild's job waits, after its answer, for a header it started.
 _HEADER_WAIT_S = 300.0
+
+
+def run_compile_check(payload: dict[str, Any], channel: Channel) -> None:
+    """Child entry point with no GPU visible: import the candidate, nvcc standing in for a build."""
+    job = PrebuildJob.from_json(payload)
+    LoadInlineHook(False, guards.KernelSwitch())
+    started = time.perf_counter()
+    try:
+        load_candidate_module(job.source, "kernelevo_compile_check", Path(job.scratch))
+        reason, message = None, ""
+    except Failure as failure:
+        reason, message = failure.reason, failure.message
+    Sender(channel).send(CompileChecked(reason, message, time.perf_counter() - started))
 
 
 def _start_candidate(index: int, candidate: dict[str, str], task: Any, job: WorkerJob,
@@ -454,16 +467,3 @@ def _classify(exc: BaseException, default: str) -> tuple[str, str]:
 def _trimmed(limit_lines: int = 30) -> str:
     """The exception being handled, as the candidate's author needs it (redact.py)."""
     return candidate_traceback(sys.exc_info()[1], limit_lines)
-
-
-def cache_environment(cache_dir: Path) -> dict[str, str]:
-    """Environment that points every build cache at one folder, keyed by content."""
-    return {
-        "TRITON_CACHE_DIR": str(cache_dir / "triton"),
-        "TORCH_EXTENSIONS_DIR": str(cache_dir / "torch_extensions"),
-        "TORCHINDUCTOR_CACHE_DIR": str(cache_dir / "inductor"),
-        "MAX_JOBS": os.environ.get("MAX_JOBS", str(min(8, os.cpu_count() or 1))),
-        # A pool of compile processes costs seconds to start and is not needed
-        # once the caches are warm; it would also look like spawned processes.
-        "TORCHINDUCTOR_COMPILE_THREADS": "1",
-    }

@@ -16,6 +16,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from kernelevo.evaluate.analysis.baseline_drift import (PROBE_CALL_LOOPS, PROBE_GPU_SAMPLES,
+                                                        STORED_MIN_MS, drift, steady, with_stored)
 from kernelevo.evaluate.analysis.oom import is_out_of_memory
 from kernelevo.evaluate.analysis.tolerance import compare_tensor
 from kernelevo.evaluate.child import guards
@@ -24,8 +26,6 @@ from kernelevo.evaluate.child.cores import on_timing_core, timing_core, visible_
 from kernelevo.evaluate.child.profile_take import attach_profiles
 from kernelevo.evaluate.child.timing import TimingRun, load_set, speedup_range, time_contestants
 from kernelevo.evaluate.child.timing_backward import BackwardTiming, time_backward
-from kernelevo.evaluate.parent.baseline_store import (PROBE_CALL_LOOPS, PROBE_GPU_SAMPLES,
-                                                      STORED_MIN_MS, drift, steady, with_stored)
 from kernelevo.evaluate.shared import inputs as task_inputs
 from kernelevo.evaluate.shared.messages import (BaselinesReply, BaselineTimes, Progress, ReadyReply,
                                                 Sender, StoredBaselines, Timed, Timing, WorkerJob)

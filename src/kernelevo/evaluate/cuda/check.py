@@ -12,18 +12,15 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from kernelevo.config import EvalConfig
-from kernelevo.evaluate.child import guards
-from kernelevo.evaluate.child.worker import Failure, load_candidate_module
-from kernelevo.evaluate.cuda.build import LoadInlineHook
-from kernelevo.evaluate.sandbox.jobs import Channel, run_job
-from kernelevo.evaluate.shared.messages import CompileChecked, PrebuildJob, Sender
+from kernelevo.evaluate.child.worker import run_compile_check
+from kernelevo.evaluate.sandbox.jobs import run_job
+from kernelevo.evaluate.shared.messages import CompileChecked, PrebuildJob
 from kernelevo.evaluate.verdict import Verdict, verdict_for
 
 
@@ -62,16 +59,3 @@ def compile_check(source: str, config: EvalConfig) -> Verdict | None:
         message += (f" (a compile-only check: {checked.wall_s:.0f} s of its own limit of "
                     f"{limit_s:g} s, build_timeout_s)")
     return verdict_for(checked.reason, message, **details)
-
-
-def run_compile_check(payload: dict[str, Any], channel: Channel) -> None:
-    """Child entry point with no GPU visible: import the candidate, nvcc standing in for a build."""
-    job = PrebuildJob.from_json(payload)
-    LoadInlineHook(False, guards.KernelSwitch())
-    started = time.perf_counter()
-    try:
-        load_candidate_module(job.source, "kernelevo_compile_check", Path(job.scratch))
-        reason, message = None, ""
-    except Failure as failure:
-        reason, message = failure.reason, failure.message
-    Sender(channel).send(CompileChecked(reason, message, time.perf_counter() - started))

@@ -19,7 +19,8 @@ from typing import Any
 
 from kernelevo.cache_dir import cache_key, default_cache_dir
 from kernelevo.config import EvalConfig
-from kernelevo.evaluate.child.worker import cache_environment, run_prebuild
+from kernelevo.evaluate.child.worker import run_prebuild
+from kernelevo.evaluate.sandbox.environment import cache_environment
 from kernelevo.evaluate.sandbox.jobs import JobResult, run_job
 from kernelevo.evaluate.shared.messages import PrebuildDone, PrebuildJob
 

@@ -23,13 +23,13 @@ from kernelevo.candidate import Candidate
 from kernelevo.config import EvalConfig
 from kernelevo.errors import TaskError
 from kernelevo.evaluate.analysis import decide
-from kernelevo.evaluate.child.worker import cache_environment
 from kernelevo.evaluate.cuda.check import compile_check
 from kernelevo.evaluate.cuda.prebuild import prebuild_source
 from kernelevo.evaluate.parent.baseline_store import BaselineStore, store_key
 from kernelevo.evaluate.parent.gate import gate_for
 from kernelevo.evaluate.parent.other_sizes import OtherSizes, Recheck
 from kernelevo.evaluate.parent.session import Session
+from kernelevo.evaluate.sandbox.environment import cache_environment
 from kernelevo.evaluate.sandbox.jobs import set_triton_mode, stopping
 from kernelevo.evaluate.static import checks as static
 from kernelevo.evaluate.verdict import Verdict, verdict_for

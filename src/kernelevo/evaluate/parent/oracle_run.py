@@ -23,6 +23,7 @@ from kernelevo.evaluate.analysis import decide
 from kernelevo.evaluate.analysis.decide_backward import reference_gradients
 from kernelevo.evaluate.child.oracle import run_oracle
 from kernelevo.evaluate.parent.gate import Hold
+from kernelevo.evaluate.parent.host import JudgeHost
 from kernelevo.evaluate.sandbox.jobs import Deadline, JobResult, run_job
 from kernelevo.evaluate.shared.gradients import backward_on
 from kernelevo.evaluate.shared.messages import (ORACLE_KINDS, Gpu, Granted, Message, OracleDone,
@@ -72,7 +73,7 @@ class OracleRun:
     set once that check is done too.
     """
 
-    def __init__(self, judge: Any, task: Task, scratch: Path, hold: Hold,
+    def __init__(self, judge: JudgeHost, task: Task, scratch: Path, hold: Hold,
                  yielding: Yielding) -> None:
         self.judge, self.task, self.scratch, self.hold = judge, task, scratch, hold
         self._yield = yielding

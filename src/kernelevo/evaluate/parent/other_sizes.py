@@ -18,10 +18,11 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import replace
-from typing import Callable, Protocol
+from typing import Protocol
 
 from kernelevo.candidate import Candidate
 from kernelevo.errors import TaskError
+from kernelevo.evaluate.parent.host import JudgeHost
 from kernelevo.evaluate.parent.outcome import shape_variation_verdict
 from kernelevo.evaluate.parent.session import Session
 from kernelevo.evaluate.verdict import Verdict
@@ -32,11 +33,8 @@ from kernelevo.task import Task, perturb_sizes
 RECHECK_PHASE = "recheck_"
 
 
-class Judge(Protocol):
+class Judge(JudgeHost, Protocol):
     """What the re-check needs of the judge (evaluate/parent/judge.py) whose candidates it re-checks."""
-
-    task: Task
-    progress: Callable[[str], None]
 
     def judge_in_session(self, candidates: list[Candidate], task: Task, time_them: bool,
                          session: Session | None = None) -> list[Verdict]:

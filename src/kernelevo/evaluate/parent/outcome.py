@@ -7,16 +7,16 @@ from typing import Any
 
 import torch
 
+from kernelevo.candidate import Candidate
 from kernelevo.config import measure_title
-from kernelevo.evaluate.analysis import decide
-from kernelevo.evaluate.analysis.decide_backward import decide_backward
+from kernelevo.evaluate.analysis.baseline_drift import DRIFT, ratio_words
 from kernelevo.evaluate.analysis.floor import compute_floor
 from kernelevo.evaluate.analysis.oom import said_in, summary
 from kernelevo.evaluate.analysis.profile import timed_profile, untimed_profile
-from kernelevo.evaluate.parent.baseline_store import DRIFT, ratio_words
+from kernelevo.evaluate.parent.host import JudgeHost
+from kernelevo.evaluate.parent.worker_state import WorkerState
 from kernelevo.evaluate.sandbox.jobs import JobResult
 from kernelevo.evaluate.shared.messages import CheckedCandidate, Failed, Timing
-from kernelevo.evaluate.shared.transfer import TransferError, import_bundle
 from kernelevo.evaluate.verdict import (AUTOTUNE_BUDGET_FLAG, NO_CUSTOM_KERNEL_FLAG,
                                         SPECIALISED_FLAG, TimingStats, Verdict, speedup,
                                         verdict_for)
@@ -26,77 +26,6 @@ ISOLATION = ("own process group, wall-clock kill, output cap, scratch cwd, {cont
 # Where a worker that ended before its warm-up was done was: no candidate had loaded.
 WARM_UP = ("the worker's warm-up (the task's Model run for the eager and torch.compile "
            "baselines, before any candidate loaded)")
-
-
-def _outputs_from(report: CheckedCandidate, count: int, judge: Any,
-                  device: str) -> dict[str, Any]:
-    """The worker's outputs as {'sets': [...], 'repeat': ..., 'knockout': ...}."""
-    bundle = import_bundle(report.bundle, device, judge.gpu_index)
-    structures = report.structures
-
-    def entry(name: str) -> dict[str, Any] | None:
-        if name not in bundle:
-            return None
-        return {"values": bundle[name], "structure": str(structures.get(name, "?"))}
-
-    sets = [entry(f"set_{i}") for i in range(count)]
-    if any(s is None for s in sets) or entry("repeat") is None:
-        raise TransferError("the worker's report lacks outputs")
-    return {"sets": sets, "repeat": entry("repeat"), "knockout": entry("knockout"),
-            "gradients": {k: v for k, v in bundle.items() if k.startswith("grad_")}}
-
-
-def judge_candidate(state: Any, index: int,
-                    report: CheckedCandidate) -> tuple[str, dict[str, Any]]:
-    """Decide one candidate from its checked report: ('passed'|'failed', details).
-
-    The worker holds its GPU memory while it waits for this answer; when the
-    GPU has no room left for the comparison, it is made on the CPU instead.
-    """
-    try:
-        return _judge_on(state, index, report, state.judge.compare_device)
-    except torch.cuda.OutOfMemoryError:
-        torch.cuda.empty_cache()
-        return _judge_on(state, index, report, "cpu")
-
-
-def _judge_on(state: Any, index: int, report: CheckedCandidate,
-              device: str) -> tuple[str, dict[str, Any]]:
-    try:
-        outputs = _outputs_from(report, len(state.reference["outputs"]), state.judge, device)
-    except TransferError as exc:  # a candidate that corrupts its own report fails, not the judge
-        return "failed", {"reason": "harness_tampered", "message": f"unreadable outputs: {exc}"}
-    ref = state.reference
-    guard = decide.guard_reason(report)
-    if guard:
-        return "failed", {"reason": guard[0], "message": guard[1]}
-    correctness = decide.decide_correctness(outputs, ref["outputs"], ref["structure"],
-                                            ref["tolerances"], device, ref.get("stress"))
-    if correctness.reason:
-        return "failed", {"reason": correctness.reason, "message": correctness.message,
-                          "metrics": correctness.metrics}
-    if report.rotation_problem:
-        return "failed", {"reason": "inconsistent_under_timing",
-                          "message": report.rotation_problem[:1000]}
-    candidate = state.candidates[index]
-    honesty = decide.decide_honesty(report, outputs, ref["outputs"][0], ref["structure"],
-                                    ref["tolerances"], candidate.backend,
-                                    state.judge.config.policy, ref["ops"], device)
-    if honesty.reason:
-        return "failed", {"reason": honesty.reason, "message": honesty.message,
-                          "metrics": correctness.metrics}
-    if "gradients" in ref:  # the backward is judged too
-        backward = decide_backward(report, outputs["gradients"], ref, candidate.backend,
-                                   state.judge.config.policy, device)
-        if backward.reason:
-            return "failed", {"reason": backward.reason, "message": backward.message,
-                              "metrics": backward.metrics or correctness.metrics}
-        honesty.notes += backward.notes
-    state.oracle.done.wait()  # the judge's trivial-answer check runs beside the worker
-    if "trivial" not in ref:
-        ref["trivial"] = (decide.trivial_answers_pass(ref["outputs"], ref["tolerances"], device)
-                          + ref.get("passthrough", []))
-    return "passed", {"metrics": correctness.metrics, "notes": honesty.notes}
 
 
 def _crash_verdict(result: JobResult, during: str) -> Verdict:
@@ -120,7 +49,7 @@ def _crash_verdict(result: JobResult, during: str) -> Verdict:
                        f"during {during} without reporting", logs=tail)
 
 
-def build_verdicts(state: Any, result: JobResult, judge: Any) -> list[Verdict]:
+def build_verdicts(state: WorkerState, result: JobResult, judge: JudgeHost) -> list[Verdict]:
     verdicts = []
     for index, candidate in enumerate(state.candidates):
         verdict = _one(state, result, judge, index, candidate)
@@ -135,7 +64,8 @@ def build_verdicts(state: Any, result: JobResult, judge: Any) -> list[Verdict]:
     return verdicts
 
 
-def _one(state: Any, result: JobResult, judge: Any, index: int, candidate: Any) -> Verdict:
+def _one(state: WorkerState, result: JobResult, judge: JudgeHost, index: int,
+         candidate: Candidate) -> Verdict:
     verdict = _decided(state, result, judge, index, candidate)
     note = autotune_note(state.reports.get(index), judge.config.timing.autotune_budget_s)
     if note is None:
@@ -154,7 +84,8 @@ def autotune_note(report: CheckedCandidate | None, budget_s: float) -> str | Non
             f"{report.autotune_s:.1f} s, the best of those used")
 
 
-def _decided(state: Any, result: JobResult, judge: Any, index: int, candidate: Any) -> Verdict:
+def _decided(state: WorkerState, result: JobResult, judge: JudgeHost, index: int,
+             candidate: Candidate) -> Verdict:
     decision = state.decisions.get(index)
     if decision is None:
         return _crash_verdict(result, "loading or checking" if state.warmed_up else WARM_UP)
@@ -180,8 +111,10 @@ def _decided(state: Any, result: JobResult, judge: Any, index: int, candidate: A
     return _timed(base, state, judge, index, candidate)
 
 
-def _timed(base: Verdict, state: Any, judge: Any, index: int, candidate: Any) -> Verdict:
-    timing: Timing = state.timing
+def _timed(base: Verdict, state: WorkerState, judge: JudgeHost, index: int,
+           candidate: Candidate) -> Verdict:
+    timing = state.timing
+    assert timing is not None  # _decided made a crash verdict otherwise
     if timing.tampered:
         return verdict_for("harness_tampered", "patched during timing: "
                            + ", ".join(timing.tampered[:5]))
@@ -305,7 +238,7 @@ def _phases(report: CheckedCandidate | None, timing: Timing | None,
     return {k: round(v, 4) for k, v in phases.items()}
 
 
-def _environment(judge: Any, timing: Timing | None) -> dict[str, str]:
+def _environment(judge: JudgeHost, timing: Timing | None) -> dict[str, str]:
     environment = {"device": judge.device, "precision": judge.config.precision,
                    "policy": judge.config.policy, "torch": torch.__version__}
     if timing:

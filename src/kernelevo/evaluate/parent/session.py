@@ -32,6 +32,7 @@ from kernelevo.candidate import Candidate
 from kernelevo.errors import MessageError
 from kernelevo.evaluate.child.worker import run_worker
 from kernelevo.evaluate.parent.gate import Hold, gate_for
+from kernelevo.evaluate.parent.host import JudgeHost
 from kernelevo.evaluate.parent.oracle_run import OracleRun, wait_for
 from kernelevo.evaluate.parent.outcome import build_verdicts
 from kernelevo.evaluate.parent.worker_state import WorkerState
@@ -50,7 +51,7 @@ _numbers = itertools.count(1)  # each session's number, in its holds' labels
 _live_lock = threading.Lock()
 
 
-def kill_sessions(judge: Any) -> int:
+def kill_sessions(judge: JudgeHost) -> int:
     """Kill every session of `judge` (running or standby); how many there were."""
     with _live_lock:
         sessions = [session for session in _live if session.judge is judge]
@@ -62,7 +63,7 @@ def kill_sessions(judge: Any) -> int:
 class Session:
     """The oracle and the worker of one evaluation of `task` by `judge`."""
 
-    def __init__(self, judge: Any, task: Task, time_them: bool,
+    def __init__(self, judge: JudgeHost, task: Task, time_them: bool,
                  ahead: tuple[str, Callable[["Session"], None]] | None = None,
                  yield_to: "Session | None" = None) -> None:
         self.judge, self.task, self.time_them = judge, task, time_them

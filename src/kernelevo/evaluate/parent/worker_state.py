@@ -2,8 +2,8 @@
 
 A `Session` hands each decoded worker message here once candidates were
 given: progress, the warm-up's steps, each candidate's failure or checked
-outputs (decided at once, `outcome.judge_candidate`), which to time, and
-the timing report.
+outputs (decided at once, `judge_candidate`), which to time, and the timing
+report; outcome.py then makes the verdicts.
 """
 
 from __future__ import annotations
@@ -11,22 +11,32 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import torch
+
 from kernelevo.candidate import Candidate
+from kernelevo.evaluate.analysis import decide
+from kernelevo.evaluate.analysis.decide_backward import decide_backward
+from kernelevo.evaluate.parent.host import JudgeHost
+from kernelevo.evaluate.parent.oracle_run import OracleRun
 from kernelevo.evaluate.shared import preload_modules
 from kernelevo.evaluate.shared.messages import (Abort, Checked, CheckedCandidate, Failed, Granted,
                                                 Message, Progress, Ready, ReadyReply, TimeThese,
                                                 Timing)
+from kernelevo.evaluate.shared.transfer import TransferError, import_bundle
+
+# A checked candidate's decision: ("passed" or "failed", its details).
+Decision = tuple[str, dict[str, Any]]
 
 
 class WorkerState:
     """Collects the worker's reports and answers its questions while it runs."""
 
-    def __init__(self, judge: Any, candidates: list[Candidate], oracle: Any,
+    def __init__(self, judge: JudgeHost, candidates: list[Candidate], oracle: OracleRun,
                  time_them: bool) -> None:
         self.judge, self.candidates, self.oracle = judge, candidates, oracle
         self.reference: dict[str, Any] = {}
         self.time_them = time_them
-        self.decisions: dict[int, Any] = {}
+        self.decisions: dict[int, Decision] = {}
         self.reports: dict[int, CheckedCandidate] = {}
         self.failures: dict[int, Failed] = {}
         self.timing: Timing | None = None
@@ -66,8 +76,6 @@ class WorkerState:
         return None
 
     def _judge(self, report: CheckedCandidate) -> None:
-        from kernelevo.evaluate.parent.outcome import judge_candidate
-
         self.reports[report.candidate] = report
         self.judge.progress("judging outputs")
         started = time.perf_counter()
@@ -91,3 +99,71 @@ class WorkerState:
                           tolerances=tuple(tuple(t) for t in self.reference["tolerances"]))
 
 
+def _outputs_from(report: CheckedCandidate, count: int, judge: JudgeHost,
+                  device: str) -> dict[str, Any]:
+    """The worker's outputs as {'sets': [...], 'repeat': ..., 'knockout': ...}."""
+    bundle = import_bundle(report.bundle, device, judge.gpu_index)
+    structures = report.structures
+
+    def entry(name: str) -> dict[str, Any] | None:
+        if name not in bundle:
+            return None
+        return {"values": bundle[name], "structure": str(structures.get(name, "?"))}
+
+    sets = [entry(f"set_{i}") for i in range(count)]
+    if any(s is None for s in sets) or entry("repeat") is None:
+        raise TransferError("the worker's report lacks outputs")
+    return {"sets": sets, "repeat": entry("repeat"), "knockout": entry("knockout"),
+            "gradients": {k: v for k, v in bundle.items() if k.startswith("grad_")}}
+
+
+def judge_candidate(state: WorkerState, index: int, report: CheckedCandidate) -> Decision:
+    """Decide one candidate from its checked report: ('passed'|'failed', details).
+
+    The worker holds its GPU memory while it waits for this answer; when the
+    GPU has no room left for the comparison, it is made on the CPU instead.
+    """
+    try:
+        return _judge_on(state, index, report, state.judge.compare_device)
+    except torch.cuda.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        return _judge_on(state, index, report, "cpu")
+
+
+def _judge_on(state: WorkerState, index: int, report: CheckedCandidate,
+              device: str) -> Decision:
+    try:
+        outputs = _outputs_from(report, len(state.reference["outputs"]), state.judge, device)
+    except TransferError as exc:  # a candidate that corrupts its own report fails, not the judge
+        return "failed", {"reason": "harness_tampered", "message": f"unreadable outputs: {exc}"}
+    ref = state.reference
+    guard = decide.guard_reason(report)
+    if guard:
+        return "failed", {"reason": guard[0], "message": guard[1]}
+    correctness = decide.decide_correctness(outputs, ref["outputs"], ref["structure"],
+                                            ref["tolerances"], device, ref.get("stress"))
+    if correctness.reason:
+        return "failed", {"reason": correctness.reason, "message": correctness.message,
+                          "metrics": correctness.metrics}
+    if report.rotation_problem:
+        return "failed", {"reason": "inconsistent_under_timing",
+                          "message": report.rotation_problem[:1000]}
+    candidate = state.candidates[index]
+    honesty = decide.decide_honesty(report, outputs, ref["outputs"][0], ref["structure"],
+                                    ref["tolerances"], candidate.backend,
+                                    state.judge.config.policy, ref["ops"], device)
+    if honesty.reason:
+        return "failed", {"reason": honesty.reason, "message": honesty.message,
+                          "metrics": correctness.metrics}
+    if "gradients" in ref:  # the backward is judged too
+        backward = decide_backward(report, outputs["gradients"], ref, candidate.backend,
+                                   state.judge.config.policy, device)
+        if backward.reason:
+            return "failed", {"reason": backward.reason, "message": backward.message,
+                              "metrics": backward.metrics or correctness.metrics}
+        honesty.notes += backward.notes
+    state.oracle.done.wait()  # the judge's trivial-answer check runs beside the worker
+    if "trivial" not in ref:
+        ref["trivial"] = (decide.trivial_answers_pass(ref["outputs"], ref["tolerances"], device)
+                          + ref.get("passthrough", []))
+    return "passed", {"metrics": correctness.metrics, "notes": honesty.notes}

@@ -15,6 +15,7 @@ import contextlib
 import os
 import re
 import subprocess
+from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from kernelevo.evaluate.sandbox.redact import is_secret
@@ -79,3 +80,16 @@ def spawning_with_candidate_environment() -> Iterator[None]:
         yield
     finally:
         util.spawnv_passfds = original
+
+
+def cache_environment(cache_dir: Path) -> dict[str, str]:
+    """Environment that points every build cache at one folder, keyed by content."""
+    return {
+        "TRITON_CACHE_DIR": str(cache_dir / "triton"),
+        "TORCH_EXTENSIONS_DIR": str(cache_dir / "torch_extensions"),
+        "TORCHINDUCTOR_CACHE_DIR": str(cache_dir / "inductor"),
+        "MAX_JOBS": os.environ.get("MAX_JOBS", str(min(8, os.cpu_count() or 1))),
+        # A pool of compile processes costs seconds to start and is not needed
+        # once the caches are warm; it would also look like spawned processes.
+        "TORCHINDUCTOR_COMPILE_THREADS": "1",
+    }
