@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+import kernelevo.version
 from kernelevo.evaluate.analysis.profile import NcuKernel
 from kernelevo.evaluate.sandbox.environment import candidate_environment
 
@@ -79,7 +80,7 @@ def target_environment(environ: dict[str, str]) -> dict[str, str]:
     a checkout runs) would no longer find kernelevo: its folder goes first.
     """
     environment = candidate_environment(environ)
-    home = str(Path(__file__).resolve().parents[2])
+    home = str(Path(kernelevo.version.__file__).resolve().parents[1])  # the folder above kernelevo/
     paths = [home] + [os.path.abspath(path) for path in
                       environment.get("PYTHONPATH", "").split(os.pathsep) if path]
     environment["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
