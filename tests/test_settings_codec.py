@@ -65,6 +65,30 @@ def test_settings_to_dict_gives_plain_json_values():
     assert json.loads(json.dumps(data)) == data
 
 
+def test_settings_made_from_json_check_each_value_once(monkeypatch):
+    import kernelevo.schema as schema
+
+    seen: list[object] = []
+    check = schema.check_value
+
+    def counted(hint, value):
+        seen.append(value)
+        return check(hint, value)
+
+    monkeypatch.setattr(schema, "check_value", counted)
+    config = EvalConfig(timing=TimingConfig(measure="kernelbench"))
+    data = _over_the_pipe(settings_to_dict(config))
+    job = JudgeJob.of(task_from_source(TASK_SOURCE, name="t"),
+                      [Candidate(source="y = 1", backend="triton")], config)
+    worker = WorkerJob("x", "cpu", "float32", "/w", True, config.timing)
+    for decoded in (lambda: settings_from_dict(EvalConfig, data),
+                    lambda: JudgeJob.from_dict(_over_the_pipe(job.to_dict())).config(),
+                    lambda: WorkerJob.from_json(_over_the_pipe(worker.to_json())).timing):
+        seen.clear()
+        decoded()
+        assert seen.count("kernelbench") == 1
+
+
 # -- a bad value is refused once, where it enters ----------------------------------
 
 

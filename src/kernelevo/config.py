@@ -82,10 +82,7 @@ class TimingConfig:
     autotune_budget_s: Annotated[float, POSITIVE] = 60.0
 
     def __post_init__(self) -> None:
-        try:
-            check_fields(self)
-        except ConfigError as exc:
-            raise ConfigError(f"timing {exc}") from None
+        check_fields(self, section="timing")
         if self.min_samples > self.max_samples:
             raise ConfigError(f"timing min_samples ({self.min_samples}) is above max_samples "
                               f"({self.max_samples}): give min_samples <= max_samples")

@@ -208,6 +208,15 @@ def flat(data: Mapping[str, Any]) -> dict[str, Any]:
     return tables
 
 
+def by_table(name: str, settings: Any) -> dict[str, Any]:
+    """A settings object and those nested in it by table name: {"eval": ..., "eval.timing": ...}."""
+    tables = {name: settings}
+    for spec in dataclasses.fields(settings):
+        if _nested(type(settings), spec.name):
+            tables.update(by_table(f"{name}.{spec.name}", getattr(settings, spec.name)))
+    return tables
+
+
 def nested(tables: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """Tables by dotted name nested as in the file and the settings ("eval.timing" in "eval")."""
     result: dict[str, Any] = {}

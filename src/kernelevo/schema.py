@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar, Union
 
-from kernelevo.errors import ConfigError
+from kernelevo.errors import ConfigError, SettingError
 
 Settings = TypeVar("Settings")
 
@@ -165,15 +165,27 @@ def _entry(hint: Any, key: Any, item: Any) -> Any:
         raise ConfigError(f"expected {describe(hint)} for {key!r}, got {item!r}") from None
 
 
-def check_fields(instance: Any) -> None:
-    """Check every field of a dataclass instance against its declared type and constraints."""
+def check_fields(instance: Any, section: str = "") -> None:
+    """Check every field of a frozen dataclass against its declaration, and convert it.
+
+    The one check of a settings value: called from `__post_init__`, so every
+    way of making settings (a constructor, `settings_from_dict`) runs it once.
+    An int given for a float becomes a float, a list for a tuple a tuple. A
+    wrong value is a SettingError naming the field (in `section`, if given).
+    """
     for name, hint in field_hints(type(instance)).items():
         if dataclasses.is_dataclass(_split(hint)[0]):
             continue  # a nested settings dataclass checks itself
+        value = getattr(instance, name)
         try:
-            check_value(hint, getattr(instance, name))
+            converted = check_value(hint, value)
         except ConfigError as exc:
-            raise ConfigError(f"{name}: {exc}") from None
+            raise SettingError(name, str(exc), section) from None
+        except OverflowError:  # an integer too large for a float
+            raise SettingError(name, f"expected {describe(hint)}, got an integer too large: "
+                               "give a finite number", section) from None
+        if converted is not value:
+            object.__setattr__(instance, name, converted)
 
 
 def choices(cls: type, name: str) -> tuple[str, ...]:
@@ -198,10 +210,10 @@ def settings_from_dict(cls: type[Settings], data: Any, path: str = "",
                        drop_unknown: bool = False) -> Settings:
     """A settings dataclass from JSON-like values (as `settings_to_dict` gives them).
 
-    Each value is checked against its field's declaration and converted (a list
-    to a tuple, an int to a float); a nested settings dataclass is a nested
-    table. An unknown key, an ill-typed or out-of-range value is a ConfigError
-    naming it by its dotted `path` ("eval.timing.measure"). `drop_unknown`
+    Each value is checked once, by the dataclass's own `check_fields`, and
+    converted (a list to a tuple, an int to a float); a nested settings
+    dataclass is a nested table. An unknown key, an ill-typed or out-of-range
+    value is a ConfigError naming it by its dotted `path` ("eval.timing.measure"). `drop_unknown`
     reads what another KernelEvo version wrote (a stored run): keys this one
     lacks are dropped.
     """
@@ -218,17 +230,13 @@ def settings_from_dict(cls: type[Settings], data: Any, path: str = "",
             raise ConfigError(f"{name}: unknown key{did_you_mean(str(key), hints)}; the keys "
                               f"are {', '.join(hints)}")
         bare = _split(hints[key])[0]
-        if isinstance(bare, type) and dataclasses.is_dataclass(bare):
-            values[key] = settings_from_dict(bare, value, name, drop_unknown)
-            continue
-        try:
-            values[key] = check_value(hints[key], value)
-        except ConfigError as exc:
-            raise ConfigError(f"{name}: {exc}") from None
-        except OverflowError:  # an integer too large for a float
-            raise ConfigError(f"{name}: expected {describe(hints[key])}, got an integer "
-                              "too large: give a finite number") from None
-    return cls(**values)
+        is_table = isinstance(bare, type) and dataclasses.is_dataclass(bare)
+        values[key] = settings_from_dict(bare, value, name, drop_unknown) if is_table else value
+    try:
+        return cls(**values)  # its __post_init__ checks each value (check_fields)
+    except SettingError as exc:
+        name = f"{path}.{exc.name}" if path else exc.name
+        raise SettingError(name, exc.reason) from None
 
 
 def settings_to_dict(settings: Any) -> dict[str, Any]:

@@ -109,13 +109,15 @@ def eval_overrides(precision: Any = None, device: Any = None, policy: Any = None
                    no_compile: bool = False, no_static: bool = False,
                    measure: Any = None, backward: bool = False) -> dict[str, dict[str, Any]]:
     """The evaluation flags as overrides by table; flags left out are None (the file decides)."""
-    return {"eval": {"precision": choice_value(precision), "device": choice_value(device),
-                     "policy": choice_value(policy), "atol": atol, "rtol": rtol, "input_sets": sets,
-                     "timeout_s": timeout, "vary_shapes": vary_shapes,
-                     "static_checks": False if no_static else None,
-                     "backward": True if backward else None},
-            "eval.timing": {"cuda_graph": cuda_graph or None, "measure": choice_value(measure),
-                            "baselines": ("eager",) if no_compile else None}}
+    from kernelevo.config_file import eval_tables
+
+    return eval_tables({
+        "precision": choice_value(precision), "device": choice_value(device),
+        "policy": choice_value(policy), "atol": atol, "rtol": rtol, "input_sets": sets,
+        "timeout_s": timeout, "vary_shapes": vary_shapes,
+        "static_checks": False if no_static else None, "backward": True if backward else None,
+        "cuda_graph": cuda_graph or None, "measure": choice_value(measure),
+        "baselines": ("eager",) if no_compile else None})
 
 
 PRECISION_OPTION = typer.Option(None, help="floating-point precision (default: fp32)")
