@@ -17,7 +17,8 @@ from kernelevo.schema import settings_from_dict, settings_to_dict
 def test_a_config_survives_a_trip_through_json():
     config = EvalConfig(precision="fp16", vary_shapes=False,
                         timing=TimingConfig(baselines=("eager",), measure="gpu", min_samples=5))
-    assert settings_from_dict(EvalConfig, json.loads(json.dumps(settings_to_dict(config)))) == config
+    again = settings_from_dict(EvalConfig, json.loads(json.dumps(settings_to_dict(config))))
+    assert again == config
 
 
 def test_an_unknown_setting_is_named_unless_it_came_from_another_version():

@@ -312,8 +312,10 @@ class RunConfig:
     def from_stored(cls, config: Mapping[str, Any]) -> "RunConfig":
         """The settings a stored run was started with; those another version wrote and this
         one lacks are dropped, so an old or newer run can still be shown and resumed."""
-        return cls(settings_from_dict(EvalConfig, config.get("eval") or {}, "eval", drop_unknown=True),
-                   settings_from_dict(SearchConfig, config.get("search") or {}, "search", drop_unknown=True),
+        return cls(settings_from_dict(EvalConfig, config.get("eval") or {}, "eval",
+                                      drop_unknown=True),
+                   settings_from_dict(SearchConfig, config.get("search") or {}, "search",
+                                      drop_unknown=True),
                    dict(config.get("llm") or {}), dict(config.get("budget") or {}))
 
 
