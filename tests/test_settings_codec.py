@@ -173,3 +173,11 @@ def test_a_field_without_choices_has_none_to_give():
     with pytest.raises(TypeError, match="declares no choices"):
         choices(EvalConfig, "timeout_s")
     assert tuple(member.value for member in options.Timing) == choices(TimingConfig, "measure")
+
+
+def test_settings_that_do_not_check_themselves_are_checked_by_the_codec():
+    from kernelevo.config_file import ModelSettings
+
+    with pytest.raises(ConfigError, match=r"^llm.in_flight: expected a whole number >= 1, got 0$"):
+        settings_from_dict(ModelSettings, {"in_flight": 0}, "llm")
+    assert settings_from_dict(ModelSettings, {"in_flight": 3}).in_flight == 3

@@ -210,12 +210,12 @@ def settings_from_dict(cls: type[Settings], data: Any, path: str = "",
                        drop_unknown: bool = False) -> Settings:
     """A settings dataclass from JSON-like values (as `settings_to_dict` gives them).
 
-    Each value is checked once, by the dataclass's own `check_fields`, and
+    Each value is checked once, by `check_fields` as the dataclass is made, and
     converted (a list to a tuple, an int to a float); a nested settings
     dataclass is a nested table. An unknown key, an ill-typed or out-of-range
-    value is a ConfigError naming it by its dotted `path` ("eval.timing.measure"). `drop_unknown`
-    reads what another KernelEvo version wrote (a stored run): keys this one
-    lacks are dropped.
+    value is a ConfigError naming it by its dotted `path`
+    ("eval.timing.measure"). `drop_unknown` reads what another KernelEvo
+    version wrote (a stored run): keys this one lacks are dropped.
     """
     if not isinstance(data, Mapping):
         raise ConfigError(f"{path or cls.__name__}: expected a table of settings, "
@@ -233,7 +233,10 @@ def settings_from_dict(cls: type[Settings], data: Any, path: str = "",
         is_table = isinstance(bare, type) and dataclasses.is_dataclass(bare)
         values[key] = settings_from_dict(bare, value, name, drop_unknown) if is_table else value
     try:
-        return cls(**values)  # its __post_init__ checks each value (check_fields)
+        settings = cls(**values)
+        if not hasattr(cls, "__post_init__"):  # settings that do not check themselves
+            check_fields(settings)
+        return settings
     except SettingError as exc:
         name = f"{path}.{exc.name}" if path else exc.name
         raise SettingError(name, exc.reason) from None
