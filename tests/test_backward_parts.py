@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from kernelevo.config import EvalConfig, eval_config_from_dict
+from kernelevo.config import EvalConfig
 from kernelevo.config_file import load_eval_config
 from kernelevo.evaluate.decide_backward import decide_backward, reference_gradients
 from kernelevo.evaluate.gradients import (REPEAT_SCALE, NotDifferentiable, backward_on,
@@ -15,6 +15,7 @@ from kernelevo.evaluate.gradients import (REPEAT_SCALE, NotDifferentiable, backw
 from kernelevo.evaluate.messages import CheckedCandidate, OracleDone
 from kernelevo.evaluate.verdict import REASONS
 from kernelevo.evaluate.worker_backward import BackwardRuns
+from kernelevo.schema import settings_from_dict
 from kernelevo.task import task_from_source
 
 TASK = """
@@ -52,7 +53,7 @@ def test_the_run_or_the_task_turns_the_backward_on(tmp_path):
     assert not backward_on(plain, EvalConfig())
     assert backward_on(asking, EvalConfig())
     assert backward_on(plain, EvalConfig(backward=True))
-    assert eval_config_from_dict({"backward": True}).backward is True
+    assert settings_from_dict(EvalConfig, {"backward": True}).backward is True
     settings = tmp_path / "kernelevo.toml"
     settings.write_text("[eval]\nbackward = true\n")
     assert load_eval_config(str(settings)).backward is True
