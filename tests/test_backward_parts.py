@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from kernelevo.config import EvalConfig, eval_config_from_dict
+from kernelevo.config import EvalConfig
 from kernelevo.config_file import load_eval_config
 from kernelevo.evaluate.analysis.decide_backward import decide_backward, reference_gradients
 from kernelevo.evaluate.child.worker_backward import BackwardRuns
@@ -16,6 +16,7 @@ from kernelevo.evaluate.shared.gradients import (REPEAT_SCALE, NotDifferentiable
                                                  projections)
 from kernelevo.evaluate.shared.messages import CheckedCandidate, OracleDone
 from kernelevo.evaluate.verdict import REASONS
+from kernelevo.schema import settings_from_dict
 from kernelevo.task import task_from_source
 
 TASK = """
@@ -53,7 +54,7 @@ def test_the_run_or_the_task_turns_the_backward_on(tmp_path):
     assert not backward_on(plain, EvalConfig())
     assert backward_on(asking, EvalConfig())
     assert backward_on(plain, EvalConfig(backward=True))
-    assert eval_config_from_dict({"backward": True}).backward is True
+    assert settings_from_dict(EvalConfig, {"backward": True}).backward is True
     settings = tmp_path / "kernelevo.toml"
     settings.write_text("[eval]\nbackward = true\n")
     assert load_eval_config(str(settings)).backward is True

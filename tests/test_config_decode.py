@@ -1,32 +1,34 @@
-"""One decoder turns JSON-like settings into an EvalConfig: jobs, stored runs and the config file."""
+"""One codec turns JSON-like settings into an EvalConfig: jobs, stored runs and the config file."""
 
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 
 import pytest
 
-from kernelevo.config import EvalConfig, TimingConfig, eval_config_from_dict
+from kernelevo.config import EvalConfig, TimingConfig
 from kernelevo.config_file import load_eval_config
 from kernelevo.errors import ConfigError
 from kernelevo.evaluate.protocol import JOB_VERSION, JudgeJob
 from kernelevo.run.view import eval_config_from_run
+from kernelevo.schema import settings_from_dict, settings_to_dict
 
 
 def test_a_config_survives_a_trip_through_json():
     config = EvalConfig(precision="fp16", vary_shapes=False,
                         timing=TimingConfig(baselines=("eager",), measure="gpu", min_samples=5))
-    assert eval_config_from_dict(json.loads(json.dumps(asdict(config)))) == config
+    again = settings_from_dict(EvalConfig, json.loads(json.dumps(settings_to_dict(config))))
+    assert again == config
 
 
 def test_an_unknown_setting_is_named_unless_it_came_from_another_version():
-    with pytest.raises(ConfigError, match="unknown \\[eval\\] setting 'shiny'"):
-        eval_config_from_dict({"shiny": 1})
-    with pytest.raises(ConfigError, match="unknown \\[timing\\] setting 'faster'"):
-        eval_config_from_dict({"timing": {"faster": True}})
-    assert eval_config_from_dict({"shiny": 1, "timing": {"faster": True}},
-                                 drop_unknown=True) == EvalConfig()
+    with pytest.raises(ConfigError, match="eval.shiny: unknown key"):
+        settings_from_dict(EvalConfig, {"shiny": 1}, "eval")
+    with pytest.raises(ConfigError, match=r"eval.timing.warmup: unknown key \(did you mean "
+                                          r"warmup_ms\?\)"):
+        settings_from_dict(EvalConfig, {"timing": {"warmup": True}}, "eval")
+    assert settings_from_dict(EvalConfig, {"shiny": 1, "timing": {"faster": True}},
+                  drop_unknown=True) == EvalConfig()
 
 
 def test_a_stored_run_an_api_job_and_the_config_file_decode_alike(tmp_path):

@@ -44,6 +44,8 @@ def _example(kind: type[errors.KernelEvoError]) -> errors.KernelEvoError:
         return kind("no content", 200, ("attempt",), (10, 0, 0.001))
     if issubclass(kind, errors.LLMError):
         return kind("server error", 503, ("attempt",))
+    if issubclass(kind, errors.SettingError):
+        return kind("measure", "expected one of gpu, call, got 'wall'", "timing")
     return kind("the value and the fix")
 
 

@@ -81,7 +81,8 @@ def test_a_bad_timing_setting_in_a_job_is_named():
     with pytest.raises(MessageError, match="field timing: .*measure"):
         WorkerJob.from_json(data)
     data["timing"] = {"warmup": 1}
-    with pytest.raises(MessageError, match="unknown timing settings warmup"):
+    with pytest.raises(MessageError, match=r"field timing: warmup: unknown key \(did you mean "
+                                           r"warmup_ms\?\)"):
         WorkerJob.from_json(data)
 
 

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -354,6 +355,7 @@ def test_a_lane_warms_its_next_task_before_its_current_task_s_last_solution(benc
     from kernelevo.suite import SuitePlan, run_suite
 
     events = []
+    warmed = threading.Event()
 
     class WarmingJudge:
         def __init__(self, task, config, gpu_index=None, standby=False, baseline_store=None):
@@ -362,8 +364,14 @@ def test_a_lane_warms_its_next_task_before_its_current_task_s_last_solution(benc
         def warm_up(self):
             self.warm = True
             events.append(("warm", self.task.name))
+            warmed.set()
 
         def evaluate(self, candidate):
+            if ("judge", self.task.name, False) in events:
+                # The fake judges in no time: its task's second solution waits (10 s
+                # at most) for the warm-up the lane starts in a thread, as a real
+                # judge's seconds would. A lane that never warms ahead fails below.
+                warmed.wait(10)
             events.append(("judge", self.task.name, self.warm))
             return Verdict("ok", "passed")
 

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Union
 
 from kernelevo.candidate import Candidate, detect_backend, load_candidate
-from kernelevo.config import EvalConfig, TimingConfig
-from kernelevo.config_file import TABLES, eval_config, resolve
+from kernelevo.config import EvalConfig
+from kernelevo.config_file import eval_config, eval_tables, resolve
 from kernelevo.errors import CandidateError, ConfigError
 from kernelevo.task import Task, load_task, task_from_source
 
@@ -40,10 +40,6 @@ __all__ = ["Exported", "apply", "compare", "evaluate", "evolve", "export"]
 TaskLike = Union[str, os.PathLike, Task]
 CandidateLike = Union[str, os.PathLike, Candidate]
 Progress = Callable[[str], None]
-
-_SETTINGS = (set(EvalConfig.__dataclass_fields__) | set(TimingConfig.__dataclass_fields__)) \
-    - {"timing"}
-
 
 def evaluate(task: TaskLike, candidate: CandidateLike, *, backend: str | None = None,
              kernelbench_dir: str | None = None, config_file: str | None = None,
@@ -185,13 +181,7 @@ def _eval_overrides(settings: dict[str, Any]) -> dict[str, dict[str, Any]]:
     settings = dict(settings)
     if isinstance(settings.get("timing"), str):
         settings["measure"] = settings.pop("timing")
-    unknown = sorted(set(settings) - _SETTINGS)
-    if unknown:
-        raise ConfigError(f"unknown settings {unknown}: known ones are "
-                          f"{sorted(_SETTINGS | {'timing'})}")
-    timing_keys = TABLES["eval.timing"].hints
-    return {"eval": {k: v for k, v in settings.items() if k not in timing_keys},
-            "eval.timing": {k: v for k, v in settings.items() if k in timing_keys}}
+    return eval_tables(settings)
 
 
 def _ignore(_: Any) -> None:

@@ -1,10 +1,13 @@
-"""Settings of an evaluation, one typed tree shared by eval, compare and evolve."""
+"""Settings of an evaluation, one typed tree shared by eval, compare and evolve.
+
+EvalConfig and its TimingConfig go to and from JSON-like values through
+`schema.settings_to_dict` and `schema.settings_from_dict` only: a config file, a serve job, the
+worker's job on the pipe and a stored run are read by that one codec.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
 
 from kernelevo.errors import ConfigError
 from kernelevo.schema import AT_LEAST_ONE, POSITIVE, Annotated, Bound, OneOf, check_fields
@@ -100,10 +103,7 @@ class TimingConfig:
     autotune_budget_s: Annotated[float, POSITIVE] = 60.0
 
     def __post_init__(self) -> None:
-        try:
-            check_fields(self)
-        except ConfigError as exc:
-            raise ConfigError(f"timing {exc}") from None
+        check_fields(self, section="timing")
         if self.min_samples > self.max_samples:
             raise ConfigError(f"timing min_samples ({self.min_samples}) is above max_samples "
                               f"({self.max_samples}): give min_samples <= max_samples")
@@ -150,31 +150,6 @@ class EvalConfig:
 
     def evolve(self, **changes) -> "EvalConfig":
         return replace(self, **changes)
-
-
-def timing_config_from_dict(values: Mapping[str, Any], *, drop_unknown: bool = False) -> TimingConfig:
-    """A TimingConfig from JSON-like values (lists as tuples); unknown keys a ConfigError unless dropped."""
-    return TimingConfig(**_known(TimingConfig, values, "timing", drop_unknown))
-
-
-def eval_config_from_dict(values: Mapping[str, Any], *, drop_unknown: bool = False) -> EvalConfig:
-    """The one decoder of an EvalConfig from JSON-like values: a job, a stored run, the config file.
-
-    drop_unknown is for reading what another KernelEvo version wrote (a stored
-    run); settings given now must all be known.
-    """
-    settings = dict(values)
-    timing = timing_config_from_dict(settings.pop("timing", None) or {}, drop_unknown=drop_unknown)
-    return EvalConfig(timing=timing, **_known(EvalConfig, settings, "eval", drop_unknown))
-
-
-def _known(cls: type, values: Mapping[str, Any], table: str, drop_unknown: bool) -> dict[str, Any]:
-    names = {f.name for f in fields(cls)} - {"timing"}
-    unknown = sorted(set(values) - names)
-    if unknown and not drop_unknown:
-        raise ConfigError(f"unknown [{table}] setting {unknown[0]!r}: known are {', '.join(sorted(names))}")
-    # JSON has no tuples: a list setting comes back as the tuple the dataclass holds.
-    return {k: tuple(v) if isinstance(v, list) else v for k, v in values.items() if k in names}
 
 
 def tolerances(dtype_name: str, task_atol: float | None = None, task_rtol: float | None = None,

@@ -2,14 +2,16 @@
 
 Every table's keys, types and ranges come from the settings dataclasses
 (EvalConfig, TimingConfig, SearchConfig, ClientConfig, BudgetLimits) through
-`schema.field_hints`, so the file cannot accept a key the code does not know.
+`schema.field_hints`, so the file cannot accept a key the code does not know;
+a nested settings dataclass (EvalConfig's `timing`) is a nested table
+([eval.timing]). Each value is checked where it enters (the file's key, the
+flag); settings objects are built from the tables by `schema.settings_from_dict`.
 Only values actually given override the file: a flag left out is None here.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -17,12 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from kernelevo.budget import BudgetLimits, parse_duration_s, parse_tokens, parse_usd
-from kernelevo.config import EvalConfig, TimingConfig, eval_config_from_dict
+from kernelevo.config import EvalConfig
 from kernelevo.errors import ConfigError
 from kernelevo.llm.openai_compat import ClientConfig, check_base_url
 from kernelevo.llm.pricing import PriceTable
 from kernelevo.memory.settings import MemoryConfig
-from kernelevo.schema import AT_LEAST_ONE, POSITIVE, Annotated, check_value, field_hints
+from kernelevo.schema import (
+    AT_LEAST_ONE, POSITIVE, Annotated, check_value, did_you_mean, field_hints, settings_from_dict,
+    settings_to_dict)
 from kernelevo.search.config import SearchConfig
 
 try:
@@ -64,12 +68,28 @@ def _table(name: str, classes: tuple[type, ...], exclude: tuple[str, ...] = (),
     defaults: dict[str, Any] = {}
     for cls in classes:
         for spec in dataclasses.fields(cls):
-            if spec.name in exclude:
+            if spec.name in exclude or _nested(cls, spec.name):
                 continue
             key = rename.get(spec.name, spec.name)
             hints[key] = field_hints(cls)[spec.name]
             defaults[key] = _default(spec)
     return Table(name, hints, defaults, dict(parsers or {}), dict(validators or {}))
+
+
+def _nested(cls: type, name: str) -> type | None:
+    """The settings dataclass of field `name` of `cls` (a nested table), or None."""
+    hint = field_hints(cls)[name]
+    return hint if isinstance(hint, type) and dataclasses.is_dataclass(hint) else None
+
+
+def _tables(name: str, cls: type) -> list[Table]:
+    """The table of a settings dataclass and, under its name, one per nested dataclass."""
+    tables = [_table(name, (cls,))]
+    for spec in dataclasses.fields(cls):
+        inner = _nested(cls, spec.name)
+        if inner is not None:
+            tables += _tables(f"{name}.{spec.name}", inner)
+    return tables
 
 
 def _model_names(models: Mapping[str, float]) -> None:
@@ -115,8 +135,7 @@ def _default(spec: dataclasses.Field) -> Any:
 # The budget file key `time` is BudgetLimits.wall_s, as the --time flag.
 BUDGET_KEYS = {"wall_s": "time"}
 TABLES: dict[str, Table] = {table.name: table for table in (
-    _table("eval", (EvalConfig,), exclude=("timing",)),
-    _table("eval.timing", (TimingConfig,)),
+    *_tables("eval", EvalConfig),
     _table("search", (SearchConfig,)),
     _table("llm", (ClientConfig, ModelSettings), exclude=("model",),
            validators=LLM_VALIDATORS),
@@ -142,19 +161,15 @@ def read_config_file(path: str | Path | None) -> dict[str, dict[str, Any]]:
     """The file's values by table ("eval", "eval.timing", ...), each checked ({} without one)."""
     if not path:
         return {}
-    data = read_toml(path)
+    data = flat(read_toml(path))
     where = f"config file {path}"
-    eval_table = data.get("eval")
-    if isinstance(eval_table, Mapping) and "timing" in eval_table:
-        data = {**data, "eval": {k: v for k, v in eval_table.items() if k != "timing"},
-                "eval.timing": eval_table["timing"]}
     tables: dict[str, dict[str, Any]] = {}
     for name, values in data.items():
         if name not in TABLES and not isinstance(values, Mapping):
             raise ConfigError(f"{where}: {name} = {values!r} is outside any table: put it "
                               f"under one of {', '.join(f'[{t}]' for t in TABLES)}")
         if name not in TABLES:
-            raise ConfigError(f"{where}: unknown table [{name}]{_did_you_mean(name, TABLES)}; "
+            raise ConfigError(f"{where}: unknown table [{name}]{did_you_mean(name, TABLES)}; "
                               f"the tables are {', '.join(f'[{t}]' for t in TABLES)}")
         if not isinstance(values, Mapping):
             raise ConfigError(f"{where}: {name} must be a table, written [{name}], "
@@ -168,7 +183,7 @@ def _checked(table: str, key: str, value: Any, where: str) -> Any:
     """`value` for `key` of `table`, converted; ConfigError names `where` and the fix."""
     spec = TABLES[table]
     if key not in spec.hints:
-        raise ConfigError(f"{where}: unknown key{_did_you_mean(key, spec.hints)}; the keys "
+        raise ConfigError(f"{where}: unknown key{did_you_mean(key, spec.hints)}; the keys "
                           f"of [{table}] are {', '.join(spec.hints)}")
     try:
         if isinstance(value, str) and key in spec.parsers:
@@ -181,9 +196,37 @@ def _checked(table: str, key: str, value: Any, where: str) -> Any:
         raise ConfigError(f"{where}: {exc}") from None
 
 
-def _did_you_mean(name: str, known: Mapping[str, Any]) -> str:
-    close = difflib.get_close_matches(name, list(known), n=1)
-    return f" (did you mean {close[0]}?)" if close else ""
+def flat(data: Mapping[str, Any]) -> dict[str, Any]:
+    """A file's tables by their dotted names: [eval]'s `timing` table as "eval.timing"."""
+    tables = dict(data)
+    for name in TABLES:  # a parent's name comes before its children's
+        parent, _, child = name.rpartition(".")
+        inside = tables.get(parent)
+        if parent and isinstance(inside, Mapping) and child in inside:
+            tables[parent] = {k: v for k, v in inside.items() if k != child}
+            tables[name] = inside[child]
+    return tables
+
+
+def by_table(name: str, settings: Any) -> dict[str, Any]:
+    """A settings object and those nested in it by table name: {"eval": ..., "eval.timing": ...}."""
+    tables = {name: settings}
+    for spec in dataclasses.fields(settings):
+        if _nested(type(settings), spec.name):
+            tables.update(by_table(f"{name}.{spec.name}", getattr(settings, spec.name)))
+    return tables
+
+
+def nested(tables: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Tables by dotted name nested as in the file and the settings ("eval.timing" in "eval")."""
+    result: dict[str, Any] = {}
+    for name, values in tables.items():
+        *parents, last = name.split(".")
+        into = result
+        for parent in parents:
+            into = into.setdefault(parent, {})
+        into.setdefault(last, {}).update(values)
+    return result
 
 
 @dataclass(frozen=True)
@@ -221,15 +264,26 @@ def resolve(path: str | Path | None, overrides: Mapping[str, Mapping[str, Any]] 
 
 
 def eval_config(effective: Effective) -> EvalConfig:
-    return eval_config_from_dict({**effective.values["eval"], "timing": effective.values["eval.timing"]})
+    return settings_from_dict(EvalConfig, nested(effective.values)["eval"], "eval")
+
+
+def eval_tables(settings: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Evaluation settings named by key alone (`measure`, `timeout_s`) put in their tables."""
+    tables: dict[str, dict[str, Any]] = {name: {} for name in TABLES
+                                         if name == "eval" or name.startswith("eval.")}
+    for key, value in settings.items():
+        table = next((name for name in tables if key in TABLES[name].hints), None)
+        if table is None:
+            known = sorted(key for name in tables for key in TABLES[name].hints)
+            raise ConfigError(f"unknown settings {[key]}{did_you_mean(key, known)}: known "
+                              f"ones are {', '.join(known)}")
+        tables[table][key] = value
+    return tables
 
 
 def load_eval_config(path: str | None, **overrides: Any) -> EvalConfig:
     """An EvalConfig from a TOML file's [eval] tables, then settings given as overrides."""
-    timing_keys = TABLES["eval.timing"].hints
-    return eval_config(resolve(path, {
-        "eval": {k: v for k, v in overrides.items() if k not in timing_keys},
-        "eval.timing": {k: v for k, v in overrides.items() if k in timing_keys}}))
+    return eval_config(resolve(path, eval_tables(overrides)))
 
 
 def search_config(effective: Effective) -> SearchConfig:
@@ -251,19 +305,18 @@ class RunConfig:
     budget: Mapping[str, Any]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"eval": dataclasses.asdict(self.eval), "search": dataclasses.asdict(self.search),
+        return {"eval": settings_to_dict(self.eval), "search": settings_to_dict(self.search),
                 "llm": dict(self.llm), "budget": dict(self.budget)}
 
     @classmethod
     def from_stored(cls, config: Mapping[str, Any]) -> "RunConfig":
         """The settings a stored run was started with; those another version wrote and this
         one lacks are dropped, so an old or newer run can still be shown and resumed."""
-        known = {item.name for item in dataclasses.fields(SearchConfig)}
-        search = {k: tuple(v) if isinstance(v, list) else v
-                  for k, v in (config.get("search") or {}).items() if k in known}
-        return cls(eval_config_from_dict(config.get("eval") or {}, drop_unknown=True),
-                   SearchConfig(**search), dict(config.get("llm") or {}),
-                   dict(config.get("budget") or {}))
+        return cls(settings_from_dict(EvalConfig, config.get("eval") or {}, "eval",
+                                      drop_unknown=True),
+                   settings_from_dict(SearchConfig, config.get("search") or {}, "search",
+                                      drop_unknown=True),
+                   dict(config.get("llm") or {}), dict(config.get("budget") or {}))
 
 
 def memory_config(effective: Effective) -> MemoryConfig:

@@ -8,6 +8,7 @@ so errors can cross process boundaries.
     KernelEvoError
     ├── TaskError, CandidateError, EnvironmentProblem
     ├── ConfigError
+    │   ├── SettingError
     │   └── ResumeConflict
     ├── BudgetExhausted
     ├── MessageError
@@ -44,6 +45,18 @@ class CandidateError(KernelEvoError):
 
 class ConfigError(KernelEvoError):
     """A setting or flag has a value that cannot work."""
+
+
+class SettingError(ConfigError):
+    """One setting's value is not what its declaration allows: `name` it, `reason` the fix."""
+
+    def __init__(self, name: str, reason: str, section: str = "") -> None:
+        super().__init__(name, reason, section)  # args rebuild it when unpickled
+        self.name, self.reason, self.section = name, reason, section
+
+    def __str__(self) -> str:
+        return f"{self.section} {self.name}: {self.reason}" if self.section \
+            else f"{self.name}: {self.reason}"
 
 
 class ResumeConflict(ConfigError):

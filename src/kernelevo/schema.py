@@ -2,24 +2,30 @@
 
 A field written `timeout_s: Annotated[float, POSITIVE] = 300.0` carries its own
 type and range, so `__post_init__`, the config file's schema and the flags all
-read one declaration and cannot drift apart.
+read one declaration and cannot drift apart. `settings_from_dict` and `settings_to_dict` are the one
+codec of a settings dataclass to and from plain JSON-like values: the config
+file, a serve job, the child's pipe and a stored run all go through them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import math
 import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Union
+from typing import Annotated, Any, TypeVar, Union
 
-from kernelevo.errors import ConfigError
+from kernelevo.errors import ConfigError, SettingError
+
+Settings = TypeVar("Settings")
 
 __all__ = ["AT_LEAST_ONE", "Annotated", "Bound", "NON_NEGATIVE", "OneOf", "POSITIVE",
-           "check_fields", "check_value", "describe", "field_hints"]
+           "check_fields", "check_value", "choices", "describe", "did_you_mean", "field_hints",
+           "settings_from_dict", "settings_to_dict"]
 
 
 @dataclass(frozen=True)
@@ -159,12 +165,94 @@ def _entry(hint: Any, key: Any, item: Any) -> Any:
         raise ConfigError(f"expected {describe(hint)} for {key!r}, got {item!r}") from None
 
 
-def check_fields(instance: Any) -> None:
-    """Check every field of a dataclass instance against its declared type and constraints."""
+def check_fields(instance: Any, section: str = "") -> None:
+    """Check every field of a frozen dataclass against its declaration, and convert it.
+
+    The one check of a settings value: called from `__post_init__`, so every
+    way of making settings (a constructor, `settings_from_dict`) runs it once.
+    An int given for a float becomes a float, a list for a tuple a tuple. A
+    wrong value is a SettingError naming the field (in `section`, if given).
+    """
     for name, hint in field_hints(type(instance)).items():
         if dataclasses.is_dataclass(_split(hint)[0]):
             continue  # a nested settings dataclass checks itself
+        value = getattr(instance, name)
         try:
-            check_value(hint, getattr(instance, name))
+            converted = check_value(hint, value)
         except ConfigError as exc:
-            raise ConfigError(f"{name}: {exc}") from None
+            raise SettingError(name, str(exc), section) from None
+        except OverflowError:  # an integer too large for a float
+            raise SettingError(name, f"expected {describe(hint)}, got an integer too large: "
+                               "give a finite number", section) from None
+        if converted is not value:
+            object.__setattr__(instance, name, converted)
+
+
+def choices(cls: type, name: str) -> tuple[str, ...]:
+    """The values field `name` of `cls` may take (its OneOf), for a flag's choices."""
+    hint = field_hints(cls)[name]
+    bare, constraints = _split(hint)
+    if typing.get_origin(bare) in (tuple, list):
+        constraints = _split(typing.get_args(bare)[0])[1]
+    for constraint in constraints:
+        if isinstance(constraint, OneOf):
+            return constraint.choices
+    raise TypeError(f"{cls.__name__}.{name} declares no choices")
+
+
+def did_you_mean(name: str, known: Any) -> str:
+    """A hint naming the known name closest to `name`: " (did you mean X?)", or ""."""
+    close = difflib.get_close_matches(name, [str(item) for item in known], n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def settings_from_dict(cls: type[Settings], data: Any, path: str = "",
+                       drop_unknown: bool = False) -> Settings:
+    """A settings dataclass from JSON-like values (as `settings_to_dict` gives them).
+
+    Each value is checked once, by `check_fields` as the dataclass is made, and
+    converted (a list to a tuple, an int to a float); a nested settings
+    dataclass is a nested table. An unknown key, an ill-typed or out-of-range
+    value is a ConfigError naming it by its dotted `path`
+    ("eval.timing.measure"). `drop_unknown` reads what another KernelEvo
+    version wrote (a stored run): keys this one lacks are dropped.
+    """
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{path or cls.__name__}: expected a table of settings, "
+                          f"got {data!r:.80}")
+    hints = field_hints(cls)
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        name = f"{path}.{key}" if path else str(key)
+        if key not in hints:
+            if drop_unknown:
+                continue
+            raise ConfigError(f"{name}: unknown key{did_you_mean(str(key), hints)}; the keys "
+                              f"are {', '.join(hints)}")
+        bare = _split(hints[key])[0]
+        is_table = isinstance(bare, type) and dataclasses.is_dataclass(bare)
+        values[key] = settings_from_dict(bare, value, name, drop_unknown) if is_table else value
+    try:
+        settings = cls(**values)
+        if not hasattr(cls, "__post_init__"):  # settings that do not check themselves
+            check_fields(settings)
+        return settings
+    except SettingError as exc:
+        name = f"{path}.{exc.name}" if path else exc.name
+        raise SettingError(name, exc.reason) from None
+
+
+def settings_to_dict(settings: Any) -> dict[str, Any]:
+    """A settings dataclass as plain JSON values (tuples as lists), for `settings_from_dict`."""
+    return {item.name: _plain(getattr(settings, item.name))
+            for item in dataclasses.fields(settings)}
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return settings_to_dict(value)
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    if isinstance(value, Mapping):
+        return {str(key): _plain(item) for key, item in value.items()}
+    return value

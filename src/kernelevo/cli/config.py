@@ -47,7 +47,7 @@ def config_command(
     candidates: Optional[int] = typer.Option(None, help="most candidates to propose"),
 ) -> None:
     """Print the effective settings (defaults, then --config FILE, then flags) as TOML."""
-    from kernelevo.config_file import check_settings, resolve
+    from kernelevo.config_file import check_settings, nested, resolve
     from kernelevo.run.setup import evolve_overrides
 
     try:
@@ -67,18 +67,6 @@ def config_command(
         # Plain text: a TOML string such as "[eval]" must reach the terminal as written.
         out.print(to_toml(effective, config_file), markup=False, highlight=False,
                   soft_wrap=True)
-
-
-def nested(tables: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Tables named "eval.timing" moved inside "eval", as in the file."""
-    result: dict[str, Any] = {}
-    for name, values in tables.items():
-        parent, _, child = name.partition(".")
-        if child:
-            result.setdefault(parent, {})[child] = dict(values)
-        else:
-            result.setdefault(parent, {}).update(values)
-    return result
 
 
 def to_toml(effective: Effective, config_file: str | Path | None = None) -> str:

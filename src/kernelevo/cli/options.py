@@ -13,7 +13,8 @@ from rich.markup import escape
 from typer.core import TyperCommand
 
 from kernelevo.candidate import BACKENDS, KERNEL_BACKENDS
-from kernelevo.config import DEVICES, POLICIES, PRECISIONS, TIMING_MEASURES
+from kernelevo.config import EvalConfig, TimingConfig
+from kernelevo.schema import choices
 
 errors = Console(stderr=True)  # errors, shown even with --quiet
 console = Console(stderr=True)  # progress and diagnostics; --quiet silences it
@@ -63,19 +64,19 @@ class App(typer.Typer):
 
 
 # Choices as Enums, so typer lists them in --help and rejects others with exit 2,
-# made from the settings' own tuples (config.TIMING_MEASURES and the like, the
-# backends from candidate.BACKEND_REGISTRY): a new measure or backend is a choice
-# as soon as it is a setting.
+# read from the settings' own declarations (`measure`'s OneOf in TimingConfig and
+# the like, the backends from candidate.BACKEND_REGISTRY): a new measure or backend
+# is a choice as soon as it is a setting.
 def _choices(name: str, values: Iterable[str]) -> Any:
     return Enum(name, {value: value for value in values}, type=str, module=__name__)
 
 
-Precision = _choices("Precision", PRECISIONS)
-Policy = _choices("Policy", POLICIES)
-Device = _choices("Device", DEVICES)
+Precision = _choices("Precision", choices(EvalConfig, "precision"))
+Policy = _choices("Policy", choices(EvalConfig, "policy"))
+Device = _choices("Device", choices(EvalConfig, "device"))
 Backend = _choices("Backend", BACKENDS)
 SearchBackend = _choices("SearchBackend", KERNEL_BACKENDS)
-Timing = _choices("Timing", TIMING_MEASURES)
+Timing = _choices("Timing", choices(TimingConfig, "measure"))
 
 
 def choice_value(choice: Any) -> Any:
@@ -108,13 +109,15 @@ def eval_overrides(precision: Any = None, device: Any = None, policy: Any = None
                    no_compile: bool = False, no_static: bool = False,
                    measure: Any = None, backward: bool = False) -> dict[str, dict[str, Any]]:
     """The evaluation flags as overrides by table; flags left out are None (the file decides)."""
-    return {"eval": {"precision": choice_value(precision), "device": choice_value(device),
-                     "policy": choice_value(policy), "atol": atol, "rtol": rtol, "input_sets": sets,
-                     "timeout_s": timeout, "vary_shapes": vary_shapes,
-                     "static_checks": False if no_static else None,
-                     "backward": True if backward else None},
-            "eval.timing": {"cuda_graph": cuda_graph or None, "measure": choice_value(measure),
-                            "baselines": ("eager",) if no_compile else None}}
+    from kernelevo.config_file import eval_tables
+
+    return eval_tables({
+        "precision": choice_value(precision), "device": choice_value(device),
+        "policy": choice_value(policy), "atol": atol, "rtol": rtol, "input_sets": sets,
+        "timeout_s": timeout, "vary_shapes": vary_shapes,
+        "static_checks": False if no_static else None, "backward": True if backward else None,
+        "cuda_graph": cuda_graph or None, "measure": choice_value(measure),
+        "baselines": ("eager",) if no_compile else None})
 
 
 PRECISION_OPTION = typer.Option(None, help="floating-point precision (default: fp32)")

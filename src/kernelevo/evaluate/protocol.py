@@ -11,18 +11,16 @@ and names the one that is wrong: a job comes from the network.
 
 from __future__ import annotations
 
-import json
-import math
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from kernelevo.candidate import Candidate
-from kernelevo.config import EvalConfig, TimingConfig, eval_config_from_dict
+from kernelevo.config import EvalConfig
 from kernelevo.errors import ConfigError
 from kernelevo.evaluate.verdict import Verdict
-from kernelevo.schema import check_value, field_hints
+from kernelevo.schema import settings_from_dict, settings_to_dict
 from kernelevo.task import Task
 
 JOB_VERSION = 1
@@ -55,7 +53,7 @@ class JudgeJob:
     task_name: str
     task_source: str
     candidates: tuple[tuple[str, str], ...]  # (source, backend) each
-    eval: dict[str, Any] = field(default_factory=dict)  # EvalConfig as asdict() gives it
+    eval: EvalConfig = field(default_factory=EvalConfig)  # JSON: as settings_to_dict gives it
     timed: bool = True
     gpu: int | None = None  # a GPU index on the judging host; None lets it choose
     task_path: str = ""  # where the task's file is, for modules beside it (same host only)
@@ -64,16 +62,16 @@ class JudgeJob:
     @classmethod
     def of(cls, task: Task, candidates: list[Candidate], config: EvalConfig,
            timed: bool = True, gpu: int | None = None) -> "JudgeJob":
-        settings = json.loads(json.dumps(asdict(config)))  # as it arrives: tuples are lists
         # The service resolves nothing against its own folder: the path goes absolute.
         path = str(Path(task.path).resolve()) if task.path else ""
         return cls(task.name, task.source, tuple((c.source, c.backend) for c in candidates),
-                   settings, timed, gpu, path)
+                   config, timed, gpu, path)
 
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["candidates"] = [list(pair) for pair in self.candidates]
-        return data
+        return {"task_name": self.task_name, "task_source": self.task_source,
+                "candidates": [list(pair) for pair in self.candidates],
+                "eval": settings_to_dict(self.eval), "timed": self.timed, "gpu": self.gpu,
+                "task_path": self.task_path, "version": self.version}
 
     @classmethod
     def from_dict(cls, data: Any) -> "JudgeJob":
@@ -103,7 +101,7 @@ class JudgeJob:
             raise ConfigError(f"judge job field timed must be true or false, not {timed!r}")
         return cls(_task_name(data["task_name"]), data["task_source"],
                    tuple((source, backend) for source, backend in pairs),
-                   check_settings(data.get("eval", {})), timed, gpu,
+                   _settings(data.get("eval", {})), timed, gpu,
                    _task_path(data.get("task_path", "")))
 
     def task(self) -> Task:
@@ -117,47 +115,16 @@ class JudgeJob:
         return [Candidate(source=source, backend=backend) for source, backend in self.candidates]
 
     def config(self) -> EvalConfig:
-        """The job's EvalConfig; unknown or ill-typed settings are a ConfigError."""
-        try:
-            return eval_config_from_dict(self.eval)
-        except ConfigError as exc:
-            raise ConfigError(f"judge job settings: {exc}") from None
+        """The job's EvalConfig, checked when the job was decoded."""
+        return self.eval
 
 
-def check_settings(settings: Any) -> dict[str, Any]:
-    """A job's `eval` settings, each known, of its type and finite; else a ConfigError naming it."""
-    if not isinstance(settings, dict):
-        raise ConfigError(f"judge job field eval must be an object, not {settings!r:.80}")
-    hints = field_hints(EvalConfig)
-    for key, value in settings.items():
-        if key == "timing":
-            _check_table(value, field_hints(TimingConfig), "eval.timing")
-        else:
-            _check_setting(hints, "eval", key, value)
-    return settings
-
-
-def _check_table(table: Any, hints: dict[str, Any], where: str) -> None:
-    if not isinstance(table, dict):
-        raise ConfigError(f"judge job field {where} must be an object of settings, "
-                          f"not {table!r:.80}")
-    for key, value in table.items():
-        _check_setting(hints, where, key, value)
-
-
-def _check_setting(hints: dict[str, Any], where: str, key: str, value: Any) -> None:
-    name = f"{where}.{key}"
-    if key not in hints:
-        raise ConfigError(f"judge job field {name} is no setting (known: "
-                          f"{', '.join(sorted(hints))})")
+def _settings(settings: Any) -> EvalConfig:
+    """A job's `eval` settings by the one codec; a ConfigError names the wrong one."""
     try:
-        checked = check_value(hints[key], value)
+        return settings_from_dict(EvalConfig, settings, "eval")
     except ConfigError as exc:
-        raise ConfigError(f"judge job field {name}: {exc}") from None
-    except OverflowError:  # an integer too large for a float
-        raise ConfigError(f"judge job field {name} must be a finite number") from None
-    if isinstance(checked, float) and not math.isfinite(checked):
-        raise ConfigError(f"judge job field {name} must be a finite number, not {value!r}")
+        raise ConfigError(f"judge job field {exc}") from None
 
 
 def _task_name(name: str) -> str:

@@ -72,8 +72,8 @@ def split_given(effective: Effective) -> tuple[Overrides, list[Given]]:
 def changed_settings(fixed: list[Given], stored: dict[str, Any]) -> list[str]:
     """Each setting of `fixed` whose value differs from the run's, described for a message.
 
-    `stored` holds the run's settings objects by table: EvalConfig for "eval",
-    its TimingConfig for "eval.timing", SearchConfig for "search".
+    `stored` holds the run's settings objects by table (config_file.by_table):
+    EvalConfig for "eval", its TimingConfig for "eval.timing", SearchConfig for "search".
     """
     return [given.describe(getattr(stored[given.table], given.key)) for given in fixed
             if getattr(stored[given.table], given.key) != given.value]

@@ -391,8 +391,8 @@ def refuse_changes(store: RunStore, task: Task | None, options: EvolveOptions) -
     """ResumeConflict if the task, seeds or settings given differ from the resumed run's."""
     info = store.run_info()
     eval_config, search = configs_from_run(info.config)
-    problems = changed_settings(options.fixed, {
-        "eval": eval_config, "eval.timing": eval_config.timing, "search": search})
+    problems = changed_settings(options.fixed, {**config_file.by_table("eval", eval_config),
+                                                "search": search})
     if task is not None and task.source != info.task_source:
         problems.append(f"TASK {task.name} (not the run's task, {info.task_name})")
     # Each seed given is looked up by its hash: no other candidate is read.

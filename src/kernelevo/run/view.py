@@ -18,10 +18,11 @@ from rich.table import Table
 from rich.text import Text
 
 from kernelevo.candidate import Candidate
-from kernelevo.config import EvalConfig, eval_config_from_dict
+from kernelevo.config import EvalConfig
 from kernelevo.errors import ConfigError, StoreError
 from kernelevo.export_guard import GUARD_SOURCE, needs_guard
 from kernelevo.paths import check_folder
+from kernelevo.schema import settings_from_dict
 from kernelevo.evaluate.verdict import Verdict
 from kernelevo.render import fitted_table, print_verdict
 from kernelevo.store.lock import status_now
@@ -64,7 +65,7 @@ def eval_config_from_run(config: Mapping[str, Any]) -> EvalConfig:
     """Rebuild the run's EvalConfig from its stored JSON; absent settings take defaults."""
     # Settings a newer or older KernelEvo wrote that this one lacks are dropped,
     # so an old run can still be shown and exported.
-    return eval_config_from_dict(config.get("eval") or {}, drop_unknown=True)
+    return settings_from_dict(EvalConfig, config.get("eval") or {}, "eval", drop_unknown=True)
 
 
 RUN_COLUMNS = ("run", "task", "status", "created", "candidates", "best vs eager",

@@ -7,6 +7,8 @@ import time
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+from kernelevo.config import EvalConfig
+from kernelevo.schema import settings_from_dict
 from kernelevo.suite.metrics import FAST_P
 
 if TYPE_CHECKING:
@@ -70,5 +72,6 @@ def write_outputs(result: SuiteResult) -> None:
     (result.out / "suite.json").write_text(json.dumps(as_json(result), indent=1))
     (result.out / "suite.md").write_text(summary_table(result) + "\n\n" + task_table(result)
                                          + "\n")
-    measure = plan["config"]["timing"]["measure"]
+    config = settings_from_dict(EvalConfig, plan["config"], "config", drop_unknown=True)
+    measure = config.timing.measure
     (result.out / "suite.html").write_text(render_html(result, plan["specs"], measure))

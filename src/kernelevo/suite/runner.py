@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from kernelevo.config import EvalConfig
 from kernelevo.errors import KernelEvoError, TaskError
 from kernelevo.evaluate.parent.baseline_store import BaselineStore, gpu_model
+from kernelevo.schema import settings_to_dict
 from kernelevo.suite.eta import Eta
 from kernelevo.suite.evolve import SearchBudget, evolve_task
 from kernelevo.suite.metrics import SuiteResult, best_of, summarize
@@ -55,8 +56,8 @@ class SuitePlan:
         return {"specs": list(self.specs),
                 "solutions": str(self.solutions.resolve()) if self.solutions else None,
                 "max_input_elements": self.max_input_elements,
-                "config": asdict(self.config),
-                "search": asdict(self.search) if self.search else None,
+                "config": settings_to_dict(self.config),
+                "search": settings_to_dict(self.search) if self.search else None,
                 "gpus": list(self.gpus)}
 
 

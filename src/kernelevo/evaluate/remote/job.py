@@ -13,7 +13,6 @@ once per candidate; a thread never shares its judge with another.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import threading
@@ -79,7 +78,7 @@ def _identity() -> dict[str, Any]:
 def _judge_for(job: JudgeJob) -> Any:
     """This thread's judge for the job's task, settings and GPU, made on first use."""
     key = (job.task_name, job.task_source, job.task_path,
-           json.dumps(job.eval, sort_keys=True, default=str), job.gpu, threading.get_ident())
+           job.eval, job.gpu, threading.get_ident())
     with _judges_lock:
         judge = _judges.get(key)
         if judge is not None:

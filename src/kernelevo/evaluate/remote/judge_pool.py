@@ -14,7 +14,6 @@ killed (`JobControl`). The service around the pool is service.py.
 
 from __future__ import annotations
 
-import json
 import math
 import secrets
 import threading
@@ -113,7 +112,7 @@ class JudgePool:
 
     def _judge_in_lane(self, job: JudgeJob, task: Any, config: Any, slot: int | None,
                        control: JobControl, candidates: list[Any]) -> list[Any]:
-        key = (job.task_source, job.task_path, json.dumps(job.eval, sort_keys=True), slot)
+        key = (job.task_source, job.task_path, job.eval, slot)
         judge = self._take(key) or self._new_judge(task, config, slot)
         control.judge = judge
         try:

@@ -19,7 +19,7 @@ from typing import Any, ClassVar, TypeVar
 
 from kernelevo.config import TimingConfig
 from kernelevo.errors import ConfigError, MessageError
-from kernelevo.schema import check_value, field_hints
+from kernelevo.schema import check_value, field_hints, settings_from_dict, settings_to_dict
 
 Decoded = TypeVar("Decoded", bound="Message")
 
@@ -37,8 +37,7 @@ class Message:
             value = getattr(self, item.name)
             if value is None and item.default is None:
                 continue
-            data[item.name] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) \
-                else value
+            data[item.name] = settings_to_dict(value) if dataclasses.is_dataclass(value) else value
         return data
 
     def to_json(self) -> dict[str, Any]:
@@ -72,28 +71,11 @@ class Message:
 
 def _field(message: str, name: str, hint: Any, value: Any) -> Any:
     try:
-        if hint is TimingConfig:
-            return timing_config(value)
+        if hint is TimingConfig:  # the judge's settings, by their one codec
+            return settings_from_dict(TimingConfig, value)
         return check_value(hint, value)
     except ConfigError as exc:
         raise MessageError(f"a {message} message's field {name}: {exc}") from None
-
-
-def timing_config(values: Any) -> TimingConfig:
-    """A TimingConfig from its JSON form (as `dataclasses.asdict` gives it); ConfigError if not."""
-    if not isinstance(values, dict):
-        raise ConfigError(f"expected a table of timing settings, got {values!r:.80}")
-    hints = field_hints(TimingConfig)
-    unknown = sorted(set(values) - set(hints))
-    if unknown:
-        raise ConfigError(f"unknown timing settings {', '.join(unknown)}")
-    checked = {}
-    for key, value in values.items():
-        try:
-            checked[key] = check_value(hints[key], value)
-        except ConfigError as exc:
-            raise ConfigError(f"timing {key}: {exc}") from None
-    return TimingConfig(**checked)
 
 
 # --- jobs: what a child starts with ------------------------------------------------------------
