@@ -481,3 +481,17 @@ def _choose(name: str, events_ms: list[float], tails_ms: list[float], method: st
                          f"(event time {event:.3f} ms); timed up to device idle instead")
         return summarize([e + t for e, t in zip(events_ms, tails_ms)], "events+tail")
     return summarize(events_ms, method)
+
+
+def skipped_work(launches: dict[str, dict[str, float]], name: str) -> str | None:
+    """Why a contestant's loop of calls did less of its own work than single calls, if it did.
+
+    Inputs stay unchanged through a loop of calls (the call measure), so an
+    output cached on them would make every call after the first free.
+    """
+    single = launches.get("gpu", {}).get(name, 0)
+    looped = launches.get("call", {}).get(name, single)
+    if single > 0 and looped < single:
+        return (f"{looped:.2f} own kernel launches per call in a loop of calls against "
+                f"{single:g} in single calls: work skipped on repeated calls")
+    return None

@@ -37,7 +37,8 @@ from kernelevo.evaluate.analysis.oom import is_out_of_memory
 from kernelevo.evaluate.analysis.tolerance import compare_tensor
 from kernelevo.evaluate.child import guards
 from kernelevo.evaluate.child.baselines import CompiledInAModel
-from kernelevo.evaluate.child.timing import LaunchCount, TimingRun, summarize, time_contestants
+from kernelevo.evaluate.child.timing import (LaunchCount, TimingRun, skipped_work, summarize,
+                                             time_contestants)
 from kernelevo.evaluate.shared.gradients import (NotDifferentiable, grad_inputs, parameters_of,
                                                  projections)
 from kernelevo.evaluate.verdict import workload_measure
@@ -305,19 +306,9 @@ def _collect(result: BackwardTiming, workload: str, run: TimingRun) -> None:
     for name, problem in run.dropped.items():
         result.dropped.setdefault(name, f"{workload}: {problem}")
     for name in run.measures.get("gpu", {}):
-        skipped = _skipped(run.launches, name)
+        skipped = skipped_work(run.launches, name)
         if skipped and name.startswith("candidate_"):
             result.dropped.setdefault(name, f"{workload}: {skipped}")
-
-
-def _skipped(launches: dict[str, dict[str, float]], name: str) -> str | None:
-    """Fewer own launches per call in a loop of calls than in single calls: work skipped."""
-    single = launches.get("gpu", {}).get(name, 0)
-    looped = launches.get("call", {}).get(name, single)
-    if single > 0 and looped < single:
-        return (f"{looped:.2f} own kernel launches per call in a loop of calls against "
-                f"{single:g} in single calls: work skipped on repeated calls")
-    return None
 
 
 def _checker(trainers: dict[str, _Trainer], tolerance: tuple[float, float]) -> Any:

@@ -24,7 +24,8 @@ from kernelevo.evaluate.child import guards
 from kernelevo.evaluate.child.baselines import Baselines
 from kernelevo.evaluate.child.cores import on_timing_core, timing_core, visible_gpu_ordinal
 from kernelevo.evaluate.child.profile_take import attach_profiles
-from kernelevo.evaluate.child.timing import TimingRun, load_set, speedup_range, time_contestants
+from kernelevo.evaluate.child.timing import (TimingRun, load_set, skipped_work, speedup_range,
+                                             time_contestants)
 from kernelevo.evaluate.child.timing_backward import BackwardTiming, time_backward
 from kernelevo.evaluate.shared import inputs as task_inputs
 from kernelevo.evaluate.shared.messages import (BaselinesReply, BaselineTimes, Progress, ReadyReply,
@@ -266,20 +267,6 @@ def _probe(stored: BaselinesReply | None, contestants: dict[str, Any]) -> str | 
     if call.get("median_ms", 0.0) < STORED_MIN_MS:
         return None  # short: timed beside the candidates, in rounds paired with theirs
     return probe
-
-
-def skipped_work(launches: dict[str, dict[str, float]], name: str) -> str | None:
-    """Why a contestant's loop of calls did less of its own work than single calls, if it did.
-
-    Inputs stay unchanged through a loop of calls (the call measure), so an
-    output cached on them would make every call after the first free.
-    """
-    single = launches.get("gpu", {}).get(name, 0)
-    looped = launches.get("call", {}).get(name, single)
-    if single > 0 and looped < single:
-        return (f"{looped:.2f} own kernel launches per call in a loop of calls against "
-                f"{single:g} in single calls: work skipped on repeated inputs")
-    return None
 
 
 def rotation_check(model: Any, task: Any, job: WorkerJob, given: ReadyReply,
