@@ -478,9 +478,8 @@ def roofline_reached(verdict: Verdict, threshold: float) -> str:
 
 
 def fitness(verdict: Verdict) -> float | None:
-    """Speedup over eager under the ranked measure (the training step's for a task whose
-    backward is judged); a correct candidate without timings (CPU) counts as 1. The run
-    store keeps the same figure (run_store.record_verdict), so a resume ranks alike."""
+    """Speedup over eager under Verdict.ranked_measure, as the run store keeps it; a
+    correct candidate without timings (CPU) counts as 1."""
     return fitness_of(verdict.status, verdict.ranked_speedup())
 
 
