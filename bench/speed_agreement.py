@@ -269,6 +269,8 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     staged = stage(args.kb, args.out, pairs)
     rows, suite_s = run_suite(args.out, args.suite_args.split())
+    if not rows:  # the judge failed: timing the plain side would only spend the GPU call
+        raise SystemExit(f"kernelevo suite gave no rows in {suite_s:.0f} s: see its output above")
     started = time.perf_counter()
     plain_rows = run_plain(plain, staged, args.runs, args.out / "plain.log")
     plain_s = time.perf_counter() - started
