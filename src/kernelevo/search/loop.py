@@ -38,7 +38,8 @@ from kernelevo.search.archive import (Archive, fitness, fitness_high, profile_de
                                        roofline_reached)
 from kernelevo.search.config import SearchConfig
 from kernelevo.search.descriptors import cell_of
-from kernelevo.search.outcome import Progress, RunOutcome
+from kernelevo.search.outcome import (Progress, RunOutcome, never_answered,
+                                       no_parent_reason)
 from kernelevo.search.queue import JudgeQueue
 from kernelevo.store.run_store import RunStore
 
@@ -230,15 +231,7 @@ class Evolution:
                 and self.progress.llm_in_flight == 0)
 
     def _no_parent_reason(self, why_stop: str = "so the LLM has no kernel to improve") -> str:
-        """Why a run with every candidate judged and none passing stops, and what to do."""
-        judged = [c for c in self.store.candidates() if c.verdict is not None]
-        first = judged[0] if judged else None
-        why = (f"; {first.id} ({first.candidate.origin}) was {first.verdict.status} "
-               f"({first.verdict.reason}): {_gist(first.verdict.message)}"
-               if first is not None else "")
-        return (f"no candidate passed, {why_stop}: all "
-                f"{len(judged)} judged failed{why}; check the task and a starting kernel with "
-                f"`kernelevo eval TASK FILE`, then give a working one with --seed")
+        return no_parent_reason(self.store.candidates(), why_stop)
 
     def _outcome(self, budget_reason: str | None) -> RunOutcome:
         """How a run that ran out of work or budget ended."""
@@ -251,17 +244,8 @@ class Evolution:
         return RunOutcome("finished", "nothing left to try")
 
     def _never_answered(self, outcome: RunOutcome) -> RunOutcome:
-        """`outcome`, unless every LLM call failed: then the run failed, whatever else it did.
-
-        Seeds and tuner variants may have spent the candidate budget or
-        reached the roofline; a run meant to search with an LLM that never
-        answered still did not do what it was asked.
-        """
-        if (outcome.status == "error" or self.proposer is None or not self.llm_failures
-                or self.llm_answers):
-            return outcome
-        return RunOutcome("llm_failed", f"the LLM never answered: {self.llm_failures} calls "
-                          f"failed, the last with: {self.last_llm_error}")
+        return never_answered(outcome, self.proposer is not None, self.llm_answers,
+                              self.llm_failures, self.last_llm_error)
 
     def _finish(self, outcome: RunOutcome) -> None:
         outcome = self._never_answered(outcome)
@@ -504,9 +488,3 @@ class Evolution:
             self.last_elapsed_log = elapsed
         self.on_progress(progress)
 
-
-def _gist(message: str) -> str:
-    """A message on one line: a traceback's first and last lines (what raised, and why)."""
-    lines = [line.strip() for line in message.splitlines() if line.strip()]
-    text = lines[0] + (f" ... {lines[-1]}" if len(lines) > 1 else "") if lines else ""
-    return text[:600]

@@ -1,8 +1,10 @@
-"""How a run ended, and the snapshot of a running one that views show."""
+"""How a run ended (and why, in words), and the snapshot of a running one that views show."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 # How a run ended; the command line exits non-zero for the last two.
 OUTCOME_STATUSES = ("finished", "budget_spent", "llm_failed", "error")
@@ -23,6 +25,39 @@ class RunOutcome:
     def failed(self) -> bool:
         """Whether the run could not do what it was asked (exit non-zero)."""
         return self.status in ("llm_failed", "error")
+
+
+def never_answered(outcome: RunOutcome, searching: bool, answers: int, failures: int,
+                   last_error: str) -> RunOutcome:
+    """`outcome`, unless every LLM call failed: then the run failed, whatever else it did.
+
+    Seeds and tuner variants may have spent the candidate budget or reached
+    the roofline; a run meant to search with an LLM (`searching`) that never
+    answered still did not do what it was asked.
+    """
+    if outcome.status == "error" or not searching or not failures or answers:
+        return outcome
+    return RunOutcome("llm_failed", f"the LLM never answered: {failures} calls failed, the "
+                      f"last with: {last_error}")
+
+
+def no_parent_reason(candidates: Iterable[Any], why_stop: str) -> str:
+    """Why a run with every candidate judged and none passing stops, and what to do."""
+    judged = [c for c in candidates if c.verdict is not None]
+    first = judged[0] if judged else None
+    why = (f"; {first.id} ({first.candidate.origin}) was {first.verdict.status} "
+           f"({first.verdict.reason}): {gist(first.verdict.message)}"
+           if first is not None else "")
+    return (f"no candidate passed, {why_stop}: all {len(judged)} judged failed{why}; check the "
+            "task and a starting kernel with `kernelevo eval TASK FILE`, then give a working "
+            "one with --seed")
+
+
+def gist(message: str) -> str:
+    """A message on one line: a traceback's first and last lines (what raised, and why)."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    text = lines[0] + (f" ... {lines[-1]}" if len(lines) > 1 else "") if lines else ""
+    return text[:600]
 
 
 @dataclass
