@@ -1,7 +1,8 @@
 """The judge's speedups against a plain process's, on KernelBench level-1 and level-2 tasks.
 
     python3 bench/speed_agreement.py --kb .kb0 --out DIR [--plain PATH] [--runs 3]
-                                     [--shard I/N] [--only l2_81,...] [--suite-args "..."]
+                                     [--shard I/N] [--only l2_81,...] [--kind conv]
+                                     [--suite-args "..."]
     python3 bench/speed_agreement.py --out DIR --summarize SHARD_DIR ...   # one table
 
 One GPU run: `kernelevo suite` judges every pair below with default flags
@@ -239,6 +240,8 @@ def main() -> None:
     parser.add_argument("--plain", type=Path, default=None)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--only", default="", help="comma-separated stems' prefixes, e.g. l2_81")
+    parser.add_argument("--kind", default="", help="only pairs of this kind: " + ", ".join(
+        sorted({pair[3] for pair in PAIRS})) + " (conv: the 8 convolution pairs, about 450 s with --runs 3)")
     parser.add_argument("--suite-args", default="", help="extra flags for kernelevo suite")
     parser.add_argument("--shard", default="1/1",
                         help="I/N: every Nth pair from the Ith (a plain run costs about 10 s "
@@ -263,6 +266,8 @@ def main() -> None:
         raise SystemExit("plain_timing.py not found: pass --plain PATH")
     index, count = (int(x) for x in args.shard.split("/"))
     pairs = PAIRS[index - 1::count]
+    if args.kind:
+        pairs = [p for p in pairs if p[3] == args.kind]
     if args.only:
         wanted = tuple(args.only.split(","))
         pairs = [p for p in pairs if f"l{p[0]}_{p[1]}" in wanted]
