@@ -1,0 +1,122 @@
+"""A task's training step timed in a plain process: the control for the judge's `train_*` speedups.
+
+    python3 bench/plain_training.py TASK.py CANDIDATE.py [--calls 500]
+
+The training counterpart of ../shared/tools/plain_timing.py: nothing else runs
+in this process, PyTorch's default settings, no sandbox, no hooks. Three
+contestants, each built with the same seed: the task's Model (eager),
+torch.compile of that Model (its backward through AOTAutograd, compiled in
+the warm-up), and the candidate's ModelNew. One training step is what the
+judge times: a forward with grad, then `torch.autograd.grad` of the outputs,
+weighted by a fixed random projection, with respect to every floating input
+and every parameter (nothing accumulates in `.grad`). Per contestant:
+
+  train_loop_ms     host time per step of back-to-back steps after 20 warm-up
+                    steps, synchronised once at the end;
+  train_do_bench_ms triton.testing.do_bench of one step (L2 flushed; device time);
+  forward_loop_ms   the forward with grad alone, the same way;
+  backward_loop_ms  train_loop_ms - forward_loop_ms (the judge's `train-forward`).
+
+Prints one JSON line: every figure, and each speedup of the candidate over
+eager and over compile. Run it as its own process in the same device call as
+the judge it checks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+from typing import Any, Callable
+
+import torch
+
+
+def load(path: str, name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def outputs_of(value: Any) -> list[torch.Tensor]:
+    values = value if isinstance(value, (tuple, list)) else [value]
+    return [v for v in values if torch.is_tensor(v) and v.requires_grad]
+
+
+def step_of(module: torch.nn.Module, call: Callable[..., Any], inputs: list[Any],
+            seed: int) -> tuple[Callable[[], Any], Callable[[], Any]]:
+    """(one training step, the forward with grad alone) of `call` on `inputs`."""
+    leaves = [x.detach().requires_grad_(True) if torch.is_tensor(x) and x.is_floating_point()
+              else x for x in inputs]
+    wanted = [x for x in leaves if torch.is_tensor(x) and x.requires_grad]
+    wanted += [p for p in module.parameters() if p.requires_grad]
+    first = outputs_of(call(*leaves))
+    generator = torch.Generator(device=first[0].device).manual_seed(seed)
+    projections = [torch.randn(o.shape, device=o.device, dtype=o.dtype, generator=generator)
+                   for o in first]
+
+    def train() -> Any:
+        return torch.autograd.grad(outputs_of(call(*leaves)), wanted, projections,
+                                   allow_unused=True)
+
+    def forward() -> Any:
+        return call(*leaves)
+
+    return train, forward
+
+
+def loop_ms(fn: Callable[[], Any], calls: int) -> float:
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / calls
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("task")
+    parser.add_argument("candidate")
+    parser.add_argument("--calls", type=int, default=500, help="timed steps per loop")
+    args = parser.parse_args()
+    import triton.testing
+
+    task, candidate = load(args.task, "task"), load(args.candidate, "candidate")
+    init = task.get_init_inputs()
+    torch.manual_seed(0)
+    reference = task.Model(*init).cuda()
+    torch.manual_seed(0)
+    new = candidate.ModelNew(*init).cuda()
+    torch.manual_seed(1)
+    inputs = [x.cuda() if torch.is_tensor(x) else x for x in task.get_inputs()]
+    contestants = {"eager": (reference, reference), "compile": (reference,
+                                                                torch.compile(reference)),
+                   "candidate": (new, new)}
+    row: dict[str, Any] = {"task": args.task, "candidate": args.candidate,
+                           "gpu": torch.cuda.get_device_name(0), "torch": torch.__version__}
+    steps = {name: step_of(module, call, inputs, seed=2)
+             for name, (module, call) in contestants.items()}
+    for name, (train, forward) in steps.items():
+        row[f"train_loop_ms_{name}"] = loop_ms(train, args.calls)
+        row[f"forward_loop_ms_{name}"] = loop_ms(forward, args.calls)
+        row[f"backward_loop_ms_{name}"] = (row[f"train_loop_ms_{name}"]
+                                           - row[f"forward_loop_ms_{name}"])
+    for name, (train, _) in steps.items():
+        row[f"train_do_bench_ms_{name}"] = triton.testing.do_bench(train, warmup=50, rep=300)
+    for figure in ("train_loop_ms", "train_do_bench_ms", "backward_loop_ms"):
+        for baseline in ("eager", "compile"):
+            row[f"{figure[:-3]}_speedup_vs_{baseline}"] = (row[f"{figure}_{baseline}"]
+                                                          / row[f"{figure}_candidate"])
+    print(json.dumps({k: round(v, 5) if isinstance(v, float) else v for k, v in row.items()}),
+          flush=True)
+
+
+if __name__ == "__main__":
+    main()
