@@ -3,6 +3,8 @@ candidate's calls in the worker, and the judge's decisions on gradients."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 import torch.nn as nn
@@ -10,6 +12,7 @@ import torch.nn as nn
 from kernelevo.config import EvalConfig
 from kernelevo.config_file import load_eval_config
 from kernelevo.evaluate.analysis.decide_backward import decide_backward, reference_gradients
+from kernelevo.evaluate.analysis.reference import ReferenceGradients, ReferenceResult
 from kernelevo.evaluate.child.worker_backward import BackwardRuns
 from kernelevo.evaluate.shared.gradients import (REPEAT_SCALE, NotDifferentiable, backward_on,
                                                  custom_function_nodes, forward_backward,
@@ -219,23 +222,30 @@ def test_a_backward_that_raises_is_reported_not_raised():
 NAMES = ["input 0 (x)", "parameter weight"]
 
 
-def _reference(count: int = 3, stress: dict[int, str] | None = None) -> dict:
+def _reference(count: int = 3, stress: dict[int, str] | None = None) -> ReferenceResult:
     torch.manual_seed(5)
     gradients = {n: [torch.randn(5, 8), torch.randn(8)] for n in range(count)}
-    return {"gradients": gradients, "grad_names": list(NAMES),
-            "grad_tolerances": [(1e-4, 1e-4)] * 2, "backward_ops": {"mul", "sum"},
-            "stress": stress or {}, "outputs": [[torch.randn(5, 8)] for _ in range(count)],
-            "tolerances": [(1e-4, 1e-4)], "ops": {"mul"}}
+    backward = ReferenceGradients(by_set=gradients, names=tuple(NAMES),
+                                  tolerances=((1e-4, 1e-4),) * 2, ops=frozenset({"mul", "sum"}))
+    return ReferenceResult(outputs=tuple([torch.randn(5, 8)] for _ in range(count)),
+                           seeds=tuple(range(count)), variants=(None,) * count,
+                           stress=stress or {}, passthrough=(), structure="tensor",
+                           ops=frozenset({"mul"}), flops=0, bytes_moved=0,
+                           tolerances=((1e-4, 1e-4),), backward=backward)
 
 
-def _honest(reference: dict) -> dict:
-    bundle = {f"grad_{n}": [g.clone() for g in grads]
-              for n, grads in reference["gradients"].items()}
-    bundle["grad_repeat"] = [g * REPEAT_SCALE for g in reference["gradients"][0]]
-    bundle["grad_knockout"] = [torch.full_like(g, float("nan"))
-                               for g in reference["gradients"][1]]
+def _gradients(reference: ReferenceResult) -> dict[int, list[torch.Tensor]]:
+    assert reference.backward is not None
+    return dict(reference.backward.by_set)
+
+
+def _honest(reference: ReferenceResult) -> dict:
+    gradients = _gradients(reference)
+    bundle = {f"grad_{n}": [g.clone() for g in grads] for n, grads in gradients.items()}
+    bundle["grad_repeat"] = [g * REPEAT_SCALE for g in gradients[0]]
+    bundle["grad_knockout"] = [torch.full_like(g, float("nan")) for g in gradients[1]]
     bundle.update({f"grad_out_{n}": [v.clone() for v in values]
-                   for n, values in enumerate(reference["outputs"])})
+                   for n, values in enumerate(reference.outputs)})
     return bundle
 
 
@@ -247,7 +257,8 @@ def _report(**changes) -> CheckedCandidate:
 
 
 def _decide(bundle, reference, report=None, backend="triton", policy="default"):
-    return decide_backward(report or _report(), bundle, reference, backend, policy, "cpu")
+    return decide_backward(report or _report(), bundle, reference, reference.backward, backend,
+                           policy, "cpu")
 
 
 def test_every_new_reason_is_listed():
@@ -344,7 +355,7 @@ def test_pytorch_compute_in_backward_is_library_compute_under_strict():
 def test_gradients_unchanged_with_the_kernels_off_are_a_ghost():
     reference = _reference()
     bundle = _honest(reference)
-    bundle["grad_knockout"] = [g.clone() for g in reference["gradients"][1]]
+    bundle["grad_knockout"] = [g.clone() for g in _gradients(reference)[1]]
     assert _decide(bundle, reference).reason == "ghost_backward"
     bundle["grad_knockout"][0] = torch.full_like(bundle["grad_knockout"][0], float("nan"))
     decision = _decide(bundle, reference)  # dweight by PyTorch, dx its own: noted
@@ -355,7 +366,9 @@ def test_gradients_unchanged_with_the_kernels_off_are_a_ghost():
 def test_a_knockout_set_without_judged_gradients_is_noted():
     reference = _reference(count=2)
     bundle = _honest(reference)
-    reference["gradients"].pop(1)  # the stress set, its reference gradients unsure
+    gradients = _gradients(reference)
+    gradients.pop(1)  # the stress set, its reference gradients unsure
+    reference = replace(reference, backward=replace(reference.backward, by_set=gradients))
     decision = _decide(bundle, reference)
     assert decision.reason is None
     assert any("backward knockout not checked" in note for note in decision.notes)
@@ -385,9 +398,8 @@ def test_gradient_tolerances_follow_the_dtype_then_the_task_then_the_run():
                        structure="tensor", ops=(), flops=0, bytes=0, output_dtypes=("float16",),
                        grad_names=("input 0",), grad_dtypes=("float16",), grad_sets=(0, 2))
     kept = reference_gradients(final, bundle, EvalConfig())
-    assert kept["grad_tolerances"] == [(1e-2, 1e-2)] and sorted(kept["gradients"]) == [0, 2]
+    assert kept.tolerances == ((1e-2, 1e-2),) and sorted(kept.by_set) == [0, 2]
     task_set = OracleDone(**{**final.fields_json(), "grad_atol": 0.05, "grad_rtol": 0.02})
-    assert reference_gradients(task_set, bundle, EvalConfig())["grad_tolerances"] == \
-        [(0.05, 0.02)]
-    assert reference_gradients(task_set, bundle, EvalConfig(atol=1e-3))["grad_tolerances"] \
-        == [(1e-3, 0.02)]
+    assert reference_gradients(task_set, bundle, EvalConfig()).tolerances == ((0.05, 0.02),)
+    assert reference_gradients(task_set, bundle, EvalConfig(atol=1e-3)).tolerances \
+        == ((1e-3, 0.02),)

@@ -39,7 +39,7 @@ def _verdict(measure: str = "call") -> Verdict:
         backward_methods={"candidate_0": "replayed graph", "candidate_1": "replayed graph",
                           "eager": "replayed graph", "compile": "train-forward"})
     judge = SimpleNamespace(config=EvalConfig(timing=TimingConfig(measure=measure)))
-    state = SimpleNamespace(timing=timing, reference={"bytes": 0, "flops": 0})
+    state = SimpleNamespace(timing=timing, reference=SimpleNamespace(bytes_moved=0, flops=0))
     return outcome._timed(verdict_for("passed"), state, judge, 0,
                           SimpleNamespace(backend="triton"))
 

@@ -7,6 +7,7 @@ except the guard observations, which the harness snapshot protects.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,7 +46,7 @@ def guard_reason(report: CheckedCandidate) -> tuple[str, str] | None:
 
 
 def compare_set(got: dict[str, Any], expected: list[torch.Tensor], structure: str,
-                tolerances: list[tuple[float, float]], label: str,
+                tolerances: Sequence[tuple[float, float]], label: str,
                 device: str) -> tuple[str | None, str, list[ErrorMetrics]]:
     """Compare one set's outputs; (reason, message, metrics of each output)."""
     values = got["values"]
@@ -70,9 +71,9 @@ def _same_shape_of_sequence(a: str, b: str) -> bool:
     return a.split(":")[-1] == b.split(":")[-1] and "tensor" not in (a, b)
 
 
-def decide_correctness(outputs: dict[str, Any], references: list[list[torch.Tensor]],
-                       structure: str, tolerances: list[tuple[float, float]],
-                       device: str, stress: dict[int, str] | None = None) -> Decision:
+def decide_correctness(outputs: dict[str, Any], references: Sequence[list[torch.Tensor]],
+                       structure: str, tolerances: Sequence[tuple[float, float]],
+                       device: str, stress: Mapping[int, str] | None = None) -> Decision:
     """Every input set, then the repeated call, must match the reference.
 
     The task's own sets are judged before the stress sets (`stress` maps a
@@ -107,8 +108,8 @@ STRESS_REASONS = frozenset({"output_mismatch", "non_finite"})
 
 def decide_honesty(report: CheckedCandidate, outputs: dict[str, Any],
                    reference: list[torch.Tensor],
-                   structure: str, tolerances: list[tuple[float, float]], backend: str,
-                   policy: str, reference_ops: set[str], device: str) -> Decision:
+                   structure: str, tolerances: Sequence[tuple[float, float]], backend: str,
+                   policy: str, reference_ops: Set[str], device: str) -> Decision:
     """Kernels must matter, and the reference's PyTorch ops must not reappear."""
     decision = Decision()
     if backend == "pytorch":
@@ -149,8 +150,8 @@ def warm_comparisons(device: str) -> None:
     torch.cuda.synchronize(device)
 
 
-def trivial_answers_pass(references: list[list[torch.Tensor]],
-                         tolerances: list[tuple[float, float]], device: str) -> list[str]:
+def trivial_answers_pass(references: Sequence[list[torch.Tensor]],
+                         tolerances: Sequence[tuple[float, float]], device: str) -> list[str]:
     """Names of trivial answers (zeros, another set's output) that would pass."""
     passing = []
     for position, reference in enumerate(references[0]):

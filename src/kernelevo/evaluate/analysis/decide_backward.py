@@ -13,12 +13,14 @@ off the gradients must change.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
 from kernelevo.config import EvalConfig, tolerances
 from kernelevo.evaluate.analysis.decide import Decision
+from kernelevo.evaluate.analysis.reference import ReferenceGradients, ReferenceResult, Tolerance
 from kernelevo.evaluate.analysis.tolerance import compare_tensor, worst_of
 from kernelevo.evaluate.shared.gradients import KNOCKOUT_SET, REPEAT_SCALE, gradient_key
 from kernelevo.evaluate.shared.messages import CheckedCandidate, OracleDone
@@ -27,48 +29,48 @@ from kernelevo.evaluate.verdict import ErrorMetrics
 
 
 def reference_gradients(final: OracleDone, bundle: dict[str, list[Any]],
-                        config: EvalConfig) -> dict[str, Any]:
+                        config: EvalConfig) -> ReferenceGradients:
     """What the judge keeps of the reference's backward, beside its outputs."""
-    return {
-        "gradients": {number: bundle[f"grad_{number}"] for number in final.grad_sets},
-        "grad_names": list(final.grad_names),
-        "grad_tolerances": [tolerances(name, final.grad_atol, final.grad_rtol, config)
-                            for name in final.grad_dtypes],
-        "backward_ops": set(final.backward_ops),
-    }
+    return ReferenceGradients(
+        by_set={number: bundle[f"grad_{number}"] for number in final.grad_sets},
+        names=tuple(final.grad_names),
+        tolerances=tuple(tolerances(name, final.grad_atol, final.grad_rtol, config)
+                         for name in final.grad_dtypes),
+        ops=frozenset(final.backward_ops))
 
 
 def decide_backward(report: CheckedCandidate, gradients: dict[str, list[Any]],
-                    reference: dict[str, Any], backend: str, policy: str,
-                    device: str) -> Decision:
+                    reference: ReferenceResult, backward: ReferenceGradients, backend: str,
+                    policy: str, device: str) -> Decision:
     """The candidate's gradients right, then its own: a Decision (reason None: passed)."""
     if report.backward_problem:
         return Decision("not_differentiable", report.backward_problem)
     if report.backward_error:
         return Decision("backward_failed", report.backward_error)
-    wanted = ([f"grad_{n}" for n in reference["gradients"]] + ["grad_repeat"]
-              + [f"grad_out_{n}" for n in range(len(reference["outputs"]))])
+    wanted = ([f"grad_{n}" for n in backward.by_set] + ["grad_repeat"]
+              + [f"grad_out_{n}" for n in range(len(reference.outputs))])
     missing = [name for name in wanted if name not in gradients]
     if missing:
         return Decision("backward_failed", f"the worker sent no gradients for {missing[0]}")
     outputs = _decide_outputs(gradients, reference, device)
     if outputs.reason:
         return outputs
-    order = _matched(reference["grad_names"], list(report.grad_names),
-                     reference["gradients"], gradients)
+    order = _matched(backward.names, list(report.grad_names), backward.by_set, gradients)
     if isinstance(order, str):
         return Decision("gradient_mismatch", order)
-    decision = _decide_values(gradients, reference, order, device)
+    decision = _decide_values(gradients, backward, reference.stress, order, device)
     if decision.reason or backend == "pytorch":
         return decision
-    honesty = _decide_own(report, gradients, reference, order, policy, backend, device)
+    honesty = _decide_own(report, gradients, reference.ops, backward, order, policy, backend,
+                          device)
     if honesty.reason:
         return Decision(honesty.reason, honesty.message, decision.metrics)
     decision.notes += honesty.notes
     return decision
 
 
-def _matched(names: list[str], theirs: list[str], reference: dict[int, list[Any]],
+def _matched(names: Sequence[str], theirs: list[str],
+             reference: Mapping[int, list[torch.Tensor]],
              gradients: dict[str, list[Any]]) -> list[int] | str:
     """For each reference gradient, the index of the candidate's; or why they do not pair.
 
@@ -93,7 +95,7 @@ def _matched(names: list[str], theirs: list[str], reference: dict[int, list[Any]
             "inputs and hold its parameters (the same shapes, in the same order)")
 
 
-def _listed(names: list[str], shapes: list[tuple[int, ...]], shown: int = 8) -> str:
+def _listed(names: Sequence[str], shapes: list[tuple[int, ...]], shown: int = 8) -> str:
     """Gradients with their shapes, for a message: `parameter weight [8], ...`."""
     parts = [f"{name} {list(shape)}" for name, shape in zip(names, shapes)]
     if not parts:
@@ -102,10 +104,10 @@ def _listed(names: list[str], shapes: list[tuple[int, ...]], shown: int = 8) -> 
     return ", ".join(parts[:shown]) + more
 
 
-def _decide_outputs(gradients: dict[str, list[Any]], reference: dict[str, Any],
+def _decide_outputs(gradients: dict[str, list[Any]], reference: ReferenceResult,
                     device: str) -> Decision:
     """The outputs of forward under grad, which training computes with, as the forward's."""
-    for number, expected in enumerate(reference["outputs"]):
+    for number, expected in enumerate(reference.outputs):
         got = gradients[f"grad_out_{number}"]
         if len(got) != len(expected):
             return Decision("wrong_structure", f"forward under autograd returned {len(got)} "
@@ -115,21 +117,20 @@ def _decide_outputs(gradients: dict[str, list[Any]], reference: dict[str, Any],
                     f"output {position}"
             if not isinstance(value, torch.Tensor):
                 return Decision("not_a_tensor", f"{label} is {value}")
-            atol, rtol = reference["tolerances"][position]
+            atol, rtol = reference.tolerances[position]
             outcome = compare_tensor(value.to(device), want.to(device), atol, rtol, label)
             if outcome.reason:
                 return Decision(outcome.reason, outcome.message, outcome.metrics)
     return Decision()
 
 
-def _decide_values(gradients: dict[str, list[Any]], reference: dict[str, Any],
-                   order: list[int], device: str) -> Decision:
+def _decide_values(gradients: dict[str, list[Any]], backward: ReferenceGradients,
+                   stress: Mapping[int, str], order: list[int], device: str) -> Decision:
     """Every judged set's gradients, the task's own sets first; then the repeated call."""
-    stress = reference.get("stress") or {}
-    names, tolerance = reference["grad_names"], reference["grad_tolerances"]
+    names, tolerance = backward.names, backward.tolerances
     metrics: list[ErrorMetrics] = []
-    for number in sorted(reference["gradients"], key=lambda n: (n in stress, n)):
-        reason, message = _compare(gradients[f"grad_{number}"], reference["gradients"][number],
+    for number in sorted(backward.by_set, key=lambda n: (n in stress, n)):
+        reason, message = _compare(gradients[f"grad_{number}"], backward.by_set[number],
                                    order, names, tolerance, f"on input set {number}", device,
                                    metrics)
         if reason and number in stress:
@@ -138,9 +139,9 @@ def _decide_values(gradients: dict[str, list[Any]], reference: dict[str, Any],
                             worst_of(metrics))
         if reason:
             return Decision("gradient_mismatch", message, worst_of(metrics))
-    first = min(reference["gradients"], default=None)
+    first = min(backward.by_set, default=None)
     if first == 0:
-        expected = [g * REPEAT_SCALE for g in reference["gradients"][0]]
+        expected = [g * REPEAT_SCALE for g in backward.by_set[0]]
         reason, message = _compare(gradients["grad_repeat"], expected, order, names, tolerance,
                                    "on a repeated call on input set 0 with another "
                                    "projection", device, [])
@@ -149,15 +150,15 @@ def _decide_values(gradients: dict[str, list[Any]], reference: dict[str, Any],
                             "loss's projection changed, gives gradients that do not follow "
                             f"it: {message}", worst_of(metrics))
     decision = Decision(None, "", worst_of(metrics))
-    decision.notes.append(_checked_note(names, tolerance, reference, metrics))
+    decision.notes.append(_checked_note(backward, metrics))
     if device.startswith("cuda"):
         decision.notes.append("the backward is checked, not timed: timings are of the forward "
                               "alone")
     return decision
 
 
-def _compare(got: list[Any], expected: list[torch.Tensor], order: list[int], names: list[str],
-             tolerance: list[tuple[float, float]], where: str, device: str,
+def _compare(got: list[Any], expected: list[torch.Tensor], order: list[int],
+             names: Sequence[str], tolerance: Sequence[Tolerance], where: str, device: str,
              metrics: list[ErrorMetrics]) -> tuple[str | None, str]:
     for position, reference in enumerate(expected):
         value = got[order[position]] if order[position] < len(got) else None
@@ -173,20 +174,19 @@ def _compare(got: list[Any], expected: list[torch.Tensor], order: list[int], nam
     return None, ""
 
 
-def _checked_note(names: list[str], tolerance: list[tuple[float, float]],
-                  reference: dict[str, Any], metrics: list[ErrorMetrics]) -> str:
+def _checked_note(backward: ReferenceGradients, metrics: list[ErrorMetrics]) -> str:
     """What the gradient check covered, at which tolerances, and its worst error."""
-    tolerances_said = sorted({f"atol {a:g}, rtol {r:g}" for a, r in tolerance})
+    tolerances_said = sorted({f"atol {a:g}, rtol {r:g}" for a, r in backward.tolerances})
     worst = worst_of(metrics)
     error = (f"; worst max abs error {max(m.max_abs_error for m in metrics):.3g}, "
              f"relative L2 error {worst.rel_l2_error:.3g}" if worst is not None else "")
-    return (f"gradients checked: {', '.join(names)} on {len(reference['gradients'])} input "
+    return (f"gradients checked: {', '.join(backward.names)} on {len(backward.by_set)} input "
             f"set(s) and a repeated call ({'; '.join(tolerances_said)}){error}")
 
 
 def _decide_own(report: CheckedCandidate, gradients: dict[str, list[Any]],
-                reference: dict[str, Any], order: list[int], policy: str, backend: str,
-                device: str) -> Decision:
+                forward_ops: frozenset[str], backward: ReferenceGradients, order: list[int],
+                policy: str, backend: str, device: str) -> Decision:
     """The backward must be the candidate's own kernels, not PyTorch's autograd."""
     if not report.custom_functions:
         return Decision("reference_autograd", "the output's autograd graph reaches no custom "
@@ -199,37 +199,37 @@ def _decide_own(report: CheckedCandidate, gradients: dict[str, list[Any]],
         return Decision("library_compute", "PyTorch compute ops in forward under autograd (as "
                         "training calls it) under the strict policy: "
                         + ", ".join(sorted(under_grad)))
-    if policy == "default" and reference_reused(reference["ops"], under_grad):
+    if policy == "default" and reference_reused(forward_ops, under_grad):
         return Decision("reference_ops_reused", "forward under autograd (as training calls it) "
                         "dispatches every compute op of the reference: "
-                        + ", ".join(sorted(reference["ops"])))
+                        + ", ".join(sorted(forward_ops)))
     ops = set(report.backward_ops)
     if policy == "strict" and ops:
         return Decision("library_compute", "PyTorch compute ops during backward under the "
                         "strict policy: " + ", ".join(sorted(ops)))
-    if policy == "default" and reference_reused(reference["backward_ops"], ops):
+    if policy == "default" and reference_reused(backward.ops, ops):
         return Decision("reference_autograd", "the backward dispatches every compute op of the "
-                        "reference's backward: " + ", ".join(sorted(reference["backward_ops"])))
+                        "reference's backward: " + ", ".join(sorted(backward.ops)))
     if backend == "triton" and report.backward_launches == 0:
         return Decision("ghost_backward", "no Triton kernel was launched during backward "
                         f"(custom Function: {', '.join(report.custom_functions)})")
-    return _knockout(report, gradients, reference, order, backend, device)
+    return _knockout(report, gradients, backward, order, backend, device)
 
 
 def _knockout(report: CheckedCandidate, gradients: dict[str, list[Any]],
-              reference: dict[str, Any], order: list[int], backend: str,
+              backward: ReferenceGradients, order: list[int], backend: str,
               device: str) -> Decision:
     """With the kernels off during backward, the gradients must change (all: a ghost)."""
     knocked = gradients.get("grad_knockout")
     if backend == "cuda" and not report.cuda_switchable:
         return Decision(notes=["backward knockout unavailable for this CUDA source"])
-    expected = reference["gradients"].get(KNOCKOUT_SET)
+    expected = backward.by_set.get(KNOCKOUT_SET)
     if expected is None:  # a stress set whose reference gradients were unsure
         return Decision(notes=[f"backward knockout not checked: input set {KNOCKOUT_SET}'s "
                                "gradients were not judged"])
     if knocked is None:  # it failed without its kernels: they matter
         return Decision()
-    names, tolerance = reference["grad_names"], reference["grad_tolerances"]
+    names, tolerance = backward.names, backward.tolerances
     unchanged = [names[position] for position, value in enumerate(expected)
                  if _compare(knocked, [value], [order[position]], [names[position]],
                              [tolerance[position]], "", device, [])[0] is None]

@@ -19,8 +19,8 @@ import torch
 
 from kernelevo.config import EvalConfig, tolerances
 from kernelevo.errors import TaskError
-from kernelevo.evaluate.analysis import decide
 from kernelevo.evaluate.analysis.decide_backward import reference_gradients
+from kernelevo.evaluate.analysis.reference import ReferenceResult
 from kernelevo.evaluate.child.oracle import run_oracle
 from kernelevo.evaluate.parent.gate import Hold
 from kernelevo.evaluate.parent.host import JudgeHost
@@ -49,19 +49,20 @@ def wait_for(take: Callable[[], None], deadline: Deadline) -> float:
     return waited
 
 
-def _check_trivial_answers(reference: dict[str, Any], device: str) -> None:
-    """Which trivial answers would pass, found while the worker still warms up.
+def _check_trivial_answers(reference: ReferenceResult, device: str) -> ReferenceResult:
+    """The reference with the trivial answers that would pass, found while the worker warms up.
 
-    A passing verdict needs it; done here it is off the candidate's path, and
-    it loads the comparison's kernels into this process ahead (0.5-0.8 s of a
-    cold `kernelevo eval` otherwise). Short of GPU memory, the judge finds it
-    later, on the CPU if need be (outcome.py).
+    A passing verdict needs them; found here they are off the candidate's
+    path, and it loads the comparison's kernels into this process ahead
+    (0.5-0.8 s of a cold `kernelevo eval` otherwise). Short of GPU memory, the
+    reference comes back unchecked and the judge finds them later, on the CPU
+    if need be (worker_state.py).
     """
     try:
-        reference["trivial"] = (decide.trivial_answers_pass(
-            reference["outputs"], reference["tolerances"], device) + reference["passthrough"])
+        return reference.with_trivial_answers(device)
     except torch.cuda.OutOfMemoryError:
         torch.cuda.empty_cache()
+        return reference
 
 
 class OracleRun:
@@ -80,7 +81,8 @@ class OracleRun:
         self.deadline = Deadline()
         self.ready = threading.Event()
         self.done = threading.Event()
-        self.reference: dict[str, Any] | None = None
+        # Set once the oracle's last message came; again with its trivial answers checked.
+        self.reference: ReferenceResult | None = None
         self.error: Exception | None = None
         self.phases: dict[str, float] = {}  # judge-side steps after the reference came
         self._bundle: dict[str, list[Any]] | None = None
@@ -95,7 +97,8 @@ class OracleRun:
                 self.ready.set()
                 assert self.reference is not None
                 started = time.monotonic()
-                _check_trivial_answers(self.reference, self.judge.compare_device)
+                self.reference = _check_trivial_answers(self.reference,
+                                                        self.judge.compare_device)
                 self.phases["trivial_check"] = time.monotonic() - started
             finally:
                 self.hold.release()
@@ -160,24 +163,22 @@ class OracleRun:
             self.ready.set()
         return None
 
-    def _reference_from(self, final: OracleDone, job: OracleJob) -> dict[str, Any]:
+    def _reference_from(self, final: OracleDone, job: OracleJob) -> ReferenceResult:
         assert self._bundle is not None
-        kept = final.kept_sets
-        outputs = [self._bundle[f"set_{i}"] for i in range(len(kept))]
-        return {
-            "outputs": outputs,
-            "seeds": [job.seeds[i] for i in kept],
-            "variants": list(final.variants_used),
-            "stress": {int(k): v for k, v in final.stress.items()},
-            "passthrough": list(final.passthrough),
-            "structure": final.structure,
-            "ops": set(final.ops),
-            "flops": int(final.flops), "bytes": int(final.bytes),
-            "tolerances": [tolerances(name, final.atol, final.rtol, self.judge.config)
-                           for name in final.output_dtypes],
-            **(reference_gradients(final, self._bundle, self.judge.config)
-               if job.backward else {}),
-        }
+        kept, config = final.kept_sets, self.judge.config
+        return ReferenceResult(
+            outputs=tuple(self._bundle[f"set_{i}"] for i in range(len(kept))),
+            seeds=tuple(job.seeds[i] for i in kept),
+            variants=tuple(final.variants_used),
+            stress={int(k): v for k, v in final.stress.items()},
+            passthrough=tuple(final.passthrough),
+            structure=final.structure,
+            ops=frozenset(final.ops),
+            flops=int(final.flops), bytes_moved=int(final.bytes),
+            tolerances=tuple(tolerances(name, final.atol, final.rtol, config)
+                             for name in final.output_dtypes),
+            backward=(reference_gradients(final, self._bundle, config) if job.backward
+                      else None))
 
 
 def _raise_oracle_failure(result: JobResult, config: EvalConfig, imported: bool) -> None:

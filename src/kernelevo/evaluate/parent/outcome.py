@@ -93,7 +93,7 @@ def _decided(state: WorkerState, result: JobResult, judge: JudgeHost, index: int
     if kind == "failed":
         return verdict_for(details["reason"], details.get("message", ""),
                            errors=details.get("metrics"), logs=result.log_tail)
-    flags = tuple(f"trivial answer passes: {t}" for t in state.reference.get("trivial", []))
+    flags = tuple(f"trivial answer passes: {t}" for t in state.reference.trivial or ())
     notes = tuple(details.get("notes", []))
     if flags:
         notes += ("degenerate task: a trivial answer passes the tolerance, so a pass proves "
@@ -145,7 +145,7 @@ def _timed(base: Verdict, state: WorkerState, judge: JudgeHost, index: int,
         notes.append(said)
     if share:
         notes.append(kernel_time_note(share))
-    floor = compute_floor(state.reference["bytes"], state.reference["flops"],
+    floor = compute_floor(state.reference.bytes_moved, state.reference.flops,
                           timing.device_name, judge.config.dtype_name)
     gpu_own = measures["gpu"]["candidate"]
     if floor is not None:

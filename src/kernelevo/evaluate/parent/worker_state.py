@@ -16,6 +16,7 @@ import torch
 from kernelevo.candidate import Candidate
 from kernelevo.evaluate.analysis import decide
 from kernelevo.evaluate.analysis.decide_backward import decide_backward
+from kernelevo.evaluate.analysis.reference import ReferenceResult
 from kernelevo.evaluate.parent.host import JudgeHost
 from kernelevo.evaluate.parent.oracle_run import OracleRun
 from kernelevo.evaluate.shared import preload_modules
@@ -34,7 +35,7 @@ class WorkerState:
     def __init__(self, judge: JudgeHost, candidates: list[Candidate], oracle: OracleRun,
                  time_them: bool) -> None:
         self.judge, self.candidates, self.oracle = judge, candidates, oracle
-        self.reference: dict[str, Any] = {}
+        self._reference: ReferenceResult | None = None
         self.time_them = time_them
         self.decisions: dict[int, Decision] = {}
         self.reports: dict[int, CheckedCandidate] = {}
@@ -84,19 +85,38 @@ class WorkerState:
             time.perf_counter() - started)
         self.judge.progress("judged")
 
+    @property
+    def reference(self) -> ReferenceResult:
+        """The oracle's reference, taken as the worker asked for it: candidates come after."""
+        if self._reference is None:
+            raise RuntimeError("the worker's state holds no reference yet")
+        return self._reference
+
+    def check_trivial(self, device: str) -> None:
+        """Keep the reference with its trivial answers: the oracle's check, else one made here.
+
+        The oracle's thread checks them beside the worker (oracle_run.py) and
+        keeps the checked reference; short of GPU memory there, it kept it
+        unchecked, and the check is made here, on `device`.
+        """
+        self.oracle.done.wait()
+        reference = self.oracle.reference or self.reference  # None: the check itself failed
+        if reference.trivial is None:
+            reference = reference.with_trivial_answers(device)
+        self._reference = reference
+
     def _ready(self) -> ReadyReply | Abort:
         """Release the worker once the reference exists (or tell it to stop)."""
         asked = time.perf_counter()
         self.phases["worker_start"] = asked - self.started
         self.oracle.ready.wait()
         self.phases["reference_wait"] = time.perf_counter() - asked
-        if self.oracle.reference is None:
+        reference = self._reference = self.oracle.reference
+        if reference is None:
             return Abort()
-        self.reference = self.oracle.reference
         self.judge.progress("loading candidate")
-        return ReadyReply(seeds=tuple(self.reference["seeds"]),
-                          variants=tuple(self.reference["variants"]),
-                          tolerances=tuple(tuple(t) for t in self.reference["tolerances"]))
+        return ReadyReply(seeds=reference.seeds, variants=reference.variants,
+                          tolerances=tuple(tuple(t) for t in reference.tolerances))
 
 
 def _outputs_from(report: CheckedCandidate, count: int, judge: JudgeHost,
@@ -133,15 +153,15 @@ def judge_candidate(state: WorkerState, index: int, report: CheckedCandidate) ->
 def _judge_on(state: WorkerState, index: int, report: CheckedCandidate,
               device: str) -> Decision:
     try:
-        outputs = _outputs_from(report, len(state.reference["outputs"]), state.judge, device)
+        outputs = _outputs_from(report, len(state.reference.outputs), state.judge, device)
     except TransferError as exc:  # a candidate that corrupts its own report fails, not the judge
         return "failed", {"reason": "harness_tampered", "message": f"unreadable outputs: {exc}"}
     ref = state.reference
     guard = decide.guard_reason(report)
     if guard:
         return "failed", {"reason": guard[0], "message": guard[1]}
-    correctness = decide.decide_correctness(outputs, ref["outputs"], ref["structure"],
-                                            ref["tolerances"], device, ref.get("stress"))
+    correctness = decide.decide_correctness(outputs, ref.outputs, ref.structure,
+                                            ref.tolerances, device, ref.stress)
     if correctness.reason:
         return "failed", {"reason": correctness.reason, "message": correctness.message,
                           "metrics": correctness.metrics}
@@ -149,21 +169,18 @@ def _judge_on(state: WorkerState, index: int, report: CheckedCandidate,
         return "failed", {"reason": "inconsistent_under_timing",
                           "message": report.rotation_problem[:1000]}
     candidate = state.candidates[index]
-    honesty = decide.decide_honesty(report, outputs, ref["outputs"][0], ref["structure"],
-                                    ref["tolerances"], candidate.backend,
-                                    state.judge.config.policy, ref["ops"], device)
+    honesty = decide.decide_honesty(report, outputs, ref.outputs[0], ref.structure,
+                                    ref.tolerances, candidate.backend,
+                                    state.judge.config.policy, ref.ops, device)
     if honesty.reason:
         return "failed", {"reason": honesty.reason, "message": honesty.message,
                           "metrics": correctness.metrics}
-    if "gradients" in ref:  # the backward is judged too
-        backward = decide_backward(report, outputs["gradients"], ref, candidate.backend,
-                                   state.judge.config.policy, device)
+    if ref.backward is not None:  # the backward is judged too
+        backward = decide_backward(report, outputs["gradients"], ref, ref.backward,
+                                   candidate.backend, state.judge.config.policy, device)
         if backward.reason:
             return "failed", {"reason": backward.reason, "message": backward.message,
                               "metrics": backward.metrics or correctness.metrics}
         honesty.notes += backward.notes
-    state.oracle.done.wait()  # the judge's trivial-answer check runs beside the worker
-    if "trivial" not in ref:
-        ref["trivial"] = (decide.trivial_answers_pass(ref["outputs"], ref["tolerances"], device)
-                          + ref.get("passthrough", []))
+    state.check_trivial(device)  # the oracle's thread checks them beside the worker
     return "passed", {"metrics": correctness.metrics, "notes": honesty.notes}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Set
 from typing import Any, Callable
 
 import torch
@@ -55,6 +56,6 @@ def record_ops(call: Callable[[], Any]) -> tuple[Any, set[str], int]:
     return result, ops, recorder.flops
 
 
-def reference_reused(reference_ops: set[str], candidate_ops: set[str]) -> bool:
+def reference_reused(reference_ops: Set[str], candidate_ops: Set[str]) -> bool:
     """True when the candidate dispatches every compute op the reference does."""
     return bool(reference_ops) and reference_ops <= candidate_ops
