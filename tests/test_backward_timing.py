@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import pytest
 import torch
 
 from kernelevo.config import TimingConfig

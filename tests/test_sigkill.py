@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from kernelevo.cli.app import app
 from kernelevo.cli.evolve import UNRECORDED_STOP
 from kernelevo.store.run_store import RunStore
-from tests.conftest import ROOT, write
+from tests.conftest import write
 from tests.fakes.openai_server import Delay, FakeOpenAIServer
 from tests.test_evolve_resume import _wait_for_verdicts
 from tests.test_sigterm import SEED, TASK, assert_none_left, start, tagged

@@ -16,7 +16,6 @@ from kernelevo.cache_dir import keep_bytecode
 keep_bytecode()  # before torch's imports (cache_dir.py says why)
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
 from kernelevo.version import __version__

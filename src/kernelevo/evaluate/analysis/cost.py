@@ -13,7 +13,6 @@ It runs the reference once, on the meta device where it can (no data, no time).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from types import ModuleType
 from typing import Any, Callable
 
