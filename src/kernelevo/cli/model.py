@@ -34,6 +34,8 @@ _SEED = typer.Option(42, help="seed set before build(): the weights tasks are ma
 _DEVICE = typer.Option(None, help="where the model runs (default: cuda when there is a GPU)")
 _PRECISION = typer.Option("fp32", help="fp32, fp16 or bf16: the model's dtype")
 _JSON = typer.Option(False, "--json", help="print JSON on stdout")
+_BACKWARD = typer.Option(False, "--backward", help="training tasks: gradients judged too, and "
+                         "apply puts the kernel's own backward in the model")
 
 
 @model_app.command("profile")
@@ -68,9 +70,7 @@ def extract_command(model: Path = _MODEL,
                                                         "comma-separated, instead of --top"),
                     fixed_shapes: bool = typer.Option(False, help="write every size as a "
                                                       "literal (the judge varies none)"),
-                    backward: bool = typer.Option(False, "--backward", help="training tasks: "
-                                                  "gradients judged too, and apply puts the "
-                                                  "kernel's own backward in the model"),
+                    backward: bool = _BACKWARD,
                     seed: int = _SEED, device: Optional[ModelDevice] = _DEVICE,
                     precision: str = _PRECISION, as_json: bool = _JSON) -> None:
     """Write the hottest submodules as KernelBench tasks that `eval`, `evolve` and `suite` take."""
@@ -158,6 +158,7 @@ def optimize_command(model: Path = _MODEL,
                      candidates: Optional[int] = typer.Option(None, help="candidates, shared"),
                      compile_backend: Optional[str] = typer.Option(None, help="torch.compile "
                                                                    "backend for the check"),
+                     backward: bool = _BACKWARD,
                      seed: int = _SEED, device: Optional[ModelDevice] = _DEVICE,
                      precision: str = _PRECISION, as_json: bool = _JSON) -> None:
     """Profile, extract, evolve each task with a share of the budget, apply, verify."""
@@ -171,13 +172,14 @@ def optimize_command(model: Path = _MODEL,
                               base_url=base_url, tokens=tokens, usd=usd, time=time,
                               candidates=candidates, precision=precision,
                               device=choice_value(device), seed=seed,
-                              compile_backend=compile_backend)
+                              compile_backend=compile_backend, backward=backward)
     try:
         # The budget's flags as evolve checks them: a bad one fails before the profile.
         check_search_flags(llm, base_url, tokens, usd, time, candidates)
         if not llm:
-            console.print("no --model: the tuner searches alone, from the --seeds kernels; --top "
-                          "takes the hottest submodules that have one")
+            kind = " with a backward of their own" if backward else ""
+            console.print(f"no --model: the tuner searches alone, from the --seeds kernels{kind}; "
+                          "--top takes the hottest submodules that have one")
         data = optimize(options, say=lambda text: console.print(escape(text)))
     except KernelEvoError as exc:
         fail(exc)

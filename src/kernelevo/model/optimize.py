@@ -6,10 +6,14 @@ profile.json, tasks/ (the extracted tasks), runs/<task>/ (each task's search,
 resumed when it holds a run), kernels/<task>.py (each search's best, as a
 standalone file), then model_report.json and model_report.md. Without an
 LLM the tuner searches alone, from the seed kernel a task has in `seeds`.
+With `backward`, the tasks are training tasks (gradients judged, the training
+step timed), a seed must bring its own backward, and verify trains the
+patched model a few SGD steps against the original.
 """
 
 from __future__ import annotations
 
+import ast
 import copy
 import json
 import math
@@ -49,6 +53,7 @@ class OptimizeOptions:
     seed: int = 42
     compile_backend: str | None = None
     timed: bool = True  # time the patched model against the original at the end
+    backward: bool = False  # training tasks: kernels with their own backward, trained in verify
     evolve_settings: dict[str, Any] = field(default_factory=dict)
 
 
@@ -81,7 +86,8 @@ def optimize(options: OptimizeOptions, *, evolve: Evolve | None = None,
     applied = apply(built.module, out / "kernels", tasks=tasks_dir)
     say(f"applied {len(applied.swapped)} kernels, left {len(applied.skipped)} submodules")
     verification = verify(original, built.module, built.inputs, device=device,
-                          compile_backend=options.compile_backend, timed=options.timed)
+                          compile_backend=options.compile_backend, timed=options.timed,
+                          training=options.backward)
     data = report_data(profile.to_dict(), applied.to_dict(), verification.to_dict(),
                        state["tasks"], passed_over=state.get("passed_over"))
     json_path, md_path = write_report(out, data)
@@ -90,15 +96,25 @@ def optimize(options: OptimizeOptions, *, evolve: Evolve | None = None,
 
 
 def load_state(out: Path, options: OptimizeOptions) -> dict[str, Any]:
-    """The folder's state, or a fresh one; a folder made for another model is refused."""
+    """The folder's state, or a fresh one; a folder made for another model is refused.
+
+    So is one whose tasks were extracted with the other `--backward`: its tasks,
+    runs and kernels are of the other kind (before the extract, either goes).
+    """
     path = out / STATE_NAME
     model = str(Path(options.model_path).resolve())
     if not path.is_file():
-        return {"model": model, "done": [], "tasks": {}}
+        return {"model": model, "backward": options.backward, "done": [], "tasks": {}}
     state = json.loads(path.read_text())
     if state.get("model") != model:
         raise ConfigError(f"{out} holds the loop of {state.get('model')}, not {model}: give "
                           "another -o folder")
+    made = bool(state.get("backward", False))  # states from before the flag: forward only
+    if "extract" in state["done"] and made != options.backward:
+        kind, flag = ("training", "with") if made else ("forward-only", "without")
+        raise ConfigError(f"{out} holds {kind} tasks (extracted {flag} --backward): run again "
+                          f"{flag} --backward to continue it, or give another -o folder")
+    state["backward"] = options.backward
     return state
 
 
@@ -127,7 +143,7 @@ def _extract_once(out: Path, state: dict[str, Any], profile: ModelProfile,
     if "extract" in state["done"]:
         return tasks_dir
     spots = choose_spots(profile, options, state, say)
-    extract(profile, spots, tasks_dir)
+    extract(profile, spots, tasks_dir, backward=options.backward)
     state["done"].append("extract")
     state["tasks"] = {spot.name: {"status": "pending", "paths": list(spot.paths)}
                       for spot in spots}
@@ -149,15 +165,15 @@ def choose_spots(profile: ModelProfile, options: OptimizeOptions, state: dict[st
     if options.models or paths:
         return hottest
     workable = select_hot(profile, options.top, leaves=options.leaves,
-                          keep=lambda spot: _seed_kernel(options.seeds_dir, spot.name)
-                          is not None)
+                          keep=lambda spot: usable_seed(options, spot.name) is not None)
     if hottest and not workable:
         names = ", ".join(spot.name for spot in hottest)
-        raise ConfigError(f"no hot submodule has a seed kernel and no --model is given (the "
+        wanted = "a seed kernel with its own backward" if options.backward else "a seed kernel"
+        raise ConfigError(f"no hot submodule has {wanted} and no --model is given (the "
                           f"hottest tasks are {names}): {_seed_fix(options, hottest[0].name)}")
     chosen = {spot.name for spot in workable}
     passed_over = [spot for spot in hottest if spot.name not in chosen
-                   and _seed_kernel(options.seeds_dir, spot.name) is None]
+                   and usable_seed(options, spot.name) is None]
     state["passed_over"] = [{"name": spot.name, "paths": list(spot.paths),
                              "share": sum(s.share for s in spot.stats),
                              "reason": no_seed_reason(options, spot.name)}
@@ -170,14 +186,58 @@ def choose_spots(profile: ModelProfile, options: OptimizeOptions, state: dict[st
 
 def no_seed_reason(options: OptimizeOptions, name: str) -> str:
     """Why a task cannot be searched without an LLM, and what would let it be."""
+    seed = _seed_kernel(options.seeds_dir, name)
+    if seed is not None and options.backward:
+        # The tuner only varies a seed's settings: it cannot write the backward a training task's
+        # judge asks for, so a forward-only seed could only ever fail there.
+        return (f"seed kernel {seed.name} has no backward of its own (no torch.autograd.Function "
+                f"with a backward), which a training task (--backward) needs, and no --model: "
+                f"{_seed_fix(options, name)}")
     missing = "no seed kernel in --seeds" if options.seeds_dir else "no --seeds"
     return f"{missing} and no --model: {_seed_fix(options, name)}"
 
 
 def _seed_fix(options: OptimizeOptions, name: str) -> str:
+    kind = (" (a forward and backward kernel: a torch.autograd.Function, as in "
+            "examples/layernorm_backward/)" if options.backward else "")
     if options.seeds_dir:
-        return f"add {Path(options.seeds_dir) / f'{name}.py'} or pass --model/--base-url"
-    return f"pass --seeds DIR holding {name}.py, or --model/--base-url"
+        return f"add {Path(options.seeds_dir) / f'{name}.py'}{kind} or pass --model/--base-url"
+    return f"pass --seeds DIR holding {name}.py{kind}, or --model/--base-url"
+
+
+def usable_seed(options: OptimizeOptions, name: str) -> Path | None:
+    """The seed a task's search may start from: for a training task, one with its own backward."""
+    seed = _seed_kernel(options.seeds_dir, name)
+    if seed is not None and options.backward and not has_own_backward(seed):
+        return None
+    return seed
+
+
+def has_own_backward(kernel: Path) -> bool:
+    """Whether a kernel file defines a backward: a class with a `backward` method (an
+    autograd.Function) or a `register_autograd` call (a custom op's).
+
+    Read, not run: importing a seed would launch its kernels' compilation here. A file
+    that does not parse counts as having one, so the judge says what is wrong with it.
+    """
+    try:
+        tree = ast.parse(kernel.read_text())
+    except SyntaxError:
+        return True
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and any(
+                isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+                and item.name == "backward" for item in node.body):
+            return True
+        if isinstance(node, ast.Call) and _called_name(node.func) == "register_autograd":
+            return True
+    return False
+
+
+def _called_name(func: ast.expr) -> str:
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return func.id if isinstance(func, ast.Name) else ""
 
 
 def _search_once(out: Path, state: dict[str, Any], entry: dict[str, Any],
@@ -186,12 +246,16 @@ def _search_once(out: Path, state: dict[str, Any], entry: dict[str, Any],
     record = state["tasks"].setdefault(name, {"status": "pending"})
     if record["status"] in ("done", "skipped"):
         return
-    seed = _seed_kernel(options.seeds_dir, name)
+    seed = usable_seed(options, name)
     if not options.models and seed is None:
         record.update(status="skipped", reason=no_seed_reason(options, name))
         save_state(out, state)
         say(f"{name}: skipped ({record['reason']})")
         return
+    forward_only = _seed_kernel(options.seeds_dir, name) if seed is None else None
+    if forward_only is not None:
+        say(f"{name}: seed kernel {forward_only.name} has no backward of its own: the LLM "
+            "starts without it")
     runs_dir = out / "runs" / name
     earlier = sorted(p for p in runs_dir.glob("*") if p.is_dir()) if runs_dir.is_dir() else []
     share = _budget_share(options, len(state["tasks"]))

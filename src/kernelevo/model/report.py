@@ -84,12 +84,17 @@ def _applied_section(applied: dict[str, Any], kernels: dict[str, dict[str, Any]]
 
 
 def _verification_section(v: dict[str, Any]) -> str:
+    # Training is checked only once the outputs matched; its failure has a line of its own.
+    outputs_ok = v["correct"] or v.get("training") is not None
+    outputs_message = "" if v.get("training") is not None else v["message"]
     lines = [f"## End to end ({v['clock']} times, torch.compile backend "
              f"{v['compile_backend']})\n",
-             f"- outputs: {'match' if v['correct'] else 'DIFFER'} on {v['sets']} fresh input "
-             f"sets (max abs error {v['max_abs_error']:.2e}) {v['message']}".rstrip(),
+             f"- outputs: {'match' if outputs_ok else 'DIFFER'} on {v['sets']} fresh input "
+             f"sets (max abs error {v['max_abs_error']:.2e}) {outputs_message}".rstrip(),
              f"- graph breaks under torch.compile: {v['graph_breaks']}; kernel ops in the "
-             f"graphs: {v['kernel_ops_in_graph']}"]
+             f"graphs: {v['kernel_ops_in_graph']}", _mode_line(v)]
+    if v.get("training"):
+        lines.append(_training_line(v["training"]))
     rows = [["contestant", "median ms", "IQR ms", "samples"]]
     for name, stats in v["timings"].items():
         rows.append([name, f"{stats['median_ms']:.4f}", f"{stats['iqr_ms']:.4f}",
@@ -100,3 +105,19 @@ def _verification_section(v: dict[str, Any]) -> str:
             lines.append(f"- speedup, {mode}: {value:.3f}x (median over median)")
     lines += [f"- note: {note}" for note in v.get("notes", ())]
     return "\n".join(lines) + "\n\n" + (_table(rows) if v["timings"] else "")
+
+
+def _mode_line(v: dict[str, Any]) -> str:
+    if v.get("mode") == "training":
+        return ("- mode: training: the patched model trained against the original, and the "
+                "times are of a training step (forward and backward)")
+    return "- mode: inference: outputs compared, and the times are of a forward"
+
+
+def _training_line(t: dict[str, Any]) -> str:
+    losses = ", ".join(f"{a:.6g}/{b:.6g}" for a, b in zip(t["losses_original"],
+                                                          t["losses_patched"]))
+    if not t["correct"]:
+        return f"- training: DIFFERS over {t['steps']} SGD steps: {t['message']}"
+    return (f"- training: {t['steps']} SGD steps match (losses original/patched: {losses}; "
+            f"first step's gradients max abs error {t['max_grad_error']:.2e})")

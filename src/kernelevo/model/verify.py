@@ -5,14 +5,21 @@ fresh inputs drawn like the example inputs. Times are a verdict's call time
 (host time per call in a loop of calls, synchronised at the ends, launch
 overhead included), samples interleaved round by round, median and IQR, in
 eager and under torch.compile. Without a GPU they are CPU times and say so.
+
+In training mode (a model patched with training kernels) the patched model
+also trains a few SGD steps from the original's weights on one batch, its
+losses and first gradients held to the same tolerance, and what is timed is
+the training step, forward and backward (no optimiser step), instead of the
+forward alone. Both models get their weights back afterwards.
 """
 
 from __future__ import annotations
 
 import gc
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -24,6 +31,20 @@ from kernelevo.model.extract import draw_input
 from kernelevo.model.profile import input_spec
 
 OP_MARK = "kernelevo_model"
+TRAIN_STEPS = 3
+TRAIN_LR = 0.1
+
+
+@dataclass(frozen=True)
+class TrainingCheck:
+    """SGD steps of the patched model against the original's, from the same weights."""
+
+    correct: bool
+    steps: int
+    losses_original: tuple[float, ...]
+    losses_patched: tuple[float, ...]
+    max_grad_error: float  # over the first step's gradients of every parameter
+    message: str
 
 
 @dataclass(frozen=True)
@@ -43,6 +64,8 @@ class Verification:
     speedup_eager: float | None = None
     speedup_compile: float | None = None
     notes: tuple[str, ...] = ()
+    mode: str = "inference"  # "training": the training step checked and timed
+    training: TrainingCheck | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -83,6 +106,86 @@ def _flat(value: Any) -> list[torch.Tensor]:
     if isinstance(value, dict):
         return [t for key in sorted(value) for t in _flat(value[key])]
     return []
+
+
+def check_training(original: torch.nn.Module, patched: torch.nn.Module,
+                   example: tuple[Any, ...], device: str,
+                   steps: int = TRAIN_STEPS) -> TrainingCheck:
+    """Losses of `steps` SGD steps on one fresh batch, and the first step's gradients."""
+    inputs = fresh_inputs(example, seed=2000)
+    with restored(original), restored(patched):
+        expected_losses, expected_grads = _sgd(original, inputs, device, steps)
+        try:
+            got_losses, got_grads = _sgd(patched, inputs, device, steps)
+        except Exception as exc:  # a kernel's backward that raises is a finding, not a crash
+            return TrainingCheck(False, steps, tuple(expected_losses), (), 0.0,
+                                 f"training the patched model raised {type(exc).__name__}: {exc}")
+    worst, message = _gradients_compared(got_grads, expected_grads)
+    if not message:
+        # The model's dtype sets the tolerance: an fp16 model's losses differ as its outputs do.
+        dtype = next(iter(expected_grads.values())).dtype if expected_grads else torch.float32
+        atol, rtol = tolerances(str(dtype).removeprefix("torch."))
+        result = compare_tensor(torch.tensor(got_losses), torch.tensor(expected_losses), atol,
+                                rtol, label=f"the losses of {steps} SGD steps")
+        message = result.message if result.reason else ""
+    return TrainingCheck(not message, steps, tuple(expected_losses), tuple(got_losses), worst,
+                         message)
+
+
+def _gradients_compared(got: dict[str, torch.Tensor],
+                        expected: dict[str, torch.Tensor]) -> tuple[float, str]:
+    """(max abs error, the first mismatch's message or "") over every parameter's gradient."""
+    worst = 0.0
+    for name, theirs in expected.items():
+        mine = got.get(name)
+        if mine is None:
+            return worst, f"the patched model has no parameter {name}"
+        atol, rtol = tolerances(str(theirs.dtype).removeprefix("torch."))
+        result = compare_tensor(mine, theirs, atol, rtol,
+                                label=f"the gradient of {name} at training step 1")
+        if result.reason:
+            return worst, result.message
+        worst = max(worst, result.metrics.max_abs_error if result.metrics else 0.0)
+    return worst, ""
+
+
+@contextmanager
+def restored(model: torch.nn.Module) -> Iterator[None]:
+    """The model's weights, buffers and gradients as they were once the block ends.
+
+    Loaded in place, so a kernel sharing the model's tensors keeps sharing them.
+    """
+    saved = {key: value.detach().clone() for key, value in model.state_dict().items()}
+    try:
+        yield
+    finally:
+        model.load_state_dict(saved)
+        model.zero_grad(set_to_none=True)
+
+
+def _sgd(model: torch.nn.Module, inputs: list[Any], device: str,
+         steps: int) -> tuple[list[float], dict[str, torch.Tensor]]:
+    """Losses of plain SGD steps (MSE to a fixed random target) and the first step's gradients."""
+    optimiser = torch.optim.SGD(model.parameters(), lr=TRAIN_LR)
+    losses: list[float] = []
+    first: dict[str, torch.Tensor] = {}
+    devices = [torch.cuda.current_device()] if device == "cuda" else []
+    for step in range(steps):
+        # Both models draw alike in each step: dropout and the target, whatever ran before.
+        with torch.random.fork_rng(devices=devices):
+            torch.manual_seed(3000 + step)
+            outputs = [o for o in _flat(model(*inputs)) if o.is_floating_point()]
+            targets = [torch.randn_like(o) for o in outputs]
+        loss = torch.stack([torch.nn.functional.mse_loss(o.float(), t.float())
+                            for o, t in zip(outputs, targets)]).sum()
+        optimiser.zero_grad(set_to_none=True)
+        loss.backward()
+        if step == 0:
+            first = {name: (p.grad if p.grad is not None else torch.zeros_like(p)).detach().clone()
+                     for name, p in model.named_parameters() if p.requires_grad}
+        optimiser.step()
+        losses.append(loss.item())
+    return losses, first
 
 
 def compile_check(patched: torch.nn.Module,
@@ -143,10 +246,17 @@ def _loop_length(call: Callable[[], Any], sync: Callable[[], Any], sample_ms: fl
 
 def verify(original: torch.nn.Module, patched: torch.nn.Module, example: tuple[Any, ...], *,
            device: str, compile_backend: str | None = None, timed: bool = True,
-           rounds: int | None = None) -> Verification:
-    """Outputs on fresh inputs, torch.compile's view of the patched model, and times."""
+           rounds: int | None = None, training: bool = False) -> Verification:
+    """Outputs on fresh inputs, torch.compile's view of the patched model, and times.
+
+    `training`: SGD steps checked too, and the training step timed instead of the forward.
+    """
     backend = compile_backend or ("inductor" if device == "cuda" else "aot_eager")
     correct, worst, message = check_outputs(original, patched, example)
+    trained = check_training(original, patched, example, device) if training and correct \
+        else None
+    if trained is not None and not trained.correct:
+        correct, message = False, trained.message
     inputs = fresh_inputs(example, seed=7)
     breaks, ops, note = compile_check(patched, inputs)
     notes = [n for n in (note,) if n]
@@ -156,19 +266,27 @@ def verify(original: torch.nn.Module, patched: torch.nn.Module, example: tuple[A
     if timed and correct:
         # Interpreted Triton on a CPU takes seconds a forward: fewer rounds there.
         rounds = rounds or (10 if device == "cuda" else 3)
-        timings = _timings(original, patched, inputs, device, backend, rounds)
+        timings = _timings(original, patched, inputs, device, backend, rounds, training)
+        if training:
+            notes.append("times are of a training step: forward and backward, no optimiser step")
+            for model in (original, patched):  # the timed backwards' gradients, summed up
+                model.zero_grad(set_to_none=True)
     clock = "GPU (host call time)" if device == "cuda" else "CPU"
     return Verification(device, clock, correct, 3, worst, message, backend, breaks, ops,
                         timings, _ratio(timings, "eager"), _ratio(timings, "compile"),
-                        tuple(notes))
+                        tuple(notes), "training" if training else "inference", trained)
 
 
 def _timings(original: torch.nn.Module, patched: torch.nn.Module, inputs: list[Any],
-             device: str, backend: str, rounds: int) -> dict[str, TimingStats]:
+             device: str, backend: str, rounds: int,
+             training: bool = False) -> dict[str, TimingStats]:
     compiled_original = torch.compile(original, backend=backend)
     compiled_patched = torch.compile(patched, backend=backend)
 
     def call(model: Callable[..., Any]) -> Callable[[], Any]:
+        if training:
+            return _training_step(model, inputs)
+
         def run() -> Any:
             with torch.no_grad():
                 return model(*inputs)
@@ -178,6 +296,14 @@ def _timings(original: torch.nn.Module, patched: torch.nn.Module, inputs: list[A
                              "compile_original": call(compiled_original),
                              "compile_patched": call(compiled_patched)},
                             device=device, rounds=rounds)
+
+
+def _training_step(model: Callable[..., Any], inputs: list[Any]) -> Callable[[], Any]:
+    """One call: forward, then backward of the floating outputs' sum (the same for both)."""
+    def run() -> Any:
+        outputs = [o for o in _flat(model(*inputs)) if o.is_floating_point()]
+        torch.autograd.backward([o.sum() for o in outputs])
+    return run
 
 
 def _ratio(timings: dict[str, TimingStats], mode: str) -> float | None:
