@@ -203,3 +203,15 @@ def test_a_training_kernel_with_a_wrong_backward_is_left_out(tmp_path):
     applied = apply(model, kernels, tasks=tasks)
     assert applied.swapped == []
     assert "the gradient of weight" in applied.skipped[0].reason
+
+
+def test_apply_checks_a_training_kernel_in_training_mode(training_tasks):
+    tasks, kernels = training_tasks
+    done = cli("model", "apply", str(tasks.parent / "net.py"), "--kernels", str(kernels),
+               "--tasks", str(tasks), "--device", "cpu", "--no-timed", "--json")
+    assert done.exit_code == 0, done.output
+    verification = json.loads(done.output[done.output.index("{"):])["verification"]
+    assert verification["mode"] == "training"
+    trained = verification["training"]
+    assert trained["correct"] and trained["steps"] >= 1, trained
+    assert trained["max_grad_error"] <= LOSS_TOLERANCE

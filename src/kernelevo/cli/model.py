@@ -122,8 +122,10 @@ def apply_command(model: Path = _MODEL,
         built = moved(build_model(model_file(model, seed)), where, dtype_of(precision))
         original = copy.deepcopy(built.module)
         applied = apply(built.module, kernels, tasks=tasks, guard=guard)
+        # A kernel put back with its own backward is checked (and timed) training too.
+        training = any(swap.training for swap in applied.swapped)
         verification = verify(original, built.module, built.inputs, device=where,
-                              compile_backend=compile_backend, timed=timed)
+                              compile_backend=compile_backend, timed=timed, training=training)
     except KernelEvoError as exc:
         fail(exc)
     data = report_data(None, applied.to_dict(), verification.to_dict())
