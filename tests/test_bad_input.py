@@ -21,7 +21,7 @@ from kernelevo.store import schema as store_schema
 from kernelevo.candidate import load_candidate
 from kernelevo.cli.app import app
 from kernelevo.config import EvalConfig
-from kernelevo.config_file import TABLES, read_config_file
+from kernelevo.config_file import TABLES, resolve
 from kernelevo.errors import ConfigError, StoreError
 from kernelevo.store.lock import status_now
 from kernelevo.evaluate.remote.address import check_address, resolve_host
@@ -124,7 +124,7 @@ def test_an_empty_run_name_picks_no_run(tmp_path):
     ("[eval.timing]\nmax_samples = 1000000000000\n",
      "max_samples: expected a whole number from 1 to 100000"),
     ("[search]\nislands = 100000000\n", "islands: expected a whole number from 1 to 100"),
-    ('[llm]\napi_key_env = ""\n', "api_key_env '' is no environment variable's name"),
+    ('[llm]\napi_key_env = ""\n', "[llm] api_key_env: '' is no environment variable's name"),
 ])
 def test_config_refuses_what_a_run_would(tmp_path, text, message):
     refused(cli("config", "--config", toml(tmp_path, text)), message)
@@ -286,7 +286,7 @@ FLOAT_KEYS = [(table, key) for table, spec in TABLES.items() for key, hint in sp
 def test_every_float_setting_must_be_finite(tmp_path, table, key, value):
     path = toml(tmp_path, f"[{table}]\n{key} = {value!r}\n")  # TOML reads nan, inf, -inf
     with pytest.raises(ConfigError, match=rf"\[{table}\] {key}: .*give a finite number"):
-        read_config_file(path)
+        resolve(path)
 
 
 @pytest.mark.parametrize("args, key", [

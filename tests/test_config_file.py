@@ -35,7 +35,7 @@ def test_every_table_has_exactly_its_dataclass_fields():
 def test_a_bad_file_names_the_table_key_and_value(tmp_path, text, message):
     path = toml(tmp_path, text)
     with pytest.raises(ConfigError) as caught:
-        config_file.read_config_file(path)
+        config_file.resolve(path)
     assert str(caught.value).startswith(f"config file {path}: ")
     assert message in str(caught.value)
 

@@ -5,6 +5,7 @@ are the settings' own."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import pytest
 from typer.testing import CliRunner
@@ -13,11 +14,12 @@ from kernelevo.candidate import Candidate
 from kernelevo.cli import options
 from kernelevo.cli.app import app
 from kernelevo.config import EvalConfig, TimingConfig
-from kernelevo.config_file import RunConfig, load_eval_config
+from kernelevo.config_file import RunConfig, eval_config, load_eval_config, resolve
 from kernelevo.errors import ConfigError
 from kernelevo.evaluate.protocol import JudgeJob
 from kernelevo.evaluate.shared.messages import WorkerJob
-from kernelevo.schema import choices, settings_from_dict, settings_to_dict
+from kernelevo.schema import (AT_LEAST_ONE, Annotated, choices, settings_from_dict,
+                              settings_to_dict)
 from kernelevo.search.config import SearchConfig
 from kernelevo.task import task_from_source
 
@@ -175,9 +177,84 @@ def test_a_field_without_choices_has_none_to_give():
     assert tuple(member.value for member in options.Timing) == choices(TimingConfig, "measure")
 
 
-def test_settings_that_do_not_check_themselves_are_checked_by_the_codec():
-    from kernelevo.config_file import ModelSettings
+@dataclass(frozen=True)
+class Unchecked:
+    """Settings without a __post_init__ of their own."""
 
+    in_flight: Annotated[int, AT_LEAST_ONE] = 8
+
+
+def test_settings_that_do_not_check_themselves_are_checked_by_the_codec():
     with pytest.raises(ConfigError, match=r"^llm.in_flight: expected a whole number >= 1, got 0$"):
-        settings_from_dict(ModelSettings, {"in_flight": 0}, "llm")
-    assert settings_from_dict(ModelSettings, {"in_flight": 3}).in_flight == 3
+        settings_from_dict(Unchecked, {"in_flight": 0}, "llm")
+    assert settings_from_dict(Unchecked, {"in_flight": 3}).in_flight == 3
+
+
+def test_the_llm_tables_own_rules_are_checks_of_its_settings():
+    from kernelevo.config_file import ModelSettings
+    from kernelevo.llm.openai_compat import ClientConfig
+
+    with pytest.raises(ConfigError, match=r"^llm.models: model name ' ' is blank"):
+        settings_from_dict(ModelSettings, {"models": {" ": 1}}, "llm")
+    with pytest.raises(ConfigError, match=r"^prices: price of 'm' is \[1\]: give \[input"):
+        ModelSettings(prices={"m": [1]})
+    with pytest.raises(ConfigError, match=r"^base_url: 'http://h:99999' is no valid URL"):
+        ClientConfig(base_url="http://h:99999", model="m")
+    with pytest.raises(ConfigError, match=r"^api_key_env: 'A=B' is no environment variable"):
+        ClientConfig(base_url="", model="m", api_key_env="A=B")
+
+
+# -- resolve: each value checked once, as the settings are made, named by its source ------
+
+
+def test_resolving_a_file_and_flags_checks_each_value_once(tmp_path, monkeypatch):
+    import kernelevo.schema as schema
+
+    seen: list[object] = []
+    check = schema.check_value
+
+    def counted(hint, value):
+        seen.append(value)
+        return check(hint, value)
+
+    monkeypatch.setattr(schema, "check_value", counted)
+    path = tmp_path / "k.toml"
+    path.write_text('[eval.timing]\nmeasure = "kernelbench"\n[llm]\n'
+                    'base_url = "http://h:8000/v1"\n[budget]\ntokens = "25k"\n')
+    effective = resolve(path, {"eval": {"timeout_s": 45.5}, "search": {"islands": 7}},
+                        {("eval", "timeout_s"): "--timeout", ("search", "islands"): "--islands"})
+    for value in ("kernelbench", "http://h:8000/v1", 25_000, 45.5, 7):
+        assert seen.count(value) == 1, value
+    assert (eval_config(effective).timing.measure, eval_config(effective).timeout_s) == \
+        ("kernelbench", 45.5)
+    assert effective.values["budget"]["tokens"] == 25_000
+
+
+def test_a_value_the_settings_refuse_is_named_with_its_file_or_flag(tmp_path):
+    path = tmp_path / "k.toml"
+    path.write_text('[eval.timing]\nmeasure = "wall"\n')
+    with pytest.raises(ConfigError) as caught:
+        resolve(path)
+    assert str(caught.value) == f"config file {path}: [eval.timing] measure: {WANTED}"
+    with pytest.raises(ConfigError) as caught:
+        resolve(None, {"eval.timing": {"measure": "wall"}},
+                {("eval.timing", "measure"): "--timing"})
+    assert str(caught.value) == f"--timing ([eval.timing] measure): {WANTED}"
+    with pytest.raises(ConfigError) as caught:
+        resolve(None, {"budget": {"time": -1}}, {("budget", "time"): "--time"})
+    assert str(caught.value) == "--time ([budget] time): expected a number >= 0, got -1"
+
+
+def test_a_rule_spanning_keys_fails_at_resolve_naming_what_gave_them(tmp_path):
+    path = tmp_path / "k.toml"
+    path.write_text("[eval]\ntimeout_s = 30\n[eval.timing]\nmin_samples = 50\n")
+    spanned = "timing min_samples (50) is above max_samples (10): give min_samples <= max_samples"
+    with pytest.raises(ConfigError) as caught:
+        resolve(path, {"eval.timing": {"max_samples": 10}},
+                {("eval.timing", "max_samples"): "--max-samples"})
+    assert str(caught.value) == \
+        f"config file {path}, --max-samples ([eval.timing] max_samples): {spanned}"
+    path.write_text("[llm]\ngive_up_s = 10\n")
+    with pytest.raises(ConfigError, match=r"^config file .*k.toml: \[llm\] give_up_s \(10 s\) is "
+                                          r"below timeout_s \(300 s\)"):
+        resolve(path)

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from kernelevo.errors import ConfigError
-from kernelevo.schema import NON_NEGATIVE, Annotated
+from kernelevo.schema import NON_NEGATIVE, Annotated, check_fields
 
 DEFAULT_TOKEN_BUDGET = 1_000_000
 
@@ -58,11 +58,7 @@ class BudgetLimits:
     wall_s: Annotated[float | None, NON_NEGATIVE] = None
 
     def __post_init__(self) -> None:
-        for name, flag in (("tokens", "--tokens"), ("usd", "--usd"),
-                           ("candidates", "--candidates"), ("wall_s", "--time")):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or value < 0):
-                raise ConfigError(f"{name} budget is {value!r}: give {flag} a value >= 0")
+        check_fields(self)
 
 
 @dataclass(frozen=True)

@@ -1,18 +1,22 @@
 """The config file's schema, and the effective settings: defaults, then the file, then flags.
 
-Every table's keys, types and ranges come from the settings dataclasses
-(EvalConfig, TimingConfig, SearchConfig, ClientConfig, BudgetLimits) through
-`schema.field_hints`, so the file cannot accept a key the code does not know;
-a nested settings dataclass (EvalConfig's `timing`) is a nested table
-([eval.timing]). Each value is checked where it enters (the file's key, the
-flag); settings objects are built from the tables by `schema.settings_from_dict`.
-Only values actually given override the file: a flag left out is None here.
+Every table's keys and types come from the settings dataclasses (EvalConfig,
+TimingConfig, SearchConfig, ClientConfig, ModelSettings, BudgetLimits,
+MemoryConfig) through `schema.field_hints`, so the file cannot accept a key
+the code does not know; a nested settings dataclass (EvalConfig's `timing`)
+is a nested table ([eval.timing]). Where a value enters (the file's key, a
+flag) its key is looked up and an amount written as text ("10k" tokens) is
+read, nothing more. `resolve` then makes each settings object once, by
+`schema.settings_from_dict`: the dataclass's own check (`check_fields`, and
+its rules that span keys) is the one check of every value, and the error it
+raises is told naming the file or the flag that gave the value. Only values
+actually given override the file: a flag left out is None here.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import urllib.parse
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,13 +24,13 @@ from typing import Any
 
 from kernelevo.budget import BudgetLimits, parse_duration_s, parse_tokens, parse_usd
 from kernelevo.config import EvalConfig
-from kernelevo.errors import ConfigError
-from kernelevo.llm.openai_compat import ClientConfig, check_base_url
+from kernelevo.errors import ConfigError, SettingError
+from kernelevo.llm.openai_compat import ClientConfig
 from kernelevo.llm.pricing import PriceTable
 from kernelevo.memory.settings import MemoryConfig
 from kernelevo.schema import (
-    AT_LEAST_ONE, POSITIVE, Annotated, check_value, did_you_mean, field_hints, settings_from_dict,
-    settings_to_dict)
+    AT_LEAST_ONE, POSITIVE, Annotated, Check, check_fields, did_you_mean, field_hints,
+    settings_from_dict, settings_to_dict)
 from kernelevo.search.config import SearchConfig
 
 try:
@@ -35,16 +39,33 @@ except ModuleNotFoundError:  # Python 3.10: the same parser, as a package
     import tomli as tomllib  # type: ignore[no-redef]
 
 DEFAULT = "default"
+FILE = "config file"  # a file's source is "config file PATH"
+
+
+def _model_names(models: Mapping[str, float]) -> None:
+    """ConfigError when a model's name is blank: no endpoint serves one."""
+    blank = [name for name in models if not name.strip()]
+    if blank:
+        raise ConfigError(f"model name {blank[0]!r} is blank: give a model the endpoint "
+                          "serves, e.g. gpt-4o (GET /models lists them)")
+
+
+# model name -> weight
+Weights = Annotated[dict[str, Annotated[float, POSITIVE]], Check(_model_names)]
+# model -> [input, output] or {input, output}, USD per million tokens
+Prices = Annotated[dict[str, Any], Check(PriceTable.with_overrides)]
 
 
 @dataclass(frozen=True)
 class ModelSettings:
     """The [llm] keys beside each model's ClientConfig: models, their prices, calls in flight."""
 
-    models: dict[str, Annotated[float, POSITIVE]] = field(default_factory=dict)  # name -> weight
-    # model -> [input, output] or {input, output}, USD per million tokens
-    prices: dict[str, Any] = field(default_factory=dict)
+    models: Weights = field(default_factory=dict)
+    prices: Prices = field(default_factory=dict)
     in_flight: Annotated[int, AT_LEAST_ONE] = 8
+
+    def __post_init__(self) -> None:
+        check_fields(self)
 
 
 @dataclass(frozen=True)
@@ -55,15 +76,17 @@ class Table:
     hints: dict[str, Any]
     defaults: dict[str, Any]
     parsers: dict[str, Callable[[str], Any]] = field(default_factory=dict)
-    # Checks beyond a key's type and range: each raises ConfigError saying what to give.
-    validators: dict[str, Callable[[Any], Any]] = field(default_factory=dict)
+    rename: dict[str, str] = field(default_factory=dict)  # field -> key, where they differ
+
+    def key(self, name: str) -> str:
+        """The file's key of a settings field."""
+        return self.rename.get(name, name)
 
 
 def _table(name: str, classes: tuple[type, ...], exclude: tuple[str, ...] = (),
            rename: Mapping[str, str] | None = None,
-           parsers: Mapping[str, Callable[[str], Any]] | None = None,
-           validators: Mapping[str, Callable[[Any], Any]] | None = None) -> Table:
-    rename = rename or {}
+           parsers: Mapping[str, Callable[[str], Any]] | None = None) -> Table:
+    rename = dict(rename or {})
     hints: dict[str, Any] = {}
     defaults: dict[str, Any] = {}
     for cls in classes:
@@ -73,7 +96,7 @@ def _table(name: str, classes: tuple[type, ...], exclude: tuple[str, ...] = (),
             key = rename.get(spec.name, spec.name)
             hints[key] = field_hints(cls)[spec.name]
             defaults[key] = _default(spec)
-    return Table(name, hints, defaults, dict(parsers or {}), dict(validators or {}))
+    return Table(name, hints, defaults, dict(parsers or {}), rename)
 
 
 def _nested(cls: type, name: str) -> type | None:
@@ -92,38 +115,6 @@ def _tables(name: str, cls: type) -> list[Table]:
     return tables
 
 
-def _model_names(models: Mapping[str, float]) -> None:
-    blank = [name for name in models if not name.strip()]
-    if blank:
-        raise ConfigError(f"model name {blank[0]!r} is blank: give a model the endpoint "
-                          "serves, e.g. gpt-4o (GET /models lists them)")
-
-
-def check_url(base_url: str) -> str:
-    """`base_url` if empty or an http(s) URL that parses, its port in range; else ConfigError."""
-    if base_url:
-        try:
-            urllib.parse.urlsplit(base_url).port  # out of range or not a number: ValueError
-        except ValueError as exc:
-            raise ConfigError(f"base_url {base_url!r} is no valid URL ({exc}): give e.g. "
-                              "https://api.openai.com/v1 or http://localhost:8000/v1") from None
-    return check_base_url(base_url)
-
-
-def _key_variable(name: str) -> None:
-    if not name.strip() or "=" in name or "\0" in name:
-        raise ConfigError(f"api_key_env {name!r} is no environment variable's name: give the "
-                          "variable that holds the key, e.g. OPENAI_API_KEY")
-
-
-LLM_VALIDATORS: dict[str, Callable[[Any], Any]] = {
-    "base_url": check_url,
-    "api_key_env": _key_variable,
-    "prices": PriceTable.with_overrides,
-    "models": _model_names,
-}
-
-
 def _default(spec: dataclasses.Field) -> Any:
     if spec.default is not dataclasses.MISSING:
         return spec.default
@@ -137,8 +128,7 @@ BUDGET_KEYS = {"wall_s": "time"}
 TABLES: dict[str, Table] = {table.name: table for table in (
     *_tables("eval", EvalConfig),
     _table("search", (SearchConfig,)),
-    _table("llm", (ClientConfig, ModelSettings), exclude=("model",),
-           validators=LLM_VALIDATORS),
+    _table("llm", (ClientConfig, ModelSettings), exclude=("model",)),
     _table("budget", (BudgetLimits,), rename=BUDGET_KEYS,
            parsers={"tokens": parse_tokens, "usd": parse_usd, "time": parse_duration_s}),
     _table("memory", (MemoryConfig,)),
@@ -158,11 +148,12 @@ def read_toml(path: str | Path) -> dict[str, Any]:
 
 
 def read_config_file(path: str | Path | None) -> dict[str, dict[str, Any]]:
-    """The file's values by table ("eval", "eval.timing", ...), each checked ({} without one)."""
+    """The file's values by table ("eval", "eval.timing", ...), each key known and an amount
+    given as text read ({} without a file); `resolve` checks them as it makes the settings."""
     if not path:
         return {}
     data = flat(read_toml(path))
-    where = f"config file {path}"
+    where = f"{FILE} {path}"
     tables: dict[str, dict[str, Any]] = {}
     for name, values in data.items():
         if name not in TABLES and not isinstance(values, Mapping):
@@ -174,24 +165,22 @@ def read_config_file(path: str | Path | None) -> dict[str, dict[str, Any]]:
         if not isinstance(values, Mapping):
             raise ConfigError(f"{where}: {name} must be a table, written [{name}], "
                               f"got {values!r}")
-        tables[name] = {key: _checked(name, key, value, f"{where}: [{name}] {key}")
+        tables[name] = {key: _entered(name, key, value, f"{where}: [{name}] {key}")
                         for key, value in values.items()}
     return tables
 
 
-def _checked(table: str, key: str, value: Any, where: str) -> Any:
-    """`value` for `key` of `table`, converted; ConfigError names `where` and the fix."""
+def _entered(table: str, key: str, value: Any, where: str) -> Any:
+    """`value` for `key` of `table` as it enters: its key known, an amount given as text
+    ("10k" tokens) read. Its type and range are checked once, as the settings are made."""
     spec = TABLES[table]
     if key not in spec.hints:
         raise ConfigError(f"{where}: unknown key{did_you_mean(key, spec.hints)}; the keys "
                           f"of [{table}] are {', '.join(spec.hints)}")
-    try:
-        if isinstance(value, str) and key in spec.parsers:
-            value = spec.parsers[key](value)
-        value = check_value(spec.hints[key], value)
-        if key in spec.validators:
-            spec.validators[key](value)
+    if not (isinstance(value, str) and key in spec.parsers):
         return value
+    try:
+        return spec.parsers[key](value)
     except ConfigError as exc:
         raise ConfigError(f"{where}: {exc}") from None
 
@@ -230,11 +219,31 @@ def nested(tables: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class Settings:
+    """The settings objects of one `resolve`, each made once from the effective values."""
+
+    eval: EvalConfig
+    search: SearchConfig
+    client: ClientConfig  # model "": the [llm] keys that tune every model's client
+    models: ModelSettings
+    budget: BudgetLimits
+    memory: MemoryConfig
+
+    def tables(self) -> dict[str, tuple[Any, ...]]:
+        """The objects that hold each table's keys, by table name."""
+        return {**{name: (held,) for name, held in by_table("eval", self.eval).items()},
+                "search": (self.search,), "llm": (self.client, self.models),
+                "budget": (self.budget,), "memory": (self.memory,)}
+
+
+@dataclass(frozen=True)
 class Effective:
-    """Every setting's value and where it came from: "default", the file, or a flag."""
+    """Every setting's value and where it came from ("default", the file, or a flag), and
+    the settings objects made of them."""
 
     values: dict[str, dict[str, Any]]
     sources: dict[str, dict[str, str]]
+    settings: Settings
 
     def given(self, table: str) -> dict[str, Any]:
         """The settings of `table` that the file or a flag gave (not defaults)."""
@@ -244,7 +253,8 @@ class Effective:
 
 def resolve(path: str | Path | None, overrides: Mapping[str, Mapping[str, Any]] | None = None,
             given_by: Mapping[tuple[str, str], str] | None = None) -> Effective:
-    """Defaults, then the file's values, then `overrides` ({table: {key: value}}; None is unset).
+    """Defaults, then the file's values, then `overrides` ({table: {key: value}}; None is unset),
+    made into the settings objects, which check every value once.
 
     `given_by` names the flag behind each override, for messages and sources.
     """
@@ -252,19 +262,80 @@ def resolve(path: str | Path | None, overrides: Mapping[str, Mapping[str, Any]] 
     sources = {name: dict.fromkeys(table.defaults, DEFAULT) for name, table in TABLES.items()}
     for name, table_values in read_config_file(path).items():
         values[name].update(table_values)
-        sources[name].update(dict.fromkeys(table_values, f"config file {path}"))
+        sources[name].update(dict.fromkeys(table_values, f"{FILE} {path}"))
     for name, table_values in (overrides or {}).items():
         for key, value in table_values.items():
             if value is None:
                 continue
             source = (given_by or {}).get((name, key), "argument")
-            values[name][key] = _checked(name, key, value, f"{source} ([{name}] {key})")
+            values[name][key] = _entered(name, key, value, f"{source} ([{name}] {key})")
             sources[name][key] = source
-    return Effective(values, sources)
+    settings = Settings(
+        _made(EvalConfig, "eval", values, sources), _made(SearchConfig, "search", values, sources),
+        _made(ClientConfig, "llm", values, sources, model=""),
+        _made(ModelSettings, "llm", values, sources),
+        _made(BudgetLimits, "budget", values, sources),
+        _made(MemoryConfig, "memory", values, sources))
+    return Effective(_held(settings), sources, settings)
+
+
+def _made(cls: type, table: str, values: Mapping[str, Mapping[str, Any]],
+          sources: Mapping[str, Mapping[str, str]], **fixed: Any) -> Any:
+    """A `cls` of the keys of `table` that are its fields (nested tables made first); a value
+    it refuses is named with the file or the flag that gave it."""
+    spec = TABLES[table]
+    data: dict[str, Any] = {}
+    for name in field_hints(cls):
+        inner = _nested(cls, name)
+        if inner is not None:
+            data[name] = _made(inner, f"{table}.{name}", values, sources)
+        elif spec.key(name) in spec.hints:
+            data[name] = values[table][spec.key(name)]
+    try:
+        return settings_from_dict(cls, {**data, **fixed})
+    except SettingError as exc:
+        key = spec.key(exc.name)
+        raise ConfigError(f"{_where(table, key, sources[table].get(key, DEFAULT))}: "
+                          f"{exc.reason}") from None
+    except ConfigError as exc:  # a rule that spans keys (min_samples <= max_samples)
+        keys = [spec.key(name) for name in data if spec.key(name) in spec.hints]
+        raise ConfigError(f"{_given_by(table, keys, sources[table], str(exc))}{exc}") from None
+
+
+def _where(table: str, key: str, source: str) -> str:
+    """A key and what gave it, as messages name them: "config file F: [t] k", "--f ([t] k)"."""
+    if source == DEFAULT:
+        return f"[{table}] {key}"
+    if source.startswith(FILE):
+        return f"{source}: [{table}] {key}"
+    return f"{source} ([{table}] {key})"
+
+
+def _given_by(table: str, keys: list[str], sources: Mapping[str, str], message: str) -> str:
+    """What gave the keys a rule spanning them refused, as a prefix ("" for defaults alone):
+    the file, or each flag with its key. Those keys the message names, else every one given."""
+    given = [key for key in keys if sources[key] != DEFAULT]
+    named = [key for key in given if re.search(rf"\b{re.escape(key)}\b", message)] or given
+    blamed = dict.fromkeys(sources[key] if sources[key].startswith(FILE)
+                           else _where(table, key, sources[key]) for key in named)
+    return f"{', '.join(blamed)}: " if blamed else ""
+
+
+def _held(settings: Settings) -> dict[str, dict[str, Any]]:
+    """Each table's values as its settings objects hold them, converted by their one check
+    (an int given for a float as a float, a list as a tuple)."""
+    objects = settings.tables()
+    values: dict[str, dict[str, Any]] = {}
+    for name, table in TABLES.items():
+        held = {table.key(spec.name): getattr(settings_object, spec.name)
+                for settings_object in objects[name]
+                for spec in dataclasses.fields(settings_object)}
+        values[name] = {key: held[key] for key in table.hints}
+    return values
 
 
 def eval_config(effective: Effective) -> EvalConfig:
-    return settings_from_dict(EvalConfig, nested(effective.values)["eval"], "eval")
+    return effective.settings.eval
 
 
 def eval_tables(settings: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -287,7 +358,7 @@ def load_eval_config(path: str | None, **overrides: Any) -> EvalConfig:
 
 
 def search_config(effective: Effective) -> SearchConfig:
-    return SearchConfig(**effective.values["search"])
+    return effective.settings.search
 
 
 @dataclass(frozen=True)
@@ -320,21 +391,7 @@ class RunConfig:
 
 
 def memory_config(effective: Effective) -> MemoryConfig:
-    return MemoryConfig(**effective.values["memory"])
-
-
-def check_settings(effective: Effective) -> None:
-    """Build every settings object, so what spans keys (min_samples <= max_samples,
-    give_up_s >= timeout_s) fails here as it would when a command runs."""
-    eval_config(effective)
-    search_config(effective)
-    memory_config(effective)
-    llm = effective.values["llm"]
-    ClientConfig(model="", **{key: value for key, value in llm.items()
-                              if key in field_hints(ClientConfig)})
-    budget_keys = {file_key: name for name, file_key in BUDGET_KEYS.items()}
-    BudgetLimits(**{budget_keys.get(key, key): value
-                    for key, value in effective.values["budget"].items()})
+    return effective.settings.memory
 
 
 def llm_settings(effective: Effective) -> dict[str, Any]:
@@ -346,5 +403,4 @@ def llm_settings(effective: Effective) -> dict[str, Any]:
 
 def budget_limits(effective: Effective) -> dict[str, Any]:
     """The run's budget limits: tokens, usd, wall_s (seconds) and candidates."""
-    names = {file_key: name for name, file_key in BUDGET_KEYS.items()}
-    return {names.get(key, key): value for key, value in effective.values["budget"].items()}
+    return settings_to_dict(effective.settings.budget)

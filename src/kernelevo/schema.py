@@ -15,7 +15,7 @@ import functools
 import math
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar, Union
 
@@ -23,7 +23,7 @@ from kernelevo.errors import ConfigError, SettingError
 
 Settings = TypeVar("Settings")
 
-__all__ = ["AT_LEAST_ONE", "Annotated", "Bound", "NON_NEGATIVE", "OneOf", "POSITIVE",
+__all__ = ["AT_LEAST_ONE", "Annotated", "Bound", "Check", "NON_NEGATIVE", "OneOf", "POSITIVE",
            "check_fields", "check_value", "choices", "describe", "did_you_mean", "field_hints",
            "settings_from_dict", "settings_to_dict"]
 
@@ -54,6 +54,13 @@ class OneOf:
     """A string that must be one of `choices`."""
 
     choices: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Check:
+    """A rule beyond type and range (a URL that parses): `test` raises ConfigError with the fix."""
+
+    test: Callable[[Any], Any]
 
 
 POSITIVE = Bound(0, strict=True)
@@ -109,7 +116,8 @@ def _plural(text: str) -> str:
 def check_value(hint: Any, value: Any) -> Any:
     """`value` as `hint` wants it (an int where a float is wanted is a float, a list a tuple).
 
-    Raises ConfigError "expected ..., got ..." when the type or a constraint does not hold.
+    Raises ConfigError "expected ..., got ..." when the type or a range or choice does not
+    hold, and a Check's own ConfigError when its rule does not.
     """
     bare, constraints = _split(hint)
     if value is None and hint is not bare and _allows_none(hint):
@@ -125,6 +133,8 @@ def check_value(hint: Any, value: Any) -> Any:
             raise ConfigError(f"expected {describe(hint)}, got {value!r}")
         if isinstance(constraint, OneOf) and converted not in constraint.choices:
             raise ConfigError(f"expected {describe(hint)}, got {value!r}")
+        if isinstance(constraint, Check):
+            constraint.test(converted)
     return converted
 
 
@@ -212,7 +222,8 @@ def settings_from_dict(cls: type[Settings], data: Any, path: str = "",
 
     Each value is checked once, by `check_fields` as the dataclass is made, and
     converted (a list to a tuple, an int to a float); a nested settings
-    dataclass is a nested table. An unknown key, an ill-typed or out-of-range
+    dataclass is a nested table, or given as built already (checked when it was
+    made). An unknown key, an ill-typed or out-of-range
     value is a ConfigError naming it by its dotted `path`
     ("eval.timing.measure"). `drop_unknown` reads what another KernelEvo
     version wrote (a stored run): keys this one lacks are dropped.
@@ -231,7 +242,9 @@ def settings_from_dict(cls: type[Settings], data: Any, path: str = "",
                               f"are {', '.join(hints)}")
         bare = _split(hints[key])[0]
         is_table = isinstance(bare, type) and dataclasses.is_dataclass(bare)
-        values[key] = settings_from_dict(bare, value, name, drop_unknown) if is_table else value
+        if is_table and not isinstance(value, bare):
+            value = settings_from_dict(bare, value, name, drop_unknown)
+        values[key] = value
     try:
         settings = cls(**values)
         if not hasattr(cls, "__post_init__"):  # settings that do not check themselves

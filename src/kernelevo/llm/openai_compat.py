@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 import kernelevo.llm.replies as replies
 from kernelevo.errors import ConfigError, LLMEmptyAnswer, LLMError, LLMRequestError, LLMUnavailable
 from kernelevo.llm.breaker import DEFAULT_GIVE_UP_S, CircuitBreaker
-from kernelevo.schema import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, Annotated, OneOf, check_fields
+from kernelevo.schema import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, Annotated, Check, OneOf,
+                              check_fields)
 from kernelevo.llm.pricing import Price, PriceTable
 from kernelevo.llm.replies import TOKEN_FIELDS
 from kernelevo.llm.protocol import (
@@ -51,6 +52,31 @@ BASE_URL_ENV = "OPENAI_BASE_URL"
 MAX_TOKENS_FIELD_CHOICES = ("auto", *TOKEN_FIELDS)
 
 
+def check_base_url(base_url: str) -> str:
+    """`base_url` if empty (OPENAI_BASE_URL) or an http(s) URL that parses, its port in range;
+    else ConfigError saying what to give (the caller names the setting)."""
+    if base_url:
+        try:
+            parts = urllib.parse.urlsplit(base_url)
+            parts.port  # out of range or not a number: ValueError
+        except ValueError as exc:
+            raise ConfigError(f"{base_url!r} is no valid URL ({exc}): give e.g. "
+                              "https://api.openai.com/v1 or http://localhost:8000/v1") from None
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ConfigError(
+                f"{base_url!r} is not an http(s) URL with a host: "
+                "give e.g. https://api.openai.com/v1 or http://localhost:8000/v1"
+            )
+    return base_url
+
+
+def _check_key_name(name: str) -> None:
+    """ConfigError unless `name` can name an environment variable (the key is never stored)."""
+    if not name.strip() or "=" in name or "\0" in name:
+        raise ConfigError(f"{name!r} is no environment variable's name: give the variable "
+                          "that holds the key, e.g. OPENAI_API_KEY")
+
+
 @dataclass(frozen=True)
 class ClientConfig:
     """Where and how to call one model; the API key itself is never stored here.
@@ -60,9 +86,9 @@ class ClientConfig:
     refuses it for this model, then `max_completion_tokens`.
     """
 
-    base_url: str
+    base_url: Annotated[str, Check(check_base_url)]
     model: str
-    api_key_env: str = "OPENAI_API_KEY"
+    api_key_env: Annotated[str, Check(_check_key_name)] = "OPENAI_API_KEY"
     temperature: Annotated[float, NON_NEGATIVE] = 0.7
     timeout_s: Annotated[float, POSITIVE] = 300.0  # for the whole answer of one request
     idle_timeout_s: Annotated[float, POSITIVE] = 60.0  # with no byte from the server
@@ -79,24 +105,11 @@ class ClientConfig:
 
     def __post_init__(self) -> None:
         check_fields(self)
-        check_base_url(self.base_url)
         if self.give_up_s < self.timeout_s:
             raise ConfigError(
                 f"[llm] give_up_s ({self.give_up_s:g} s) is below timeout_s "
                 f"({self.timeout_s:g} s): one slow call would end the run; give "
                 f"give_up_s >= timeout_s")
-
-
-def check_base_url(base_url: str) -> str:
-    """`base_url` if it is empty (OPENAI_BASE_URL) or an http(s) URL; ConfigError otherwise."""
-    if base_url:
-        parts = urllib.parse.urlsplit(base_url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ConfigError(
-                f"base_url {base_url!r} is not an http(s) URL with a host: "
-                "give e.g. https://api.openai.com/v1 or http://localhost:8000/v1"
-            )
-    return base_url
 
 
 class _AttemptFailed(Exception):

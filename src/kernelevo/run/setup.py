@@ -72,10 +72,10 @@ def evolve_options(effective: Effective, *, runs_dir: str | Path = DEFAULT_RUNS_
     On resume, the settings the file or the flags give are split as
     run_resume.py says: `overrides` to apply, `fixed` that must match the run's.
     """
-    config_file.check_settings(effective)  # what spans keys, as `kernelevo config` checks it
     # [memory] is not a run setting: a resume may give any (it recalls from the run's event).
-    run_settings = Effective({k: v for k, v in effective.values.items() if k != "memory"},
-                             {k: v for k, v in effective.sources.items() if k != "memory"})
+    run_settings = dataclasses.replace(
+        effective, values={k: v for k, v in effective.values.items() if k != "memory"},
+        sources={k: v for k, v in effective.sources.items() if k != "memory"})
     overrides, fixed = split_given(run_settings) if resume else ({}, [])
     return EvolveOptions(Path(runs_dir), config_file.eval_config(effective),
                          config_file.search_config(effective),
@@ -318,7 +318,7 @@ def make_pool(llm: dict[str, Any], budget: Budget) -> Any:
     if not llm.get("models"):
         return None
     from kernelevo.evaluate.sandbox.redact import hide_variable
-    from kernelevo.llm.openai_compat import BASE_URL_ENV
+    from kernelevo.llm.openai_compat import BASE_URL_ENV, check_base_url
     from kernelevo.llm.pool import ModelPool
     from kernelevo.llm.pricing import PriceTable
 
@@ -329,7 +329,7 @@ def make_pool(llm: dict[str, Any], budget: Budget) -> Any:
                           "http://localhost:8000/v1")
     if not llm.get("base_url"):
         try:
-            config_file.check_url(os.environ[BASE_URL_ENV])
+            check_base_url(os.environ[BASE_URL_ENV])
         except ConfigError as exc:
             raise ConfigError(f"{BASE_URL_ENV}: {exc}") from None
     _check_key_variable(llm.get("api_key_env", DEFAULT_KEY_VARIABLE))
