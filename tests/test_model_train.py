@@ -106,13 +106,13 @@ def _patched(folder, tasks, kernels, monkeypatch):
     return original, model, applied, launches
 
 
-def _train(model, compiled: bool) -> list[float]:
-    """Losses of STEPS SGD steps on one fixed random batch."""
+def _train(model, compiled: bool, device: str = "cpu", backend: str = "aot_eager") -> list[float]:
+    """Losses of STEPS SGD steps on one fixed random batch (compiled by `backend`)."""
     generator = torch.Generator().manual_seed(0)
-    x = torch.randn(BATCH, 16, generator=generator)
-    target = torch.randn(BATCH, 4, generator=generator)
+    x = torch.randn(BATCH, 16, generator=generator).to(device)
+    target = torch.randn(BATCH, 4, generator=generator).to(device)
     optimiser = torch.optim.SGD(model.parameters(), lr=0.5)
-    step = torch.compile(model, backend="aot_eager", fullgraph=True) if compiled else model
+    step = torch.compile(model, backend=backend, fullgraph=True) if compiled else model
     losses = []
     for _ in range(STEPS):
         loss = F.mse_loss(step(x), target)

@@ -6,31 +6,13 @@ import copy
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from kernelevo.model.apply import apply
 from kernelevo.model.contract import build_model, model_file
 from kernelevo.model.swap import _SWAPS
-from tests.test_model_train import LOSS_TOLERANCE, STEPS, Launches, _extract
+from tests.test_model_train import LOSS_TOLERANCE, STEPS, Launches, _extract, _train
 
 pytestmark = pytest.mark.gpu
-
-
-def _train_on_gpu(model: torch.nn.Module, backend: str | None) -> list[float]:
-    """Losses of STEPS SGD steps on one fixed random batch, on the GPU."""
-    generator = torch.Generator().manual_seed(0)
-    x = torch.randn(8, 16, generator=generator).cuda()
-    target = torch.randn(8, 4, generator=generator).cuda()
-    optimiser = torch.optim.SGD(model.parameters(), lr=0.5)
-    step = model if backend is None else torch.compile(model, backend=backend, fullgraph=True)
-    losses = []
-    for _ in range(STEPS):
-        loss = F.mse_loss(step(x), target)
-        optimiser.zero_grad()
-        loss.backward()
-        optimiser.step()
-        losses.append(loss.item())
-    return losses
 
 
 @pytest.mark.parametrize("backend", [None, "inductor"], ids=["eager", "inductor"])
@@ -46,8 +28,8 @@ def test_the_patched_model_trains_on_the_gpu_with_the_kernels_backward(tmp_path,
     launches = Launches(kernel_globals["_layernorm_backward"])
     monkeypatch.setitem(kernel_globals, "_layernorm_backward", launches)
     torch._dynamo.reset()
-    expected = _train_on_gpu(original, backend=None)
-    got = _train_on_gpu(model, backend=backend)
+    expected = _train(original, compiled=False, device="cuda")
+    got = _train(model, compiled=backend is not None, device="cuda", backend=backend or "")
     assert launches.count == STEPS  # the kernel's own backward ran at every step
     torch.testing.assert_close(got, expected, atol=LOSS_TOLERANCE, rtol=LOSS_TOLERANCE)
     assert got[-1] < got[0]

@@ -67,7 +67,8 @@ def test_settings_to_dict_gives_plain_json_values():
     assert json.loads(json.dumps(data)) == data
 
 
-def test_settings_made_from_json_check_each_value_once(monkeypatch):
+def _count_checks(monkeypatch) -> list[object]:
+    """The values `schema.check_value` is called with from now on, in order."""
     import kernelevo.schema as schema
 
     seen: list[object] = []
@@ -78,6 +79,11 @@ def test_settings_made_from_json_check_each_value_once(monkeypatch):
         return check(hint, value)
 
     monkeypatch.setattr(schema, "check_value", counted)
+    return seen
+
+
+def test_settings_made_from_json_check_each_value_once(monkeypatch):
+    seen = _count_checks(monkeypatch)
     config = EvalConfig(timing=TimingConfig(measure="kernelbench"))
     data = _over_the_pipe(settings_to_dict(config))
     job = JudgeJob.of(task_from_source(TASK_SOURCE, name="t"),
@@ -208,16 +214,7 @@ def test_the_llm_tables_own_rules_are_checks_of_its_settings():
 
 
 def test_resolving_a_file_and_flags_checks_each_value_once(tmp_path, monkeypatch):
-    import kernelevo.schema as schema
-
-    seen: list[object] = []
-    check = schema.check_value
-
-    def counted(hint, value):
-        seen.append(value)
-        return check(hint, value)
-
-    monkeypatch.setattr(schema, "check_value", counted)
+    seen = _count_checks(monkeypatch)
     path = tmp_path / "k.toml"
     path.write_text('[eval.timing]\nmeasure = "kernelbench"\n[llm]\n'
                     'base_url = "http://h:8000/v1"\n[budget]\ntokens = "25k"\n')
