@@ -50,6 +50,21 @@ def load_entries(only: list[str] | None, honest_triton: bool = False) -> list[di
     return entries
 
 
+# A manifest entry's eval_args (flags of `kernelevo eval`) as the settings they give.
+FLAG_SETTINGS = {"--backward": {"backward": True}, "--vary-shapes": {"vary_shapes": True}}
+
+
+def entry_config(config, entry: dict):
+    """`config` with the settings the entry's verdict needs (its eval_args)."""
+    changes: dict = {}
+    for flag in entry.get("eval_args", []):
+        if flag not in FLAG_SETTINGS:
+            raise SystemExit(f"{entry['file']}: eval_args {flag!r} has no setting here: add it "
+                             "to kernelbench_batch.FLAG_SETTINGS")
+        changes.update(FLAG_SETTINGS[flag])
+    return config.evolve(**changes)
+
+
 def input_elements(task) -> int:
     from kernelevo.suite.shrink import input_elements as count
 
@@ -95,7 +110,8 @@ def judge_phase(entries: list[dict], problems: dict, log: Path) -> list[dict]:
         started = time.perf_counter()
         task = load_task(problems[entry["problem"]]["path"])
         try:
-            verdict = Judge(task, config).evaluate(load_candidate(CANDIDATES / entry["file"]))
+            verdict = Judge(task, entry_config(config, entry)).evaluate(
+                load_candidate(CANDIDATES / entry["file"]))
             row = {"reason": verdict.reason, "message": verdict.message[:300],
                    "measures": {m: {n: {"median_ms": s.median_ms, "mean_ms": s.mean_ms}
                                     for n, s in stats.items()}

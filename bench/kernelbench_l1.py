@@ -103,6 +103,7 @@ class Entry:
     kind: str
     expect_reasons: list[str] = field(default_factory=list)
     backend: str | None = None
+    eval_args: list[str] = field(default_factory=list)  # flags the verdict needs (--backward)
 
 
 def load_manifest(path: str) -> list[Entry]:
@@ -113,7 +114,8 @@ def load_manifest(path: str) -> list[Entry]:
         entries.append(Entry(file=table["file"], problem=str(table["problem"]),
                              kind=str(table.get("kind", "?")),
                              expect_reasons=list(table.get("expect_reasons", [])),
-                             backend=table.get("backend")))
+                             backend=table.get("backend"),
+                             eval_args=list(table.get("eval_args", []))))
     return entries
 
 
@@ -252,7 +254,7 @@ def parse_verdict(data: dict | None) -> dict | None:
 def our_eval(entry: Entry, candidate: Path, args: argparse.Namespace, timeout: float,
              extra: list[str]) -> dict:
     cmd = [sys.executable, "-m", "kernelevo.cli.app", "eval", f"kernelbench:{entry.problem}",
-           str(candidate), "--json", "--kernelbench-dir", args.kb, *extra]
+           str(candidate), "--json", "--kernelbench-dir", args.kb, *entry.eval_args, *extra]
     step = run_step(cmd, child_env(args.src), timeout)
     raw = step.pop("json")
     step["verdict"] = parse_verdict(raw)

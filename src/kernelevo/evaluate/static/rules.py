@@ -123,7 +123,7 @@ ADVICE: dict[str, str] = {
     "harness_introspection": "compute outputs from the inputs only; the harness is not yours",
     "harness_tampered": "leave torch, timers, signals and the environment as they are",
     "identity_caching": "recompute on every call; inputs change contents at the same address",
-    "stateful_forward": "keep forward free of state between calls",
+    "stateful_forward": "keep forward (and backward) free of state between calls",
     "cuda_graph": "launch kernels directly; the harness times with graphs when asked",
     "side_stream": "launch on the current stream (torch.cuda.current_stream())",
     "background_thread": "do all work inside forward on the calling thread",
