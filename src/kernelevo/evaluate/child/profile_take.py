@@ -41,6 +41,11 @@ def record_trace(model: Any, inputs: list[Any], calls: int = PROFILED_CALLS,
             with record_function(CALL_ANNOTATION):
                 model(*given)
                 _synchronize(device)
+    return chrome_trace(prof)
+
+
+def chrome_trace(prof: Any) -> dict[str, Any]:
+    """A finished profile's chrome trace, read back as a dict."""
     with tempfile.TemporaryDirectory(prefix="kernelevo-trace-") as folder:
         path = Path(folder) / "trace.json"
         prof.export_chrome_trace(str(path))

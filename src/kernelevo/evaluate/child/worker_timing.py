@@ -18,12 +18,14 @@ import torch
 
 from kernelevo.evaluate.analysis.baseline_drift import (PROBE_CALL_LOOPS, PROBE_GPU_SAMPLES,
                                                         STORED_MIN_MS, drift, steady, with_stored)
+from kernelevo.evaluate.analysis.kernel_share import is_own, kernel_share
 from kernelevo.evaluate.analysis.oom import is_out_of_memory
 from kernelevo.evaluate.analysis.tolerance import compare_tensor
 from kernelevo.evaluate.child import guards
 from kernelevo.evaluate.child.baselines import Baselines
 from kernelevo.evaluate.child.cores import on_timing_core, timing_core, visible_gpu_ordinal
 from kernelevo.evaluate.child.profile_take import attach_profiles
+from kernelevo.evaluate.child.share_training import training_step_share
 from kernelevo.evaluate.child.timing import (TimingRun, load_set, skipped_work, speedup_range,
                                              time_contestants)
 from kernelevo.evaluate.child.timing_backward import BackwardTiming, time_backward
@@ -151,6 +153,10 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any, job: Wor
     shares = {str(index): own_kernel_share(model, module, given.candidates[index], sets[0],
                                            launches)
               for index, (model, module, _) in loaded.items()}
+    if job.backward:  # the training step too: a backward of PyTorch's ops hides from the above
+        for index, (model, _, _) in loaded.items():
+            shares[str(index)]["training"] = training_step_share(
+                model, shares[str(index)]["own_names"], sets[0], given.seeds[0], launches)
     # Profiles (profile_take.py): after timing and the shares, so no timed call is watched.
     attach_profiles(shares, loaded, baselines.contestants, task, sets[0], run.measures,
                     torch.cuda.get_device_name(0), str(dtype).replace("torch.", ""))
@@ -331,18 +337,11 @@ def _profiled_call(model: Any, names: set[str], inputs: list[Any]) -> dict[str, 
         torch.cuda.synchronize()
         model(*again)
         torch.cuda.synchronize()
-    own_us, total_us, kernels = 0.0, 0.0, {}
+    kernels = []
     for event in prof.key_averages():
         duration = getattr(event, "device_time_total", 0.0) or getattr(event, "cuda_time_total", 0.0)
-        if duration <= 0:
-            continue
-        total_us += duration
-        mine = any(re.search(rf"\b{re.escape(n)}\b", event.key) for n in names)
-        own_us += duration if mine else 0.0
-        kernels[event.key[:120]] = {"us": duration, "own": mine}
-    share = own_us / total_us if total_us else 0.0
-    return {"own_share": share, "own_us": own_us, "total_us": total_us,
-            "kernels": dict(list(kernels.items())[:20]), "own_names": sorted(names)}
+        kernels.append((event.key, duration, is_own(event.key, names)))
+    return {**kernel_share(kernels), "own_names": sorted(names)}
 
 
 def _own_kernel_names(module: Any, source: str) -> set[str]:
@@ -351,13 +350,29 @@ def _own_kernel_names(module: Any, source: str) -> set[str]:
         from triton.runtime.jit import KernelInterface
     except ImportError:
         return names
-    for value in vars(module).values():
+    for value in _module_values(module):
+        if isinstance(value, staticmethod):
+            value = value.__func__
         if isinstance(value, KernelInterface):
             inner = value
             while hasattr(inner, "fn"):
                 inner = inner.fn
             names.add(getattr(inner, "__name__", ""))
     return {n for n in names if n}
+
+
+def _module_values(module: Any) -> list[Any]:
+    """The module's globals, and the attributes of the classes it defines.
+
+    A backward's kernel is often kept on its autograd.Function (a static
+    method or class attribute) while the forward's is a global: the training
+    step's share must know both as the candidate's own.
+    """
+    values = list(vars(module).values())
+    for value in list(values):
+        if isinstance(value, type) and value.__module__ == getattr(module, "__name__", None):
+            values.extend(vars(value).values())
+    return values
 
 
 def _consistency(name: str, kept: dict[tuple[str, int], Any], verified: list[list[Any]],

@@ -11,6 +11,8 @@ from kernelevo.candidate import Candidate
 from kernelevo.config import measure_title
 from kernelevo.evaluate.analysis.baseline_drift import DRIFT, ratio_words
 from kernelevo.evaluate.analysis.floor import compute_floor
+from kernelevo.evaluate.analysis.kernel_share import (no_own_backward, recorded_kernels,
+                                                      unrecorded_training_note)
 from kernelevo.evaluate.analysis.oom import said_in, summary
 from kernelevo.evaluate.analysis.profile import timed_profile, untimed_profile
 from kernelevo.evaluate.parent.host import JudgeHost
@@ -122,6 +124,7 @@ def _timed(base: Verdict, state: WorkerState, judge: JudgeHost, index: int,
     if problem:
         return verdict_for("inconsistent_under_timing", problem)
     share = timing.shares.get(str(index), {})
+    training = share.get("training")
     unknown = unrecorded_note(share) if share else None
     if unknown:  # launches and the knockout run still hold
         base = replace(base, notes=base.notes + (unknown,))
@@ -130,6 +133,13 @@ def _timed(base: Verdict, state: WorkerState, judge: JudgeHost, index: int,
         return verdict_for("no_custom_kernel", "the profiler saw none of the candidate's kernels "
                            f"run in {share.get('profiled_calls', 1)} profiled call(s) (kernels "
                            f"seen: {', '.join(list(share.get('kernels', {}))[:5])})")
+    unknown = unrecorded_training_note(training) if training else None
+    if unknown:  # the gradients' checks (launches, knockout) still hold
+        base = replace(base, notes=base.notes + (unknown,))
+        training = None
+    problem = no_own_backward(training) if training else None
+    if candidate.backend != "pytorch" and problem:
+        return verdict_for("ghost_backward", problem)
     # a measure without this candidate (a training step it was not timed in) is left out
     measures = {measure: _contestants(stats, index)
                 for measure, stats in timing.measures.items()
@@ -144,7 +154,9 @@ def _timed(base: Verdict, state: WorkerState, judge: JudgeHost, index: int,
     if said:
         notes.append(said)
     if share:
-        notes.append(kernel_time_note(share))
+        notes.append(kernel_time_note(share, training))
+    elif training:
+        notes.append(training_time_note(training))
     floor = compute_floor(state.reference.bytes_moved, state.reference.flops,
                           timing.device_name, judge.config.dtype_name)
     gpu_own = measures["gpu"]["candidate"]
@@ -175,12 +187,6 @@ def unrecorded_note(share: dict[str, Any]) -> str | None:
         return (f"the profiler recorded none of the candidate's {share['launched']} Triton "
                 f"launch(es) in {calls} profiled call(s): own kernel share unknown")
     return None
-
-
-def recorded_kernels(share: dict[str, Any]) -> list[str]:
-    """Names of real kernels in a profile (memory copies and sets are not kernels)."""
-    return [name for name in share.get("kernels", {})
-            if not name.startswith(("Memcpy", "Memset"))]
 
 
 def _contestants(stats: dict[str, Any], index: int) -> dict[str, TimingStats]:
@@ -288,16 +294,41 @@ def shape_variation_verdict(original: Verdict, varied: Verdict, described: str) 
                        logs=varied.logs)
 
 
-def kernel_time_note(share: dict[str, Any], top: int = 4) -> str:
+def kernel_time_note(share: dict[str, Any], training: dict[str, Any] | None = None,
+                     top: int = 4) -> str:
     """The profiler's finding for one call: the own share and where GPU time went.
 
     It goes back to the model with the verdict, so it names the kernels
-    (the candidate's own marked *) that took the most time.
+    (the candidate's own marked *) that took the most time; with a profiled
+    training step (a task whose backward is judged), the step's own share
+    and its backward's kernels too.
     """
-    kernels = sorted(share.get("kernels", {}).items(), key=lambda item: -item[1]["us"])
+    step = f" (training step: {training['own_share']:.0%})" if training else ""
+    listed = _by_time(share.get("kernels", {}), top)
+    return (f"own kernels: {share['own_share']:.0%} of GPU kernel time{step}"
+            + (f"; by time: {listed}" if listed else "")
+            + (_backward_part(training, top) if training else ""))
+
+
+def training_time_note(training: dict[str, Any], top: int = 4) -> str:
+    """The training step's finding alone, where the forward's profile proved nothing."""
+    return (f"own kernels in the training step: {training['own_share']:.0%} of GPU kernel time"
+            + _backward_part(training, top))
+
+
+def _backward_part(training: dict[str, Any], top: int) -> str:
+    """`; backward: 85% own, by time: ...`: the profiled backward's share and busiest kernels."""
+    backward = training.get("backward", {})
+    listed = _by_time(backward.get("kernels", {}), top)
+    return (f"; backward: {backward.get('own_share', 0.0):.0%} own"
+            + (f", by time: {listed}" if listed else ""))
+
+
+def _by_time(kernels: dict[str, dict[str, Any]], top: int) -> str:
+    """The `top` busiest kernels, the candidate's own marked *, and how many are left out."""
+    ranked = sorted(kernels.items(), key=lambda item: -item[1]["us"])
     listed = ", ".join(f"{name[:60]}{'*' if entry['own'] else ''} {entry['us']:.1f} us"
-                       for name, entry in kernels[:top])
-    more = f" and {len(kernels) - top} more" if len(kernels) > top else ""
-    return (f"own kernels: {share['own_share']:.0%} of GPU kernel time"
-            + (f"; by time: {listed}{more}" if listed else ""))
+                       for name, entry in ranked[:top])
+    more = f" and {len(ranked) - top} more" if len(ranked) > top else ""
+    return listed + more if listed else ""
 
