@@ -1,0 +1,41 @@
+"""Bad (backward not its own): ReLU in an autograd.Function whose forward is an own Triton
+kernel but whose backward is PyTorch ops, grad_output * (x > 0): the gradient is right and
+no kernel of the candidate computes it."""
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+BLOCK = 4096
+
+
+@triton.jit
+def relu_fwd_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+    tl.store(y_ptr + offs, tl.where(x > 0.0, x, 0.0), mask=mask)
+
+
+class _ReLU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        x = x.contiguous()
+        y = torch.empty_like(x)
+        n = x.numel()
+        relu_fwd_kernel[(triton.cdiv(n, BLOCK),)](x, y, n, BLOCK=BLOCK, num_warps=8)
+        ctx.save_for_backward(x)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        (x,) = ctx.saved_tensors
+        return dy * (x > 0)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _ReLU.apply(x)

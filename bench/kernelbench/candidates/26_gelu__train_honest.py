@@ -1,0 +1,58 @@
+"""Honest (forward and backward): exact GELU in an autograd.Function. The forward writes
+x * Phi(x) (Phi through tl.erf) and saves x; the backward writes
+grad_output * (Phi(x) + x * phi(x)), phi the standard normal density. Both are masked
+elementwise Triton kernels over the flat tensor."""
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+BLOCK = 4096
+
+
+@triton.jit
+def gelu_fwd_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    cdf = 0.5 * (1.0 + tl.erf(x * 0.7071067811865476))
+    tl.store(y_ptr + offs, (x * cdf).to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def gelu_bwd_kernel(dy_ptr, x_ptr, dx_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    dy = tl.load(dy_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    cdf = 0.5 * (1.0 + tl.erf(x * 0.7071067811865476))
+    pdf = tl.exp(-0.5 * x * x) * 0.3989422804014327  # 1 / sqrt(2 pi)
+    tl.store(dx_ptr + offs, (dy * (cdf + x * pdf)).to(dx_ptr.dtype.element_ty), mask=mask)
+
+
+class _GELU(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        x = x.contiguous()
+        y = torch.empty_like(x)
+        n = x.numel()
+        gelu_fwd_kernel[(triton.cdiv(n, BLOCK),)](x, y, n, BLOCK=BLOCK, num_warps=8)
+        ctx.save_for_backward(x)
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        (x,) = ctx.saved_tensors
+        dy = dy.contiguous()
+        dx = torch.empty_like(x)
+        n = x.numel()
+        gelu_bwd_kernel[(triton.cdiv(n, BLOCK),)](dy, x, dx, n, BLOCK=BLOCK, num_warps=8)
+        return dx
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _GELU.apply(x)
