@@ -39,8 +39,13 @@ MANIFEST = ROOT / "bench" / "kernelbench" / "manifest.toml"
 CANDIDATES = ROOT / "bench" / "kernelbench" / "candidates"
 
 
-def load_entries(only: list[str] | None, honest_triton: bool = False) -> list[dict]:
+def load_entries(only: list[str] | None, honest_triton: bool = False,
+                 forward_only: bool = False) -> list[dict]:
+    """The manifest's entries; `forward_only` leaves out those judged with --backward
+    (a suite of KernelBench tasks judges forwards: a bad backward would pass there)."""
     entries = tomllib.loads(MANIFEST.read_text())["candidate"]
+    if forward_only:
+        entries = [e for e in entries if "--backward" not in e.get("eval_args", [])]
     if only:
         entries = [e for e in entries if e["problem"] in only or e["file"] in only
                    or (e["problem"].startswith("level1/") and e["problem"].split("/")[-1] in only)]

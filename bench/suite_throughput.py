@@ -299,7 +299,7 @@ def main() -> None:
                         help="which builds the builds phase makes (ok, other, broken)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    entries = load_entries(args.only)
+    entries = load_entries(args.only, forward_only=True)
     problems = prepare(entries, args.kb, args.out, args.max_elements)
     tasks, solutions = layout(entries, problems, args.out)
     result: dict = {"corpus": {"entries": len(entries), "problems": len(problems),

@@ -246,7 +246,7 @@ def main() -> None:
     parser.add_argument("--phases", nargs="*", default=["pool1", "pool2", "kb", "cli"])
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    entries = load_entries(args.only)
+    entries = load_entries(args.only, forward_only=True)
     if args.triton_only:
         entries = [e for e in entries if e.get("backend", "triton") == "triton"]
     problems = prepare(entries, args.kb, Path(tempfile.mkdtemp(prefix="tp-")), args.max_elements)

@@ -24,6 +24,8 @@ def main() -> None:
     for entry in sorted(entries, key=lambda e: e["kind"] != "honest"):
         if args.honest_only and entry["kind"] != "honest":
             continue
+        if "--backward" in entry.get("eval_args", []):  # a suite judges KernelBench's forwards
+            continue
         level, problem = entry["problem"].removeprefix("level").split("/")
         sample = samples.setdefault(entry["problem"], 0)
         samples[entry["problem"]] += 1
