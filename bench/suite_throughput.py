@@ -1,7 +1,8 @@
 """`kernelevo suite` against KernelBench's harness on one GPU, same corpus, same call.
 
     KERNELEVO_CACHE_DIR=/tmp/ke-suite PYTHONPATH=src python3 bench/suite_throughput.py \\
-        --kb .kb --out DIR [--phases suite kb builds] [--kb-budget-s 200] [--only ...]
+        --kb .kb --out DIR [--phases suite again kb builds] [--kb-budget-s 200] [--only ...]
+        [--one-per-task]
 
 Corpus: every entry of bench/kernelbench/manifest.toml (Triton and CUDA, honest
 and bad, KernelBench levels 1 and 2), each problem shrunk as
@@ -9,6 +10,8 @@ bench/kernelbench_batch.py does. Phases:
   suite   one `kernelevo suite DIR/tasks --solutions DIR/solutions` process,
           its caches empty at the start (CUDA builds cold); wall time, rows,
           and each verdict against the manifest's expected reasons
+  again   the same suite once more with the first one's cache folder (the
+          same set judged a second time on this machine); needs `suite` first
   kb      KernelBench's harness, one fresh process per candidate
           (bench/kb_harness.py), over the corpus in a shuffled order (fixed
           seed) until --kb-budget-s is spent; candidates per hour from that
@@ -62,22 +65,32 @@ def expected_reasons(entry: dict, shrunk: bool) -> list[str]:
 
 
 def suite_phase(entries: list[dict], tasks: Path, solutions: Path, out: Path,
-                timeout_s: float, extra: list[str] = (), problems: dict | None = None) -> dict:
-    """One `kernelevo suite` process; cut at `timeout_s`, the rows it wrote still count."""
-    result_dir = out / "suite"
+                timeout_s: float, extra: list[str] = (), problems: dict | None = None,
+                cache: str | None = None, name: str = "suite") -> dict:
+    """One `kernelevo suite` process; cut at `timeout_s`, the rows it wrote still count.
+
+    `cache`: the cache folder to judge with (None: a new, empty one, as on a
+    machine where KernelEvo never ran). The first row's time is the seconds
+    from starting the command to its first line in results.jsonl."""
+    result_dir = out / name
     shutil.rmtree(result_dir, ignore_errors=True)
-    env = {**os.environ, "KERNELEVO_CACHE_DIR": tempfile.mkdtemp(prefix="ke-suite-cache-")}
+    cache = cache or tempfile.mkdtemp(prefix="ke-suite-cache-")
+    env = {**os.environ, "KERNELEVO_CACHE_DIR": cache}
+    results = result_dir / "results.jsonl"
+    first_row_s = None
     started = time.perf_counter()
-    with (out / "suite_log.txt").open("w") as log:
+    with (out / f"{name}_log.txt").open("w") as log:
         process = subprocess.Popen([sys.executable, "-m", "kernelevo.cli.app", "suite", str(tasks),
                                     "--solutions", str(solutions), "--out", str(result_dir), *extra],
                                    env=env, text=True, stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True)
-        try:
-            rc = process.wait(timeout_s)
-        except subprocess.TimeoutExpired:
+        while process.poll() is None and time.perf_counter() - started < timeout_s:
+            if first_row_s is None and results.is_file() and results.stat().st_size > 0:
+                first_row_s = time.perf_counter() - started
+            time.sleep(0.1)
+        if process.poll() is None:
             os.killpg(process.pid, 9)
-            rc = process.wait()
+        rc = process.wait()
     wall = time.perf_counter() - started
     rows = [json.loads(line) for line in (result_dir / "results.jsonl").read_text().splitlines()
             if line.strip()] if (result_dir / "results.jsonl").exists() else []
@@ -94,7 +107,8 @@ def suite_phase(entries: list[dict], tasks: Path, solutions: Path, out: Path,
                                                 .get("changes"))),
                          "wall_s": row.get("wall_s"), "speedup": row.get("speedup"),
                          "flags": row.get("flags"), "message": (row.get("message") or "")[:200]})
-    return {"rc": rc, "wall_s": round(wall, 1), "judged": len(verdicts),
+    return {"rc": rc, "wall_s": round(wall, 1), "judged": len(verdicts), "cache": cache,
+            "first_row_s": None if first_row_s is None else round(first_row_s, 1),
             "per_hour": round(3600 * len(verdicts) / wall) if verdicts else None,
             "wrong": [v for v in verdicts if not v["right"]], "verdicts": verdicts}
 
@@ -294,12 +308,17 @@ def main() -> None:
     parser.add_argument("--suite-args", default="", help="more arguments for `kernelevo suite`, "
                         "e.g. '--no-compile' (time eager only, as KernelBench's harness does)")
     parser.add_argument("--max-elements", type=int, default=1 << 24)
+    parser.add_argument("--one-per-task", action="store_true",
+                        help="one honest solution per task (a published set's shape)")
     parser.add_argument("--only", nargs="*")
     parser.add_argument("--builds", default="ok,other,broken",
                         help="which builds the builds phase makes (ok, other, broken)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     entries = load_entries(args.only, forward_only=True)
+    if args.one_per_task:  # a published set: one solution per task, the first honest one
+        entries = list({e["problem"]: e for e in reversed(entries) if e["kind"] == "honest"}
+                       .values())[::-1]
     problems = prepare(entries, args.kb, args.out, args.max_elements)
     tasks, solutions = layout(entries, problems, args.out)
     result: dict = {"corpus": {"entries": len(entries), "problems": len(problems),
@@ -314,6 +333,11 @@ def main() -> None:
                                           args.suite_timeout_s, args.suite_args.split(),
                                           problems)
             result["suite"]["args"] = args.suite_args
+        elif phase == "again":  # the same set judged again on this machine (its caches warm)
+            result["again"] = suite_phase(entries, tasks, solutions, args.out,
+                                          args.suite_timeout_s, args.suite_args.split(),
+                                          problems, cache=result["suite"]["cache"],
+                                          name="again")
         elif phase == "kb":
             result["kb"] = kb_phase(entries, problems, args.kb, args.out, args.kb_budget_s,
                                     args.kb_stratified, progress=args.out / "kb_partial.json")
@@ -329,6 +353,11 @@ def main() -> None:
               f"(mean s {kb['mean_s']})")
     if suite.get("per_hour") and kb.get("per_hour"):
         print(f"ratio: {suite['per_hour'] / kb['per_hour']:.2f}x")
+    for name in ("suite", "again"):
+        run, mix = result.get(name, {}), kb.get("per_hour_corpus_mix")
+        if run.get("per_hour") and mix:
+            print(f"{name}: first row after {run['first_row_s']} s; against the harness on "
+                  f"the same mix: {run['per_hour'] / mix:.2f}x")
     if "builds" in result:
         print(json.dumps(result["builds"]))
 
