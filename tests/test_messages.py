@@ -45,6 +45,9 @@ EXAMPLES = [
     OracleDone(kept_sets=(0, 1, 2), variants_used=(None, None, 64.0), stress={"2": "scale 64"},
                structure="tuple:2", ops=("aten::mm",), flops=1e6, bytes=4096,
                output_dtypes=("float32", "float32"), atol=1e-3),
+    OracleDone(kept_sets=(0,), variants_used=(None,), stress={}, structure="tensor",
+               ops=("aten::native_layer_norm",), flops=0, bytes=4096, output_dtypes=("float32",),
+               constant_tensors=("ln.weight (all 1)", "ln.bias (all 0)")),
 ]
 
 

@@ -100,6 +100,10 @@ NO_CUSTOM_KERNEL_FLAG = "no_custom_kernel"
 SPECIALISED_FLAG = "specialised_to_task_sizes"
 # Triton's autotuner spent the candidate's budget: configs left were skipped.
 AUTOTUNE_BUDGET_FLAG = "autotune_budget_hit"
+# How the note on weights the task builds with one value throughout starts
+# (parent/outcome.py): the model's feedback leaves it out, as it would read
+# there as leave to drop them.
+CONSTANTS_NOTE = "constant parameters: "
 
 
 @dataclass(frozen=True)

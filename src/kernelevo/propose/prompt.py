@@ -21,8 +21,8 @@ from kernelevo.candidate import BACKEND_REGISTRY
 from kernelevo.config import PRECISIONS, tolerances
 from kernelevo.errors import ConfigError
 from kernelevo.evaluate.analysis.profile import Profile, prompt_lines, summary_line
-from kernelevo.evaluate.verdict import (REASONS, ErrorMetrics, TimingStats, Verdict,
-                                        workload_measure)
+from kernelevo.evaluate.verdict import (CONSTANTS_NOTE, REASONS, ErrorMetrics, TimingStats,
+                                        Verdict, workload_measure)
 
 PROMPT_BACKENDS = {backend.name: backend.title for backend in BACKEND_REGISTRY if backend.kernels}
 MODES = ("rewrite", "diff", "repair")
@@ -185,7 +185,9 @@ def feedback(verdict: Verdict | None, max_log_chars: int = 3000) -> str:
     if verdict.ok and verdict.profile is not None:
         lines.extend(profile_section(verdict.profile))
     lines.extend(f"flag: {flag}" for flag in verdict.flags)
-    lines.extend(f"note: {note}" for note in verdict.notes)
+    # A search told that constant weights go unchecked would drop them to gain speed.
+    lines.extend(f"note: {note}" for note in verdict.notes
+                 if not note.startswith(CONSTANTS_NOTE))
     if verdict.logs.strip() and verdict.status in LOG_STATUSES:
         lines.append("log (trimmed):\n" + trim_log(verdict.logs, max_log_chars))
     return "\n".join(lines)

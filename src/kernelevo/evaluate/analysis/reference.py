@@ -47,6 +47,9 @@ class ReferenceResult:
     bytes_moved: int  # bytes of one call's inputs, outputs and parameters
     tolerances: tuple[Tolerance, ...]  # one per output position
     backward: ReferenceGradients | None = None  # None: the backward is not judged
+    # Parameters and buffers of one value throughout (`ln.weight (all 1)`), as the
+    # task builds them: the check cannot tell a kernel that ignores them.
+    constants: tuple[str, ...] = ()
     # The trivial answers (zeros, another set's output) that pass the tolerances;
     # None until checked (oracle_run.py, or the judge when that ran out of memory).
     trivial: tuple[str, ...] | None = None

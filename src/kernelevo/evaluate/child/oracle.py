@@ -104,7 +104,9 @@ def _compute(job: OracleJob, channel: Sender) -> OracleDone:
         + task_inputs.tensor_bytes(params),
         output_dtypes=tuple(str(t.dtype).replace("torch.", "") for t in outputs[0]),
         passthrough=tuple(passthrough), atol=_float_attr(module, "output_atol"),
-        rtol=_float_attr(module, "output_rtol"), **backward)
+        rtol=_float_attr(module, "output_rtol"),
+        # after every reference call, so buffers its forward updates are no longer constant
+        constant_tensors=tuple(task_inputs.constant_tensors(model)), **backward)
 
 
 def _run_in_domain(model: Any, module: Any, job: OracleJob, seed: int, device: str,

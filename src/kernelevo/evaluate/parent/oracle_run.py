@@ -172,6 +172,7 @@ class OracleRun:
             variants=tuple(final.variants_used),
             stress={int(k): v for k, v in final.stress.items()},
             passthrough=tuple(final.passthrough),
+            constants=tuple(final.constant_tensors),
             structure=final.structure,
             ops=frozenset(final.ops),
             flops=int(final.flops), bytes_moved=int(final.bytes),

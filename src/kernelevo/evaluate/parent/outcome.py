@@ -19,9 +19,9 @@ from kernelevo.evaluate.parent.host import JudgeHost
 from kernelevo.evaluate.parent.worker_state import WorkerState
 from kernelevo.evaluate.sandbox.jobs import JobResult
 from kernelevo.evaluate.shared.messages import CheckedCandidate, Failed, Timing
-from kernelevo.evaluate.verdict import (AUTOTUNE_BUDGET_FLAG, NO_CUSTOM_KERNEL_FLAG,
-                                        SPECIALISED_FLAG, TimingStats, Verdict, speedup,
-                                        verdict_for)
+from kernelevo.evaluate.verdict import (AUTOTUNE_BUDGET_FLAG, CONSTANTS_NOTE,
+                                        NO_CUSTOM_KERNEL_FLAG, SPECIALISED_FLAG, TimingStats,
+                                        Verdict, speedup, verdict_for)
 
 ISOLATION = ("own process group, wall-clock kill, output cap, scratch cwd, {context}"
              "network {network}, {confinement}")
@@ -100,6 +100,9 @@ def _decided(state: WorkerState, result: JobResult, judge: JudgeHost, index: int
     if flags:
         notes += ("degenerate task: a trivial answer passes the tolerance, so a pass proves "
                   "little",)
+    unchecked = constants_note(state.reference.constants)
+    if unchecked:  # a note, not a flag: the outputs were checked, only not against these
+        notes += (unchecked,)
     if candidate.backend == "pytorch":
         flags = (NO_CUSTOM_KERNEL_FLAG,) + flags
     base = verdict_for("pytorch_only" if candidate.backend == "pytorch" else "passed",
@@ -111,6 +114,25 @@ def _decided(state: WorkerState, result: JobResult, judge: JudgeHost, index: int
     if state.timing is None:
         return _crash_verdict(result, "timing")
     return _timed(base, state, judge, index, candidate)
+
+
+_CONSTANTS_SHOWN = 6  # names a note lists before "and N more"
+
+
+def constants_note(constants: tuple[str, ...]) -> str | None:
+    """What a pass leaves unchecked where the task builds weights of one value throughout.
+
+    The candidate's ModelNew may name or lay out its weights its own way, so
+    the judge cannot give both sides other values alike: it says so instead.
+    """
+    if not constants:
+        return None
+    listed = ", ".join(constants[:_CONSTANTS_SHOWN])
+    if len(constants) > _CONSTANTS_SHOWN:
+        listed += f" and {len(constants) - _CONSTANTS_SHOWN} more"
+    return (f"{CONSTANTS_NOTE}{listed}: the task builds them so, and a kernel that "
+            "ignores them passes; give them random values in the task's __init__ to have "
+            "them checked")
 
 
 def _timed(base: Verdict, state: WorkerState, judge: JudgeHost, index: int,

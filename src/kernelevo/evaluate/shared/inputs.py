@@ -78,6 +78,37 @@ def build_model(cls: type, init_inputs: list[Any], device: str, dtype: torch.dty
     return model.to(device=device, dtype=dtype) if hasattr(model, "to") else model
 
 
+def constant_tensors(model: Any) -> list[str]:
+    """The model's floating parameters and buffers of more than one value, all of them equal.
+
+    Both sides build them as the task does, so a task that keeps a module's
+    default initialisation (LayerNorm's weight of ones and bias of zeros) is
+    judged with those values alone, and a kernel that leaves them out gives
+    the same answer. Read after the reference ran: a buffer its forward
+    updates (BatchNorm's running statistics in training mode) has moved by
+    then, while one it only reads (the same in eval mode) has not.
+    """
+    if not isinstance(model, torch.nn.Module):
+        return []
+    found = []
+    for kind, named in (("", model.named_parameters()), ("buffer, ", model.named_buffers())):
+        for name, value in named:
+            single = _single_value(value)
+            if single is not None:
+                found.append(f"{name} ({kind}all {single:g})")
+    return found
+
+
+def _single_value(value: torch.Tensor) -> float | None:
+    """The value every element holds, for a floating tensor of more than one element."""
+    # One element is always "all equal"; an integer buffer (a step count) is no weight.
+    if not value.is_floating_point() or value.numel() < 2:
+        return None
+    # Two reductions, no tensor of the weight's size made; NaN is never equal to itself.
+    low, high = torch.aminmax(value.detach())
+    return float(low) if bool(low == high) else None
+
+
 def make_inputs(module: ModuleType, seed: int, device: str, dtype: torch.dtype,
                 variant: float | None = None) -> list[Any]:
     """One input set from get_inputs() under `seed`, on the device and in `dtype`.

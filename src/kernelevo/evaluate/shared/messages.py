@@ -215,6 +215,9 @@ class OracleDone(Message):
     grad_atol: float | None = None
     grad_rtol: float | None = None
     backward_ops: tuple[str, ...] = ()
+    # Floating parameters and buffers the task builds with one value throughout
+    # (`ln.weight (all 1)`): a kernel that ignores them passes (inputs.constant_tensors).
+    constant_tensors: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
