@@ -300,7 +300,7 @@ class Scanner(ast.NodeVisitor):
         elif dotted == "getattr" and name is not None:
             if not isinstance(name, ast.Constant):
                 self.hit("dynamic_code", node, f"getattr({ast.unparse(target)}, <computed name>)")
-            elif reason := name_rule(f"{self.names.imported(target)}.{name.value}"):
+            elif reason := name_rule(f"{self.names.imported(target)}.{name.value!s}"):
                 # getattr(os, "system") is os.system spelled so a name lookup misses it
                 self.hit(reason, node, f"getattr({ast.unparse(target)}, {name.value!r})")
 

@@ -40,7 +40,7 @@ def find_containers(tree: ast.Module) -> set[str]:
 
 def find_layers(tree: ast.Module, names: Names) -> set[str]:
     """`self.<attr>` holding an nn layer: under strict, calling it is library compute."""
-    layers = set()
+    layers: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
             dotted = names.imported(node.value.func) or ""
@@ -50,7 +50,7 @@ def find_layers(tree: ast.Module, names: Names) -> set[str]:
     return layers
 
 
-def _called_name(node: ast.AST) -> str:
+def _called_name(node: ast.AST | None) -> str:
     if not isinstance(node, ast.Call):
         return ""
     func = node.func
