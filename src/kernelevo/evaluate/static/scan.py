@@ -186,7 +186,7 @@ class Scanner(ast.NodeVisitor):
             self.visit(default)
 
     # control flow and state
-    def visit_Try(self, node: ast.Try) -> None:
+    def visit_Try(self, node: ast.Try | ast.TryStar) -> None:
         if self.in_function and not honest_try(node):
             self.hit("try_fallback", node, f"try statement in {self.functions[-1].name}")
         self.generic_visit(node)

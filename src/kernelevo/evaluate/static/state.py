@@ -96,7 +96,7 @@ def only_builds(function: Function, declared: set[str], builders: set[str]) -> b
                and not isinstance(node.ctx, ast.Load))
 
 
-def honest_try(node: ast.Try) -> bool:
+def honest_try(node: ast.Try | ast.TryStar) -> bool:
     """A try that cannot swap a failed kernel's answer for another: cleanup or re-raise."""
     return not _escapes(node.finalbody) and all(_reraises(h) for h in node.handlers)
 
