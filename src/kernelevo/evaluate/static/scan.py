@@ -17,8 +17,8 @@ from kernelevo.evaluate.static.rules import (
     safe_member, strict_forbidden_torch, updates_itself,
 )
 from kernelevo.evaluate.static.state import (
-    ResultFlow, current_stream_call, current_stream_names, find_builders, find_containers,
-    find_layers, honest_try, is_build, keyless, mutated, only_builds,
+    ResultFlow, TryNode, current_stream_call, current_stream_names, find_builders,
+    find_containers, find_layers, honest_try, is_build, keyless, mutated, only_builds,
 )
 
 
@@ -186,7 +186,7 @@ class Scanner(ast.NodeVisitor):
             self.visit(default)
 
     # control flow and state
-    def visit_Try(self, node: ast.Try | ast.TryStar) -> None:
+    def visit_Try(self, node: TryNode) -> None:
         if self.in_function and not honest_try(node):
             self.hit("try_fallback", node, f"try statement in {self.functions[-1].name}")
         self.generic_visit(node)

@@ -9,6 +9,7 @@ extension. These helpers answer such questions for `static_scan.py`.
 from __future__ import annotations
 
 import ast
+import sys
 
 from kernelevo.evaluate.static.names import (
     FUNCTION_TYPES, Function, Names, parameters, scope_nodes, self_path, store_targets,
@@ -17,6 +18,11 @@ from kernelevo.evaluate.static.rules import (
     CONTAINER_MUTATORS, CURRENT_STREAMS, PASSIVE_NN, SCALAR_ANNOTATIONS, is_container,
     is_load_inline,
 )
+
+if sys.version_info >= (3, 11):
+    TryNode = ast.Try | ast.TryStar  # except* checks as a plain try does
+else:
+    TryNode = ast.Try
 
 
 def find_containers(tree: ast.Module) -> set[str]:
@@ -96,7 +102,7 @@ def only_builds(function: Function, declared: set[str], builders: set[str]) -> b
                and not isinstance(node.ctx, ast.Load))
 
 
-def honest_try(node: ast.Try | ast.TryStar) -> bool:
+def honest_try(node: TryNode) -> bool:
     """A try that cannot swap a failed kernel's answer for another: cleanup or re-raise."""
     return not _escapes(node.finalbody) and all(_reraises(h) for h in node.handlers)
 
