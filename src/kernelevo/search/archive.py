@@ -471,7 +471,7 @@ def profile_descriptor(verdict: Verdict) -> dict[str, Any]:
 def roofline_reached(verdict: Verdict, threshold: float) -> str:
     """Why the search can stop at this kernel ('' when it cannot, or threshold is 0)."""
     fraction = profile_descriptor(verdict).get("roofline")
-    roofline = verdict.profile.roofline if verdict.profile is not None else None  # set if fraction
+    roofline = verdict.profile.roofline if verdict.profile is not None else None  # with fraction
     if threshold <= 0 or not verdict.passed_kernel or fraction is None or roofline is None \
             or fraction < threshold:
         return ""
