@@ -72,8 +72,8 @@ _NAMES = {bool: "true or false", int: "a whole number", float: "a number", str: 
 
 def field_hints(cls: type) -> dict[str, Any]:
     """Each field's type hint of a dataclass, its Annotated constraints kept."""
-    # A typed front for the cache: lru_cache's wrapper takes any Hashable, and mypy
-    # counts a dataclass class as unhashable since its instances' __hash__ is None.
+    # A typed front for the cache: lru_cache's wrapper takes a Hashable, which mypy
+    # finds no type[...] value to be (it reads the instances' unbound __hash__).
     return _field_hints(cls)
 
 

@@ -68,7 +68,7 @@ def spawning_with_candidate_environment() -> Iterator[None]:
     """
     from multiprocessing import util
 
-    # As typeshed types spawnv_passfds (its args are the command line, whatever it says)
+    # Typed as typeshed types spawnv_passfds (its args are the command line, not ints)
     def spawn(path: str | bytes, args: Sequence[Any], passfds: Sequence[int]) -> int:
         process = subprocess.Popen(args, executable=path, pass_fds=tuple(passfds),
                                    env=candidate_environment(os.environ), restore_signals=False)
