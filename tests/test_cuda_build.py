@@ -99,7 +99,7 @@ def test_the_hook_passes_the_candidates_sources_as_written(tmp_path, monkeypatch
 
     hook._original = record
     cpp = "torch::Tensor twice(torch::Tensor x);"
-    hook.load_inline("ext", cpp, KERNEL, ["twice"], extra_cuda_cflags=["-O3"])
+    hook.load_inline("ext", cpp, KERNEL, functions=["twice"], extra_cuda_cflags=["-O3"])
     (declared, cuda, kwargs), = seen
     assert declared == [cpp, "void kernelevo_set_knockout(int64_t value);"]
     assert kwargs["extra_cuda_cflags"] == ["-O3"]
@@ -107,6 +107,34 @@ def test_the_hook_passes_the_candidates_sources_as_written(tmp_path, monkeypatch
     check = " if (kernelevo_knockout_flag) return; "
     assert cuda[0].count(check) == 1
     assert cuda[0].replace(check, "") == cuda_build._PRELUDE + KERNEL
+
+
+def test_the_hook_takes_positional_arguments_as_the_installed_torch_does(tmp_path, monkeypatch):
+    """functions passed by position reaches the build: torch 2.7 put sycl_sources before it."""
+    import inspect
+
+    from torch.utils import cpp_extension
+
+    from kernelevo.evaluate.cuda.build import LoadInlineHook
+    from kernelevo.evaluate.child.guards import KernelSwitch
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.setattr(cpp_extension, "load_inline", cpp_extension.load_inline)  # restored
+    order = list(inspect.signature(cpp_extension.load_inline).parameters)
+    hook = LoadInlineHook(True, KernelSwitch())
+    calls = []
+    hook._original = lambda name, *args, **kwargs: calls.append(kwargs)
+    args = [None] * order.index("functions")
+    args[:2] = ["ext", "decl;"]
+    hook.load_inline(*args, ["f"], extra_cflags=["-O2"])
+    assert calls[0]["functions"] == ["f"] and calls[0]["extra_cflags"] == ["-O2"]
+    # a second hook over the first binds the same way
+    second = LoadInlineHook(True, KernelSwitch())
+    second._original = hook._original
+    second.load_inline(*args, ["g"])
+    assert calls[1]["functions"] == ["g"]
+    with pytest.raises(TypeError):  # as torch's own load_inline refuses it
+        hook.load_inline("ext", "decl;", not_a_parameter=1)
 
 
 def test_the_hook_names_each_build_by_its_key(tmp_path, monkeypatch):
@@ -120,9 +148,10 @@ def test_the_hook_names_each_build_by_its_key(tmp_path, monkeypatch):
     hook = LoadInlineHook(True, KernelSwitch())
     calls = []
     hook._original = lambda name, *args, **kwargs: calls.append((name, kwargs))
-    hook.load_inline("ext", "decl;", None, ["f"], extra_cflags=["-O2"], build_directory="/x")
-    hook.load_inline("ext", "decl;", None, ["f"], extra_cflags=["-O2"])
-    hook.load_inline("ext", "decl;", None, ["f"], extra_cflags=["-O3"])
+    hook.load_inline("ext", "decl;", None, functions=["f"], extra_cflags=["-O2"],
+                     build_directory="/x")
+    hook.load_inline("ext", "decl;", None, functions=["f"], extra_cflags=["-O2"])
+    hook.load_inline("ext", "decl;", None, functions=["f"], extra_cflags=["-O3"])
     names = [name for name, _ in calls]
     assert names[0] == names[1] != names[2] and names[0].startswith("ext_")
     assert "build_directory" not in calls[0][1]  # builds live in the shared, keyed cache
@@ -504,7 +533,7 @@ import sys, time
 from kernelevo.evaluate.child.guards import KernelSwitch
 from kernelevo.evaluate.cuda.build import LoadInlineHook
 hook = LoadInlineHook(True, KernelSwitch())
-module = hook.load_inline(sys.argv[1], sys.argv[2], sys.argv[3] or None, [sys.argv[4]])
+module = hook.load_inline(sys.argv[1], sys.argv[2], sys.argv[3] or None, functions=[sys.argv[4]])
 print(hook.build_s)
 """
 
@@ -586,7 +615,8 @@ def test_a_candidate_built_through_the_stand_ins_runs_right_and_loads_from_the_c
     cpp, cuda = _add_one_sources()
     cuda = "#include <torch/extension.h>\n" + cuda  # as most candidates write it
     switch = KernelSwitch()
-    module = LoadInlineHook(True, switch).load_inline("ke_add_one", cpp, cuda, ["add_one"])
+    module = LoadInlineHook(True, switch).load_inline("ke_add_one", cpp, cuda,
+                                                      functions=["add_one"])
     events = [json.loads(line) for line in times.read_text().splitlines()]
     assert {"cxx", "nvcc"} <= {e["role"] for e in events}  # both stand-ins did the build
     assert not any("failed" in e or e.get("pch") == "failed" for e in events)
@@ -626,7 +656,7 @@ def test_a_source_the_compiler_refused_is_not_compiled_again(tmp_path, monkeypat
     hook, calls = _failing_hook(tmp_path, monkeypatch, "k.cu(3): error: expected a \";\"")
     for _ in range(2):  # the second time: at once, with the first time's message
         with pytest.raises(RuntimeError, match='expected a ";"'):
-            hook.load_inline("ext", "void f();", "__global__ void k() { x }", ["f"])
+            hook.load_inline("ext", "void f();", "__global__ void k() { x }", functions=["f"])
     # One build: the instrumented one. Its error is the source's own, so
     # neither the plain source nor the second load compiles again.
     assert len(calls) == 1
@@ -636,7 +666,7 @@ def test_a_failure_the_instrumentation_caused_builds_the_plain_source(tmp_path, 
     hook, calls = _failing_hook(tmp_path, monkeypatch,
                                 "error: kernelevo_knockout_flag redeclared")
     with pytest.raises(RuntimeError):
-        hook.load_inline("ext", "void f();", "__global__ void k() { }", ["f"])
+        hook.load_inline("ext", "void f();", "__global__ void k() { }", functions=["f"])
     assert len(calls) == 2 and calls[0] != calls[1]
 
 
@@ -644,7 +674,7 @@ def test_a_build_cut_short_is_not_remembered(tmp_path, monkeypatch):
     hook, calls = _failing_hook(tmp_path, monkeypatch, "error: No space left on device")
     for _ in range(2):
         with pytest.raises(RuntimeError):
-            hook.load_inline("ext", "void f();", "__global__ void k() { }", ["f"])
+            hook.load_inline("ext", "void f();", "__global__ void k() { }", functions=["f"])
     assert len(calls) == 2
 
 
@@ -656,13 +686,14 @@ def test_a_build_whose_only_error_is_a_stopped_compile_is_not_remembered(tmp_pat
     hook, calls = _failing_hook(tmp_path, monkeypatch, stopped)
     for _ in range(2):
         with pytest.raises(RuntimeError):
-            hook.load_inline("ext", "void f();", "__global__ void k() { }", ["f"])
+            hook.load_inline("ext", "void f();", "__global__ void k() { }", functions=["f"])
     assert len(calls) == 2
     real = stopped + "k.cu(3): error: identifier \"missing\" is undefined\n"
     hook, calls = _failing_hook(tmp_path / "again", monkeypatch, real)
     for _ in range(2):
         with pytest.raises(RuntimeError, match="missing"):
-            hook.load_inline("ext", "void f();", "__global__ void k() { missing; }", ["f"])
+            hook.load_inline("ext", "void f();", "__global__ void k() { missing; }",
+                             functions=["f"])
     assert len(calls) == 1
 
 
@@ -812,5 +843,5 @@ def test_a_build_clears_a_mark_left_by_an_earlier_build_cut_short(tmp_path, monk
     unique = f"ext_{build_key(['void f();'], [], ['f'], {})}"
     (tmp_path / unique).mkdir()
     (tmp_path / unique / shims_shared.SIBLING_FAILED).touch()
-    hook.load_inline("ext", "void f();", None, ["f"])
+    hook.load_inline("ext", "void f();", None, functions=["f"])
     assert seen == [False]

@@ -341,6 +341,15 @@ def test_autotune_configs_each_knob_gets_a_label():
     assert labels[0] == f"BLOCK_SIZE@{line_of_text(TRITON_AUTOTUNE, '256')}"
 
 
+def test_a_del_statement_is_no_assignment():
+    # `del x` has targets but no value: the search for knobs passes over it
+    source = TRITON_ELEMENTWISE.replace("        return out\n",
+                                        "        del grid\n        return out\n")
+    assert "del grid" in source
+    assert summary(find_knobs(source, "triton")) == summary(find_knobs(TRITON_ELEMENTWISE,
+                                                                       "triton"))
+
+
 def test_module_constant_changes_the_definition_only():
     knobs = find_knobs(TRITON_MODULE_CONSTANT, "triton")
     assert summary(knobs) == [("block", "BLOCK_SIZE", 2048), ("num_warps", "NUM_WARPS", 8)]

@@ -43,7 +43,8 @@ DEFAULT_TOKEN_BUDGET = 1_000_000
 class PriceLike(Protocol):
     """What a budget needs of a price (see kernelevo.llm.pricing.Price)."""
 
-    known: bool
+    @property
+    def known(self) -> bool: ...  # read-only: Price is a frozen dataclass
 
     def cost_usd(self, input_tokens: int, output_tokens: int) -> float: ...
 

@@ -263,8 +263,8 @@ def resolve(path: str | Path | None, overrides: Mapping[str, Mapping[str, Any]] 
     for name, table_values in read_config_file(path).items():
         values[name].update(table_values)
         sources[name].update(dict.fromkeys(table_values, f"{FILE} {path}"))
-    for name, table_values in (overrides or {}).items():
-        for key, value in table_values.items():
+    for name, given in (overrides or {}).items():
+        for key, value in given.items():
             if value is None:
                 continue
             source = (given_by or {}).get((name, key), "argument")

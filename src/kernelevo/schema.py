@@ -70,9 +70,15 @@ AT_LEAST_ONE = Bound(1)
 _NAMES = {bool: "true or false", int: "a whole number", float: "a number", str: "a string"}
 
 
-@functools.lru_cache(maxsize=None)
 def field_hints(cls: type) -> dict[str, Any]:
     """Each field's type hint of a dataclass, its Annotated constraints kept."""
+    # A typed front for the cache: lru_cache's wrapper takes a Hashable, which mypy
+    # finds no type[...] value to be (it reads the instances' unbound __hash__).
+    return _field_hints(cls)
+
+
+@functools.lru_cache(maxsize=None)
+def _field_hints(cls: type) -> dict[str, Any]:
     hints = typing.get_type_hints(cls, include_extras=True)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
 

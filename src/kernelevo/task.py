@@ -153,6 +153,8 @@ def replace_constants(source: str, changes: dict[str, int]) -> str:
         starts.append(starts[-1] + len(line))
     for node, value in sorted(edits, key=lambda e: (e[0].lineno, e[0].col_offset),
                               reverse=True):
+        # ast.parse sets every expression's end position
+        assert node.end_lineno is not None and node.end_col_offset is not None
         begin = starts[node.lineno - 1] + node.col_offset
         end = starts[node.end_lineno - 1] + node.end_col_offset
         data = data[:begin] + str(int(value)).encode() + data[end:]
@@ -273,8 +275,10 @@ def _assignment_pairs(statement: ast.stmt) -> list[tuple[str, ast.expr]] | None:
     if not isinstance(statement, ast.Assign):
         return None
     if len(statement.targets) > 1:  # a = b = x: the first name holds x (_chained_names)
-        return [(statement.targets[0].id, statement.value)] if _chained_names(statement) \
-            else None
+        first = statement.targets[0]
+        if isinstance(first, ast.Name) and _chained_names(statement):
+            return [(first.id, statement.value)]
+        return None
     target, value = statement.targets[0], statement.value
     if isinstance(target, ast.Name):
         return [(target.id, value)]
@@ -313,7 +317,7 @@ def shrink_sizes(constants: dict[str, int], max_product: int = 1 << 15) -> dict[
     for value in sizes.values():
         product *= value
     while sizes and product > max_product:
-        name = max(sizes, key=sizes.get)
+        name = max(sizes, key=sizes.__getitem__)
         if sizes[name] < 2 * SIZE_CONSTANT_MIN:
             break
         product //= sizes[name]

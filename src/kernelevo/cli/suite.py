@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Optional
 
@@ -121,7 +122,7 @@ def _verbose_logging() -> bool:
     return logging.getLogger(ROOT_LOGGER).isEnabledFor(logging.DEBUG)
 
 
-def _refuse_without_evolve(flags: dict[str, object]) -> None:
+def _refuse_without_evolve(flags: Mapping[str, object]) -> None:
     """The search's flags mean nothing when solutions are judged: say so, never ignore them."""
     given = [flag for flag, value in flags.items() if value]
     if given:

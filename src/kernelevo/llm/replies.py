@@ -100,10 +100,12 @@ def no_text(body: dict[str, Any]) -> str:
 
 def reported_usage(body: dict[str, Any]) -> tuple[int, int] | None:
     """(input, output) tokens as the server reported them; None when it reported none."""
-    usage = body.get("usage") if isinstance(body.get("usage"), dict) else {}
-    found = (usage.get("prompt_tokens"), usage.get("completion_tokens"))
-    if all(isinstance(tokens, int) for tokens in found):
-        return found[0], found[1]
+    usage = body.get("usage")
+    if not isinstance(usage, dict):
+        usage = {}
+    tokens_in, tokens_out = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    if isinstance(tokens_in, int) and isinstance(tokens_out, int):
+        return tokens_in, tokens_out
     return None
 
 

@@ -271,7 +271,7 @@ def _search_once(out: Path, state: dict[str, Any], entry: dict[str, Any],
     if result.best_id is None and seed is None:
         record.update(status="done", reason="the search ranked no kernel best (none correct, "
                       "or no timings to rank by without a GPU)")
-    elif result.best_id is None:
+    elif result.best_id is None and seed is not None:
         # Without a GPU the search has no timings to rank by; apply still checks the seed.
         shutil.copyfile(seed, kernel)
         record.update(status="done", kernel=str(kernel), reason="the search ranked no kernel "

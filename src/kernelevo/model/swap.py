@@ -113,7 +113,7 @@ def _backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, Any, None]:
         found = iter(torch.ops.kernelevo_model.kernel_backward(grad, tensors, weights, ctx.slot))
         grads = [next(found) if t.is_floating_point() else None for t in saved]
         return grads[:ctx.count], grads[ctx.count:], None
-    _, vjp = torch.func.vjp(lambda xs, ws: original_forward(swap, xs, ws), tensors, weights)
+    vjp = torch.func.vjp(lambda xs, ws: original_forward(swap, xs, ws), tensors, weights)[1]
     grad_inputs, grad_weights = vjp(grad)
     return list(grad_inputs), list(grad_weights), None
 

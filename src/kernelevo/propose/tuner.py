@@ -217,10 +217,11 @@ def _triton_knobs(source: str) -> list[Knob]:
             kind = _triton_kind(name, constexprs)
             if kind is None:
                 continue
-            if _is_int(value) and _plausible(name, value.value):
+            number = _int_value(value)
+            if number is not None and _plausible(name, number):
                 sizes = kind in ("block", "tile")
-                links = _grid_links(call, value.value, positions, tree) if sizes else ()
-                knobs.append(_knob_at(positions, value, kind, name, links))
+                links = _grid_links(call, number, positions, tree) if sizes else ()
+                knobs.append(_knob_at(positions, value, number, kind, name, links))
             elif isinstance(value, (ast.Name, ast.Attribute)):
                 references.setdefault(_target_name(value), (kind, name))
     return _unique(knobs + _triton_constants(tree, positions, references))
@@ -296,10 +297,11 @@ def _grid_links(
             and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)
         ]
     return tuple(
-        (*_span(positions, node), node.value - value)
+        (*_span(positions, node), number - value)
         for grid in grids
         for node in ast.walk(grid)
-        if _is_int(node) and node.value in (value, value - 1)
+        if isinstance(node, ast.Constant) and (number := _int_value(node)) is not None
+        and number in (value, value - 1)
     )
 
 
@@ -309,30 +311,38 @@ def _triton_constants(
     """Integer assignments that feed a tuning parameter, or are ALL_CAPS block sizes."""
     knobs = []
     for node in ast.walk(tree):
-        for target, value in _constant_assignments(node):
+        for target, value, number in _constant_assignments(node):
             name = _target_name(target)
             kind, parameter = references.get(name) or (_triton_kind(name, set()), name)
-            if kind and _plausible(parameter, value.value):
-                knobs.append(_knob_at(positions, value, kind, name))
+            if kind and _plausible(parameter, number):
+                knobs.append(_knob_at(positions, value, number, kind, name))
     return knobs
 
 
-def _constant_assignments(node: ast.AST) -> Iterator[tuple[ast.expr, ast.Constant]]:
+def _constant_assignments(node: ast.AST) -> Iterator[tuple[ast.expr, ast.expr, int]]:
+    """(target, literal, its value) of each int assigned by name or attribute."""
+    pairs: list[tuple[ast.expr, ast.expr]]
     if isinstance(node, ast.AnnAssign) and node.value is not None:
         pairs = [(node.target, node.value)]
+    elif isinstance(node, ast.Assign):  # not any node with targets: `del x` has no value
+        pairs = [(target, node.value) for target in node.targets]
     else:
-        pairs = [(target, node.value) for target in getattr(node, "targets", ())]
+        pairs = []
     while pairs:
         target, value = pairs.pop(0)
         if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) \
                 and len(target.elts) == len(value.elts):
             pairs += zip(target.elts, value.elts)  # BLOCK_M, BLOCK_N = 128, 64
-        elif isinstance(target, (ast.Name, ast.Attribute)) and _is_int(value):
-            yield target, value
+        elif isinstance(target, (ast.Name, ast.Attribute)) \
+                and (number := _int_value(value)) is not None:
+            yield target, value, number
 
 
-def _is_int(node: ast.AST) -> bool:
-    return isinstance(node, ast.Constant) and type(node.value) is int  # bools are flags
+def _int_value(node: ast.AST) -> int | None:
+    """The value of an int literal, else None."""
+    if isinstance(node, ast.Constant) and type(node.value) is int:  # bools are flags
+        return node.value
+    return None
 
 
 def _target_name(node: ast.expr | None) -> str:
@@ -344,10 +354,10 @@ def _span(positions: _Positions, node: ast.expr) -> tuple[int, int]:
     return start, positions.from_bytes(node.end_lineno or node.lineno, node.end_col_offset or 0)
 
 
-def _knob_at(positions: _Positions, node: ast.Constant, kind: str, name: str,
+def _knob_at(positions: _Positions, node: ast.expr, value: int, kind: str, name: str,
              linked: tuple[_Link, ...] = ()) -> Knob:
     start, end = _span(positions, node)
-    return Knob(kind, name, node.value, start, end, node.lineno, linked)
+    return Knob(kind, name, value, start, end, node.lineno, linked)
 
 
 # ---- CUDA: string literals holding load_inline sources ---------------------------------
@@ -491,6 +501,7 @@ def _cuda_block_sizes(source: str) -> list[int]:
         inline = _DIM3_INLINE.fullmatch(block)
         factors = _split_top_level(inline.group(1) if inline else dims.get(block, block), 0)
         numbers = [int(text) if text.isdigit() else values.get(text) for text, _at in factors]
-        if None not in numbers:  # sizes computed at run time are not ours to check
-            sizes.append(math.prod(numbers))
+        known = [number for number in numbers if number is not None]
+        if len(known) == len(numbers):  # sizes computed at run time are not ours to check
+            sizes.append(math.prod(known))
     return sizes

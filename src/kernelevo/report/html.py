@@ -74,8 +74,8 @@ def run_timed(data: RunData) -> bool:
     return data.best is None or data.best.timed
 
 
-def run_plots(data: RunData, link: Link | None = None) -> dict[str, Markup]:
-    """The run's plots by name: best-so-far against spend, and statuses over time."""
+def run_plots(data: RunData, link: Link | None = None) -> dict[str, Markup | str]:
+    """The run's plots by name: best-so-far against spend, statuses over time; a note as text."""
     def lines(x_of: Callable[[Improvement], float], end: float) -> list[Series]:
         return [Series(label, tuple((x_of(step), step.speedup, step.candidate_id)
                                     for step in data.improvements_of(metric)), end, color)

@@ -61,7 +61,8 @@ def lineage(by_id: Mapping[str, StoredCandidate], start_id: str,
     chain: list[StoredCandidate] = []
     seen: set[str] = set()
     current: str | None = start_id
-    while current in by_id and current not in seen and len(chain) < MAX_LINEAGE_STEPS:
+    while current is not None and current in by_id and current not in seen \
+            and len(chain) < MAX_LINEAGE_STEPS:
         seen.add(current)
         stored = by_id[current]
         chain.append(stored)

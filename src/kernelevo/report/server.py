@@ -309,6 +309,7 @@ def serve(runs_dir: Path, host: str = "127.0.0.1", port: int = 8765,
     token = ui_token(host)
     server = make_server(runs_dir, host, port, token)
     bound_host, bound_port = server.server_address[:2]
+    assert isinstance(bound_host, str)  # an inet socket's bound name; the stub allows bytes too
     shown = "127.0.0.1" if bound_host in ("0.0.0.0", "::") else bound_host
     url = f"http://{shown}:{bound_port}/" + (f"?token={token}" if token else "")
     print(f"KernelEvo UI for {runs_dir} at {url} (Ctrl-C to stop)", file=sys.stderr)

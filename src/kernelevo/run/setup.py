@@ -64,7 +64,7 @@ class EvolveOptions:
     memory: MemoryConfig = field(default_factory=MemoryConfig)  # not stored with the run
 
 
-def evolve_options(effective: Effective, *, runs_dir: str | Path = DEFAULT_RUNS_DIR,
+def evolve_options(effective: Effective, *, runs_dir: str | os.PathLike[str] = DEFAULT_RUNS_DIR,
                    resume: str | None = None, gpus: str | None = None,
                    seeds: list[Path] | None = None) -> EvolveOptions:
     """What run_evolve needs, from the effective settings (defaults, file, then flags).

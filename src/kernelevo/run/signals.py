@@ -27,7 +27,7 @@ def raise_terminated(signum: int = signal.SIGTERM, frame: FrameType | None = Non
 
 
 @contextmanager
-def on_sigterm(action: Callable[[int, FrameType | None], None]) -> Iterator[None]:
+def on_sigterm(action: Callable[[int, FrameType | None], object]) -> Iterator[None]:
     """While inside, SIGTERM calls `action` in the main thread; the old handler is restored after.
 
     Only the main thread may set signal handlers: elsewhere (the Python API

@@ -189,7 +189,7 @@ def _print_best(console: Console, ranking: Ranking, ranked: list[StoredCandidate
     if not ranking.timed:
         console.print("no timings (judged without a GPU): every passing kernel scores alike, "
                       "so the best is the first one judged")
-    print_verdict(console, f"best {ranked[0].id}", ranked[0].verdict)
+    print_verdict(console, f"best {ranked[0].id}", _verdict(ranked[0]))
 
 
 def _config_essentials(config: Mapping[str, Any]) -> dict[str, str]:
@@ -213,6 +213,13 @@ def _config_essentials(config: Mapping[str, Any]) -> dict[str, str]:
     return lines
 
 
+def _verdict(stored: StoredCandidate) -> Verdict:
+    """A ranked candidate's verdict: the ranking holds judged candidates only."""
+    if stored.verdict is None:
+        raise StoreError(f"candidate {stored.id} is ranked but has no verdict")
+    return stored.verdict
+
+
 def _top_table(top: list[StoredCandidate], passed: int) -> Table:
     table = Table(title=f"top {len(top)} of {passed} passing custom kernels",
                   header_style="bold")
@@ -220,7 +227,7 @@ def _top_table(top: list[StoredCandidate], passed: int) -> Table:
                    "parents"):
         table.add_column(column)
     for stored in top:
-        verdict = stored.verdict
+        verdict = _verdict(stored)
         timing = verdict.timings.get("candidate")
         table.add_row(stored.id, _speedup(verdict.speedup_vs_eager),
                       _speedup(verdict.speedup_vs_compile),
@@ -326,17 +333,17 @@ def task_support_source(task_source: str, candidate_source: str = "") -> str:
     wanted = list(TASK_ENTRY_POINTS) + list(find_constants(tree))
     chosen: set[int] = set()
     while wanted:
-        node = binders.get(wanted.pop())
+        binder = binders.get(wanted.pop())
         # The reference Model stays out: the export must stand on ModelNew alone.
-        if node is None or id(node) in chosen or "Model" in _bound_names(node):
+        if binder is None or id(binder) in chosen or "Model" in _bound_names(binder):
             continue
-        chosen.add(id(node))
-        wanted.extend(n.id for n in ast.walk(node)
+        chosen.add(id(binder))
+        wanted.extend(n.id for n in ast.walk(binder)
                       if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load))
     repeated = _imports_of(candidate_source)  # the candidate already imports these
     kept = [node for node in tree.body if id(node) in chosen and ast.unparse(node) not in repeated]
     lines, parts = task_source.splitlines(), []
-    for before, node in zip([None] + kept, kept):
+    for before, node in zip([None, *kept], kept):
         parts.append(_gap(before, node) + _statement_text(lines, node))
     return "".join(parts) + "\n"
 

@@ -443,7 +443,7 @@ class Evolution:
         if counted and (self.budget.exhausted() or not self.budget.count_candidate()):
             return None
         candidate_id = self.store.add_candidate(
-            candidate, island=island, cell=list(cell_of(candidate.source, candidate.backend)),
+            candidate, island=island, cell=cell_of(candidate.source, candidate.backend),
             parent_ids=parents, inspiration_ids=inspirations)
         self._queue_for_judging(candidate_id, candidate)
         return candidate_id

@@ -40,7 +40,8 @@ class LlmCallLog:
                 " started_at, state) VALUES (?, ?, ?, ?, ?, 'started')",
                 (model, dumps(prompt), max_output_tokens, cost_bound_usd, time.time()),
             )
-            return int(cursor.lastrowid)
+            assert cursor.lastrowid is not None  # an INSERT sets it
+            return cursor.lastrowid
 
     def finish_llm_call(
         self,

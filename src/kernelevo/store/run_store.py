@@ -308,7 +308,8 @@ class RunStore(LlmCallLog):
                 "INSERT INTO events (at, kind, payload_json) VALUES (?, ?, ?)",
                 (time.time(), kind, dumps(plain(payload or {}))),
             )
-            return int(cursor.lastrowid)
+            assert cursor.lastrowid is not None  # an INSERT sets it
+            return cursor.lastrowid
 
     def events(self, kind: str | None = None, after_id: int = 0) -> list[Event]:
         """Events in order; `after_id` lets a watcher fetch only what is new."""

@@ -66,6 +66,7 @@ class Database:
         try:
             layout = inspect_layout(self._connection, path) if existed or read_only else None
             if read_only:
+                assert layout is not None  # inspected above whenever read_only
                 self._connection.absent_indexes = frozenset(layout.missing_indexes) | (
                     indexes_on(layout.missing_columns))
                 stand_in(self._connection, not layout.has_tallies, not layout.has_steps,

@@ -111,7 +111,7 @@ def summarize(results: Iterable[TaskResult], tokens: int = 0, usd: float = 0.0) 
     results = list(results)
     correct = sum(r.correct for r in results)
     table = {b: {f"{p:g}": fast_p(results, b, p) for p in FAST_P} for b in BASELINES}
-    means = {b: geomean([r.speedup[b] for r in results
-                         if r.correct and r.speedup.get(b) is not None]) for b in BASELINES}
+    means = {b: geomean([s for r in results
+                         if r.correct and (s := r.speedup.get(b)) is not None]) for b in BASELINES}
     return SuiteSummary(len(results), correct, correct / len(results) if results else 0.0,
                         table, means, tokens, usd)

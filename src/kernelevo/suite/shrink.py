@@ -58,7 +58,7 @@ def shrink_to(task: Task, max_elements: int) -> tuple[Task, dict[str, int]]:
                  if v >= SIZE_CONSTANT_MIN}
         if not sizes:
             break
-        name = max(sizes, key=sizes.get)
+        name = max(sizes, key=sizes.__getitem__)
         step = {name: sizes[name] // 2}
         if checkable and not runs_on_meta(task.with_constants({**changes, **step})):
             step = {k: v // 2 for k, v in sizes.items() if v == sizes[name]}

@@ -52,7 +52,7 @@ def compare_set(got: dict[str, Any], expected: list[torch.Tensor], structure: st
     values = got["values"]
     if got["structure"] != structure and not _same_shape_of_sequence(got["structure"], structure):
         return "wrong_structure", f"{label}: returned {got['structure']}, expected {structure}", []
-    metrics = []
+    metrics: list[ErrorMetrics] = []
     for position, (value, reference) in enumerate(zip(values, expected)):
         if not isinstance(value, torch.Tensor):
             return "not_a_tensor", f"{label} output {position} is {value}", metrics

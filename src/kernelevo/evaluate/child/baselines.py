@@ -196,11 +196,12 @@ def _kernels_after_compile(gpu: GpuPhases | None) -> Any:
         if gpu is not None:
             gpu.kernels()
         return "inductor"
+    phases: GpuPhases = gpu  # not None from here: a name the class below sees as such
 
     class KernelsAfterCompile(wrapper):  # type: ignore[misc, valid-type]
         def __call__(self, model: Any, inputs: Any, **kwargs: Any) -> Any:
             compiled = super().__call__(model, inputs, **kwargs)
-            gpu.kernels()
+            phases.kernels()
             return compiled
 
     backend = KernelsAfterCompile(None, None, None)  # torch.compile's mode, options, dynamic

@@ -85,7 +85,7 @@ class ProcessWatch:
         return found
 
     def _listing(self) -> set[str]:
-        found = set()
+        found: set[str] = set()
         for root, _, files in os.walk(self._workdir):
             found.update(os.path.join(root, f) for f in files)
         return found

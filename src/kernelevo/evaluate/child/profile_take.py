@@ -87,6 +87,7 @@ def profile_candidates(loaded: dict[int, Any], baselines: dict[str, Any], task: 
             continue
     profiles = {}
     for index, (model, _, _) in loaded.items():
+        why: tuple[str, ...]
         try:
             parts, why = take_breakdown(model, inputs, own_names.get(index, ()), device=device), ()
         except Exception as exc:

@@ -85,9 +85,10 @@ def task_code(step: Step, keep: tuple[type[Exception], ...] = ()) -> Iterator[No
     A task that calls sys.exit() would end the oracle with no word of why; it
     is told here instead.
     """
+    passing: tuple[type[Exception], ...] = (TaskProblem, TaskRaised, *keep)
     try:
         yield
-    except (TaskProblem, TaskRaised, *keep):
+    except passing:
         raise
     except SystemExit as stop:
         raise TaskProblem(f"{step.doing} called sys.exit({stop.code!r}): a task must not "

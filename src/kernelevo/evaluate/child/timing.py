@@ -297,17 +297,27 @@ def _per_call(warmed: tuple[float, float], share: int) -> tuple[float, float]:
     return warmed[0] / share, warmed[1]
 
 
+def _on_arena(fn: Contestant, arena: list[Any]) -> Callable[[], Any]:
+    """fn called on the arena's inputs."""
+    return lambda: fn(*arena)
+
+
+def _replaying(replay: Callable[[], Any], output: Any) -> Callable[[], Any]:
+    """A graph replay that returns the graph's static output."""
+    return lambda: (replay(), output)[1]
+
+
 def _calls(contestants: dict[str, Contestant], arena: list[Any], config: TimingConfig,
            run: TimingRun) -> tuple[dict[str, Callable[[], Any]], set[str]]:
     """A zero-argument call per contestant (a graph replay with cuda_graph on)."""
     calls: dict[str, Callable[[], Any]] = {}
     graphed: set[str] = set()
     for name, fn in contestants.items():
-        calls[name] = lambda fn=fn: fn(*arena)
+        calls[name] = _on_arena(fn, arena)
         if config.cuda_graph:
             try:
                 replay, static_output = _graphed(fn, arena)
-                calls[name] = lambda replay=replay, out=static_output: (replay(), out)[1]
+                calls[name] = _replaying(replay, static_output)
                 graphed.add(name)
             except Exception as exc:  # capture is optional: say so and time plainly
                 run.notes.append(f"{name}: CUDA graph capture failed ({type(exc).__name__}); "

@@ -466,4 +466,6 @@ def _classify(exc: BaseException, default: str) -> tuple[str, str]:
 
 def _trimmed(limit_lines: int = 30) -> str:
     """The exception being handled, as the candidate's author needs it (redact.py)."""
-    return candidate_traceback(sys.exc_info()[1], limit_lines)
+    handled = sys.exc_info()[1]
+    assert handled is not None  # called only in except blocks
+    return candidate_traceback(handled, limit_lines)

@@ -118,7 +118,7 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any, job: Wor
     # the task's own sets only (a reference's time can depend on the values).
     counted = [i for i, variant in enumerate(given.variants) if variant is None]
     backend = task_inputs.set_user_backend(config.conv_tf32)
-    tolerances = given.tolerances
+    tolerances: Sequence[Sequence[float]] = given.tolerances
     if config.conv_tf32 and uses_convolution(task, baselines.contestants.get("eager")):
         # TF32 rounds to 10 mantissa bits: a cuDNN convolution's timed output
         # differs from its verified fp32 one by that much

@@ -16,6 +16,7 @@ Inside the worker, `torch.utils.cpp_extension.load_inline` is replaced so that
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import shutil
@@ -78,6 +79,12 @@ class LoadInlineHook:
 
         self._module = cpp_extension
         self._original = cpp_extension.load_inline
+        # Positions as this torch orders them (2.7 put sycl_sources before functions);
+        # a hook already in place knows them.
+        below = getattr(self._original, "__self__", None)
+        self._signature: inspect.Signature = (
+            below._signature if isinstance(below, LoadInlineHook)
+            else inspect.signature(self._original))
         self._has_gpu = has_gpu
         self._switch = switch
         self.build_s = 0.0
@@ -85,8 +92,11 @@ class LoadInlineHook:
         self.uninstrumented = 0
         cpp_extension.load_inline = self.load_inline
 
-    def load_inline(self, name: str, cpp_sources: Any, cuda_sources: Any = None,
-                    functions: Any = None, **kwargs: Any) -> Any:
+    def load_inline(self, name: str, cpp_sources: Any, *args: Any, **kwargs: Any) -> Any:
+        """torch's load_inline through the shared cache, its arguments bound as torch binds them."""
+        kwargs = self._signature.bind(name, cpp_sources, *args, **kwargs).arguments
+        del kwargs["name"], kwargs["cpp_sources"]
+        cuda_sources, functions = kwargs.pop("cuda_sources", None), kwargs.pop("functions", None)
         cpp, cuda = _as_list(cpp_sources), _as_list(cuda_sources)
         if not self._has_gpu:
             raise CompileOnly(*nvcc_check(cuda)) if cuda else CompileOnly(True, "no CUDA source")

@@ -69,7 +69,8 @@ def _starts_with_header(source: Path) -> bool:
 
 def _find_header(flags: list[str]) -> Path | None:
     """torch/extension.h as the compiler finds it: -I folders first, then -isystem ones."""
-    user, system = [], []
+    user: list[str] = []
+    system: list[str] = []
     for position, flag in enumerate(flags):
         for option, found in (("-I", user), ("-isystem", system)):
             if flag == option and position + 1 < len(flags):

@@ -23,6 +23,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, TypedDict
 
 try:  # imported as part of the package
     from kernelevo.evaluate.cuda.shims_shared import (HEADER, SIBLING_FAILED, STOPPED, kill_group,
@@ -222,11 +223,17 @@ def _module_id(source: str, args: list[str]) -> str:
     return f"_{digest[:8]}_kernelevo_{digest[8:24]}"
 
 
+class _Chain(TypedDict):
+    name: str  # "host" or "device"
+    log: IO[str]
+    process: subprocess.Popen[bytes]
+
+
 def _run_chains(host: list[str], device: list[str], final: str, environment: dict[str, str],
                 scratch: Path, attempt: str) -> subprocess.CompletedProcess:
     """Host and device chains side by side, then the final step; logs in nvcc's order."""
     started = time.perf_counter()
-    chains = {}
+    chains: dict[int, _Chain] = {}
     for name, steps in (("host", host), ("device", device)):
         log = open(scratch / f"{name}.log", "w+")
         # Each in its own process group, so a failed host chain can stop the device one.

@@ -121,13 +121,13 @@ class BaselineStore:
                            tuple(entry.get("notes", ())))
 
     def put(self, key: str, measures: Measures, notes: tuple[str, ...] = ()) -> StoredTimes:
-        entry = {"measures": measures, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                 "notes": list(notes)}
+        measured_at = time.strftime("%Y-%m-%dT%H:%M:%S")
+        entry = {"measures": measures, "measured_at": measured_at, "notes": list(notes)}
         with self._lock:
             self._entries[key] = entry
             self._put_here.add(key)
             self._write()
-        return StoredTimes(measures, entry["measured_at"], notes)
+        return StoredTimes(measures, measured_at, notes)
 
     def discard(self, key: str) -> None:
         with self._lock:

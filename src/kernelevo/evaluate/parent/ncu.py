@@ -20,7 +20,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Mapping
 
 import kernelevo.version
 from kernelevo.evaluate.analysis.profile import NcuKernel
@@ -73,7 +73,7 @@ def command(ncu: str, kernel_names: Iterable[str], target: list[str], log_file: 
             "--log-file", str(log_file), *target]
 
 
-def target_environment(environ: dict[str, str]) -> dict[str, str]:
+def target_environment(environ: Mapping[str, str]) -> dict[str, str]:
     """The watched process's environment: a candidate's (no secrets), and this package importable.
 
     ncu starts it in a temporary folder, so a relative PYTHONPATH (`src`, as

@@ -110,7 +110,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         # Each read and write; a little past the whole request's deadline, which acts first.
-        self.timeout = self.server.settings.read_timeout_s + 1.0
+        # (typeshed makes timeout a ClassVar; StreamRequestHandler.setup reads it per instance)
+        self.timeout = self.server.settings.read_timeout_s + 1.0  # type: ignore[misc]
         super().setup()
         self._unread = False  # a body left unread: read away before closing
         self.server.deadlines.watch(self.connection)
@@ -238,13 +239,15 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _judge_watching(self, job: JudgeJob) -> tuple[list[Any], int | None]:
         """The pool's answer, judged in a thread while this one watches the client."""
-        control, outcome = JobControl(), {}
+        control = JobControl()
+        answers: list[tuple[list[Any], int | None]] = []
+        errors: list[BaseException] = []
 
         def work() -> None:
             try:
-                outcome["answer"] = self.server.pool.judge(job, control)
+                answers.append(self.server.pool.judge(job, control))
             except BaseException as exc:  # noqa: BLE001 - raised again in the handler's thread
-                outcome["error"] = exc
+                errors.append(exc)
 
         worker = threading.Thread(target=work, name="kernelevo-job", daemon=True)
         worker.start()
@@ -256,11 +259,11 @@ class _Handler(BaseHTTPRequestHandler):
             if gone and worker.is_alive() and time.monotonic() - killed_at > _KILL_EVERY_S:
                 self.server.pool.cancel(control)
                 killed_at = time.monotonic()
-        if control.cancelled.is_set() and "error" not in outcome:
+        if control.cancelled.is_set() and not errors:
             raise JobCancelled("the job was cancelled")
-        if "error" in outcome:
-            raise outcome["error"]
-        return outcome["answer"]
+        if errors:
+            raise errors[0]
+        return answers[0]
 
     def _authorised(self) -> bool:
         given = self.headers.get("Authorization", "")

@@ -18,6 +18,7 @@ import math
 import secrets
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,7 +86,7 @@ class JudgePool:
 
     def __init__(self, settings: ServiceSettings) -> None:
         self.settings = settings
-        self.slots = settings.gpus or [None]
+        self.slots: Sequence[int | None] = settings.gpus or [None]  # None: the CPU
         self._lanes = {slot: threading.BoundedSemaphore(settings.lanes) for slot in self.slots}
         self._busy = {slot: 0 for slot in self.slots}
         self._idle: OrderedDict[tuple[Any, ...], list[Any]] = OrderedDict()
@@ -158,6 +159,7 @@ class JudgePool:
                 raise JobCancelled("the job was cancelled while it waited for a lane")
 
     def _choose(self, wanted: int | None) -> int | None:
+        slot: int | None
         with self._lock:
             if wanted is not None:
                 if wanted not in self._busy:

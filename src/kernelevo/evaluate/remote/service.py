@@ -43,6 +43,7 @@ class Service:
         self.pool = JudgePool(settings)
         self.server = ServiceServer(settings, self.pool)
         host, port = self.server.server_address[:2]
+        assert isinstance(host, str)  # an inet socket's bound name; the stub allows bytes too
         shown = host if settings.host not in ("0.0.0.0", "::") else "127.0.0.1"
         self.url = f"http://{shown}:{port}"
         self.record = folder / SERVICE_FILE

@@ -16,7 +16,7 @@ import os
 import re
 import subprocess
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 from kernelevo.evaluate.sandbox.redact import is_secret
 
@@ -68,7 +68,8 @@ def spawning_with_candidate_environment() -> Iterator[None]:
     """
     from multiprocessing import util
 
-    def spawn(path: str, args: list[str], passfds: Any) -> int:
+    # Typed as typeshed types spawnv_passfds (its args are the command line, not ints)
+    def spawn(path: str | bytes, args: Sequence[Any], passfds: Sequence[int]) -> int:
         process = subprocess.Popen(args, executable=path, pass_fds=tuple(passfds),
                                    env=candidate_environment(os.environ), restore_signals=False)
         _spawned.append(process)  # multiprocessing reaps it

@@ -113,7 +113,8 @@ def _ensure_forkserver() -> None:
     with _forkserver_lock:
         wanted = os.environ.get("TRITON_INTERPRET", "0")
         if _forkserver_interpret not in (None, wanted):
-            forkserver._forkserver._stop()  # started for the other mode: a new one starts
+            # started for the other mode: a new one starts (_stop is private: not in typeshed)
+            forkserver._forkserver._stop()  # type: ignore[attr-defined]
         _forkserver_interpret = wanted
         with _main_module_hidden(), allowed.spawning_with_candidate_environment():
             forkserver.ensure_running()

@@ -49,23 +49,23 @@ def source_hits(text: str, first_line: int) -> Iterator[Hit]:
             yield reason, line, f"`{match.group().strip()}` in kernel source: {ADVICE[reason]}"
 
 
-def _source_strings(tree: ast.Module) -> list[ast.Constant]:
-    """String literals that may hold kernel source: every one except docstrings."""
+def _source_strings(tree: ast.Module) -> list[tuple[str, int]]:
+    """(text, line) of string literals that may hold kernel source: all but docstrings."""
     docstrings = set()
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
         if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
             docstrings.add(id(body[0].value))
-    return [node for node in ast.walk(tree) if isinstance(node, ast.Constant)
+    return [(node.value, node.lineno) for node in ast.walk(tree) if isinstance(node, ast.Constant)
             and isinstance(node.value, str) and id(node) not in docstrings]
 
 
 def string_hits(tree: ast.Module) -> list[Hit]:
     """Findings in every kernel-source string of the file."""
-    return [hit for node in _source_strings(tree) for hit in source_hits(node.value, node.lineno)]
+    return [hit for text, line in _source_strings(tree) for hit in source_hits(text, line)]
 
 
 def has_kernel_source(tree: ast.Module) -> bool:
     """Whether some string defines a `__global__` function outside comments."""
-    codes = (c_code(node.value) for node in _source_strings(tree))
+    codes = (c_code(text) for text, _ in _source_strings(tree))
     return any(code is not None and KERNEL_QUALIFIER.search(code) for code in codes)

@@ -39,7 +39,8 @@ class _Scope:
         method = (parent is not None and isinstance(parent.node, ast.ClassDef)
                   and not any(getattr(d, "id", "") == "staticmethod"
                               for d in getattr(node, "decorator_list", [])))
-        self.instance = (parameters(node) or [None])[0] if method else None
+        params = parameters(node)
+        self.instance = params[0] if method and params else None
         self.tainted: set[str] = set()  # hold an identity
         self.state: set[str] = set()  # hold a value kept from an earlier call
 
@@ -127,8 +128,8 @@ class _IdentityFlow:
         if isinstance(func, ast.Attribute) and func.attr in IDENTITY_METHODS:
             return True
         if isinstance(func, ast.Call) and len(func.args) == 2:  # getattr(x, "data_ptr")()
-            name = func.args[1]
-            if isinstance(name, ast.Constant) and name.value in IDENTITY_METHODS:
+            attr = func.args[1]
+            if isinstance(attr, ast.Constant) and attr.value in IDENTITY_METHODS:
                 return self.names.dotted(func.func, scope.chain) == "getattr"
         dotted = self.names.dotted(func, scope.chain)
         if dotted == "id":

@@ -8,6 +8,7 @@ the visitor in `static_scan.py` applies these tables, `static_identity.py` and
 from __future__ import annotations
 
 import ast
+from collections.abc import Sequence
 from fnmatch import fnmatchcase
 
 Hit = tuple[str, int, str]  # (reason, 1-based line, detail)
@@ -224,6 +225,7 @@ def literal_keys(node: ast.Call) -> set[str] | None:
     """Keys an environment mutation touches, or None when they are not literal."""
     if node.keywords:
         return None
+    keys: Sequence[ast.expr | None]
     if len(node.args) == 1 and isinstance(node.args[0], ast.Dict):
         keys = node.args[0].keys
     else:

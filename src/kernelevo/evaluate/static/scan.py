@@ -17,8 +17,8 @@ from kernelevo.evaluate.static.rules import (
     safe_member, strict_forbidden_torch, updates_itself,
 )
 from kernelevo.evaluate.static.state import (
-    ResultFlow, current_stream_call, current_stream_names, find_builders, find_containers,
-    find_layers, honest_try, is_build, keyless, mutated, only_builds,
+    ResultFlow, TryNode, current_stream_call, current_stream_names, find_builders,
+    find_containers, find_layers, honest_try, is_build, keyless, mutated, only_builds,
 )
 
 
@@ -186,7 +186,7 @@ class Scanner(ast.NodeVisitor):
             self.visit(default)
 
     # control flow and state
-    def visit_Try(self, node: ast.Try) -> None:
+    def visit_Try(self, node: TryNode) -> None:
         if self.in_function and not honest_try(node):
             self.hit("try_fallback", node, f"try statement in {self.functions[-1].name}")
         self.generic_visit(node)
@@ -300,7 +300,7 @@ class Scanner(ast.NodeVisitor):
         elif dotted == "getattr" and name is not None:
             if not isinstance(name, ast.Constant):
                 self.hit("dynamic_code", node, f"getattr({ast.unparse(target)}, <computed name>)")
-            elif reason := name_rule(f"{self.names.imported(target)}.{name.value}"):
+            elif reason := name_rule(f"{self.names.imported(target)}.{name.value!s}"):
                 # getattr(os, "system") is os.system spelled so a name lookup misses it
                 self.hit(reason, node, f"getattr({ast.unparse(target)}, {name.value!r})")
 

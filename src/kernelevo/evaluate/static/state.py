@@ -9,6 +9,7 @@ extension. These helpers answer such questions for `static_scan.py`.
 from __future__ import annotations
 
 import ast
+import sys
 
 from kernelevo.evaluate.static.names import (
     FUNCTION_TYPES, Function, Names, parameters, scope_nodes, self_path, store_targets,
@@ -17,6 +18,11 @@ from kernelevo.evaluate.static.rules import (
     CONTAINER_MUTATORS, CURRENT_STREAMS, PASSIVE_NN, SCALAR_ANNOTATIONS, is_container,
     is_load_inline,
 )
+
+if sys.version_info >= (3, 11):
+    TryNode = ast.Try | ast.TryStar  # except* checks as a plain try does
+else:
+    TryNode = ast.Try
 
 
 def find_containers(tree: ast.Module) -> set[str]:
@@ -40,7 +46,7 @@ def find_containers(tree: ast.Module) -> set[str]:
 
 def find_layers(tree: ast.Module, names: Names) -> set[str]:
     """`self.<attr>` holding an nn layer: under strict, calling it is library compute."""
-    layers = set()
+    layers: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
             dotted = names.imported(node.value.func) or ""
@@ -50,7 +56,7 @@ def find_layers(tree: ast.Module, names: Names) -> set[str]:
     return layers
 
 
-def _called_name(node: ast.AST) -> str:
+def _called_name(node: ast.AST | None) -> str:
     if not isinstance(node, ast.Call):
         return ""
     func = node.func
@@ -96,7 +102,7 @@ def only_builds(function: Function, declared: set[str], builders: set[str]) -> b
                and not isinstance(node.ctx, ast.Load))
 
 
-def honest_try(node: ast.Try) -> bool:
+def honest_try(node: TryNode) -> bool:
     """A try that cannot swap a failed kernel's answer for another: cleanup or re-raise."""
     return not _escapes(node.finalbody) and all(_reraises(h) for h in node.handlers)
 
