@@ -61,7 +61,11 @@ def _compute(job: OracleJob, channel: Sender) -> OracleDone:
     with task_code(BUILD):
         model = task_inputs.build_model(module.Model, list(init_inputs), device, dtype)
     channel.send(Progress("reference outputs"))
-    outputs, structure, kept, used, stress = [], None, [], [], {}
+    outputs: list[list[torch.Tensor]] = []
+    kept: list[int] = []
+    used: list[float | None] = []
+    stress: dict[str, str] = {}
+    structure: str | None = None
     for index, (seed, variant) in enumerate(zip(job.seeds, job.variants)):
         result, structure_now, variant = _run_in_domain(model, module, job, seed, device,
                                                         dtype, variant, outputs)
