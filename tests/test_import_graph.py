@@ -31,6 +31,7 @@ PACKAGE_ROOT = Path(__file__).resolve().parents[1] / "src" / "kernelevo"
 LAYERS: tuple[tuple[str, ...], ...] = (
     # settings, inputs and the small things every layer uses
     ("kernelevo.version", "kernelevo.errors", "kernelevo.paths", "kernelevo.logs",
+     "kernelevo.parsing",
      "kernelevo.cache_dir", "kernelevo.schema", "kernelevo.candidate", "kernelevo.task",
      "kernelevo.config", "kernelevo.budget"),
     # the judge and the model client, each knowing nothing of runs

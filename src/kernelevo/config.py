@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from kernelevo.errors import ConfigError
-from kernelevo.schema import AT_LEAST_ONE, POSITIVE, Annotated, Bound, OneOf, check_fields
+from kernelevo.schema import POSITIVE, Annotated, Bound, OneOf, check_fields
 
 PRECISIONS = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 POLICIES = ("strict", "default", "permissive")

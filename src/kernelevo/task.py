@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from kernelevo.parsing import parse_source
 from kernelevo.errors import TaskError
 from kernelevo.paths import read_text_file
 
@@ -47,7 +48,7 @@ class Task:
             return self
         source = replace_constants(self.source, changes)
         # Found again, not merged: a change can move a constant that follows it.
-        return Task(self.name, source, self.path, find_constants(ast.parse(source)))
+        return Task(self.name, source, self.path, find_constants(parse_source(source)))
 
     @property
     def folder(self) -> str:
@@ -86,7 +87,7 @@ def load_task(spec: str, kernelbench_dir: str | None = None) -> Task:
 def task_from_source(source: str, name: str = "task", path: str = "") -> Task:
     """Parse and check the shape of a task file without running it."""
     try:
-        tree = ast.parse(source)
+        tree = parse_source(source)
     except SyntaxError as exc:
         raise TaskError(f"task {name} is not valid Python: line {exc.lineno}: {exc.msg}") from exc
     defined = {
@@ -123,7 +124,7 @@ def declared_number(source: str, name: str) -> float | None:
 def _top_level_constant(source: str, wanted: str) -> object:
     """The literal last assigned to `wanted` at the top level (None if none, or unparsable)."""
     try:
-        tree = ast.parse(source)
+        tree = parse_source(source)
     except SyntaxError:
         return None
     found: object = None  # the last assignment at the top level is what the module holds
@@ -144,7 +145,7 @@ def find_constants(tree: ast.Module) -> dict[str, int]:
 
 def replace_constants(source: str, changes: dict[str, int]) -> str:
     """Rewrite the expressions of module-level int constants, leaving all else as written."""
-    slots = _size_slots(ast.parse(source))
+    slots = _size_slots(parse_source(source))
     edits = [(slots[key].node, value) for key, value in changes.items() if key in slots]
     # ast offsets count UTF-8 bytes; splice from the end so earlier offsets stay valid.
     data = source.encode()

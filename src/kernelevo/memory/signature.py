@@ -15,6 +15,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from kernelevo.parsing import parse_source
 from kernelevo.cache_dir import cache_key
 from kernelevo.task import find_constants
 
@@ -79,7 +80,7 @@ def task_key(task_source: str) -> str:
 
 def signature_of(task_source: str, precision: str, backend: str) -> Signature:
     """The signature of a KernelBench-format task, from its source alone."""
-    tree = ast.parse(task_source)
+    tree = parse_source(task_source)
     constants = find_constants(tree)
     ops = sorted(_model_ops(tree))
     shapes = _input_shapes(tree, constants)

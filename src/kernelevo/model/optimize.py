@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from kernelevo.parsing import parse_source
 from kernelevo.budget import parse_duration_s, parse_tokens, parse_usd
 from kernelevo.errors import ConfigError
 from kernelevo.model.contract import build_model, device_for, dtype_of, model_file, moved
@@ -221,7 +222,7 @@ def has_own_backward(kernel: Path) -> bool:
     that does not parse counts as having one, so the judge says what is wrong with it.
     """
     try:
-        tree = ast.parse(kernel.read_text())
+        tree = parse_source(kernel.read_text())
     except SyntaxError:
         return True
     for node in ast.walk(tree):

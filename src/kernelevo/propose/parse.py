@@ -10,6 +10,7 @@ import ast
 import re
 from dataclasses import dataclass
 
+from kernelevo.parsing import parse_source
 from kernelevo.errors import ConfigError
 
 MODES = ("rewrite", "diff", "repair")
@@ -227,7 +228,7 @@ def _shifted(line: str, shift: str) -> str:
 
 def _syntax_error(source: str) -> str | None:
     try:
-        ast.parse(source)
+        parse_source(source)
     except SyntaxError as exc:
         code = (exc.text or "").strip()
         return f"line {exc.lineno}: {exc.msg}" + (f": `{code}`" if code else "")
@@ -244,7 +245,7 @@ def _checked(source: str, kind: str, parent: str, edits: int, hint: str) -> Pars
     if problem is not None:
         return Parsed(None, kind, f"{what} is not valid Python: {problem}{hint}")
     if not any(isinstance(node, ast.ClassDef) and node.name == "ModelNew"
-               for node in ast.parse(source).body):
+               for node in parse_source(source).body):
         return Parsed(None, kind, f"{what} defines no top-level `class ModelNew`{hint}")
     if source.strip() == parent.strip():
         return Parsed(None, kind, f"{what} is the parent unchanged; propose a real change")

@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from kernelevo.parsing import parse_source
 from kernelevo.errors import CandidateError, ConfigError
 
 KINDS = ("block", "num_warps", "num_stages", "tile", "threads", "launch")
@@ -158,7 +159,7 @@ def _splice(source: str, moves: list[tuple[Knob, str, int]]) -> str | None:
 
 def _acceptable(source: str, backend: str) -> bool:
     try:
-        ast.parse(source)
+        parse_source(source)
     except SyntaxError:
         return False
     if backend == "cuda":
@@ -205,7 +206,7 @@ _PIPELINE = ("num_warps", "num_stages")
 
 def _triton_knobs(source: str) -> list[Knob]:
     try:
-        tree = ast.parse(source)
+        tree = parse_source(source)
     except SyntaxError:
         return []  # nothing to tune in a file that does not parse
     positions = _Positions(source)

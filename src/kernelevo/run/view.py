@@ -17,6 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from kernelevo.parsing import parse_source
 from kernelevo.candidate import Candidate
 from kernelevo.config import EvalConfig
 from kernelevo.errors import ConfigError, StoreError
@@ -325,7 +326,7 @@ def standalone_source(info: RunInfo, stored: StoredCandidate) -> str:
 
 def task_support_source(task_source: str, candidate_source: str = "") -> str:
     """The task's int constants and input functions, with every module-level name they use."""
-    tree = ast.parse(task_source)
+    tree = parse_source(task_source)
     binders: dict[str, ast.stmt] = {}
     for node in tree.body:
         for name in _bound_names(node):
@@ -350,7 +351,7 @@ def task_support_source(task_source: str, candidate_source: str = "") -> str:
 
 def _imports_of(source: str) -> set[str]:
     try:
-        tree = ast.parse(source)
+        tree = parse_source(source)
     except SyntaxError:
         return set()
     return {ast.unparse(n) for n in tree.body if isinstance(n, _IMPORTS)}

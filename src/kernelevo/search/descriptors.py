@@ -35,6 +35,7 @@ import ast
 import re
 from dataclasses import dataclass
 
+from kernelevo.parsing import parse_source
 from kernelevo.candidate import detect_backend
 
 Cell = tuple[str, str, bool, str, str]
@@ -140,7 +141,7 @@ def _sizes(source: str, name_parts: tuple[str, ...]) -> list[int]:
 def _triton_structure(source: str) -> tuple[int, str]:
     """(kernels launched or defined, memory strategy) from the AST, else by regex."""
     try:
-        tree = ast.parse(source)
+        tree = parse_source(source)
     except SyntaxError:
         return _triton_structure_by_regex(source)
     kernels = [

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
+from kernelevo.parsing import parse_source
 from kernelevo.candidate import BACKENDS
 from kernelevo.config import POLICIES
 from kernelevo.errors import ConfigError
@@ -55,7 +56,7 @@ def check_source(source: str, backend: str, policy: str = "default") -> list[Fin
     if policy not in POLICIES:
         raise ConfigError(f"unknown policy {policy!r}: use one of {', '.join(POLICIES)}")
     try:
-        tree = ast.parse(source)
+        tree = parse_source(source)
     except (SyntaxError, ValueError) as exc:
         line = getattr(exc, "lineno", None) or 0
         message = getattr(exc, "msg", None) or str(exc)
