@@ -468,17 +468,6 @@ def profile_descriptor(verdict: Verdict) -> dict[str, Any]:
     return found
 
 
-def roofline_reached(verdict: Verdict, threshold: float) -> str:
-    """Why the search can stop at this kernel ('' when it cannot, or threshold is 0)."""
-    fraction = profile_descriptor(verdict).get("roofline")
-    roofline = verdict.profile.roofline if verdict.profile is not None else None  # with fraction
-    if threshold <= 0 or not verdict.passed_kernel or fraction is None or roofline is None \
-            or fraction < threshold:
-        return ""
-    return (f"roofline reached: a kernel runs at {fraction * 100:.0f} % of its "
-            f"{roofline.bound} ceiling (stop at {threshold * 100:.0f} %)")
-
-
 def fitness(verdict: Verdict) -> float | None:
     """Speedup over eager under Verdict.ranked_measure, as the run store keeps it; a
     correct candidate without timings (CPU) counts as 1."""

@@ -34,12 +34,11 @@ from kernelevo.errors import BudgetExhausted, LLMError, StoreError, TaskError
 from kernelevo.evaluate.protocol import JudgeLike
 from kernelevo.evaluate.verdict import Verdict, verdict_for
 from kernelevo.propose import tuner
-from kernelevo.search.archive import (Archive, fitness, fitness_high, profile_descriptor,
-                                       roofline_reached)
+from kernelevo.search.archive import Archive, fitness, fitness_high, profile_descriptor
 from kernelevo.search.config import SearchConfig
 from kernelevo.search.descriptors import cell_of
-from kernelevo.search.outcome import (Progress, RunOutcome, never_answered,
-                                       no_parent_reason)
+from kernelevo.search.outcome import (Progress, RunOutcome, never_answered, no_parent_reason,
+                                       roofline_reached)
 from kernelevo.search.queue import JudgeQueue
 from kernelevo.store.run_store import RunStore
 

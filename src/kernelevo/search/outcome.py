@@ -1,10 +1,13 @@
-"""How a run ended (and why, in words), and the snapshot of a running one that views show."""
+"""How a run ended (and why, in words: a kernel at its roofline, an LLM that never answered,
+no parent to build on), and the snapshot of a running one that views show."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
+
+from kernelevo.evaluate.verdict import Verdict
 
 # How a run ended; the command line exits non-zero for the last two.
 OUTCOME_STATUSES = ("finished", "budget_spent", "llm_failed", "error")
@@ -25,6 +28,18 @@ class RunOutcome:
     def failed(self) -> bool:
         """Whether the run could not do what it was asked (exit non-zero)."""
         return self.status in ("llm_failed", "error")
+
+
+def roofline_reached(verdict: Verdict, threshold: float) -> str:
+    """Why the search can stop at this kernel ('' when it cannot, or threshold is 0)."""
+    roofline = verdict.profile.roofline if verdict.profile is not None else None
+    if threshold <= 0 or not verdict.passed_kernel or roofline is None:
+        return ""
+    fraction = round(roofline.fraction, 4)  # as elite events record it (profile_descriptor)
+    if fraction < threshold:
+        return ""
+    return (f"roofline reached: a kernel runs at {fraction * 100:.0f} % of its "
+            f"{roofline.bound} ceiling (stop at {threshold * 100:.0f} %)")
 
 
 def never_answered(outcome: RunOutcome, searching: bool, answers: int, failures: int,
