@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from kernelevo.parsing import parse_source
 from kernelevo.errors import TaskError
+from kernelevo.parsing import parse_source
 from kernelevo.paths import read_text_file
 
 _REFERENCE = re.compile(r"^(?:kernelbench:)?(?:level|L)(\d+)/(\d+)$", re.IGNORECASE)

@@ -15,8 +15,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from kernelevo.parsing import parse_source
 from kernelevo.cache_dir import cache_key
+from kernelevo.parsing import parse_source
 from kernelevo.task import find_constants
 
 GEMM_OPS = frozenset({"matmul", "mm", "bmm", "addmm", "baddbmm", "linear", "einsum", "bilinear"})

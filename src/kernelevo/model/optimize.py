@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from kernelevo.parsing import parse_source
 from kernelevo.budget import parse_duration_s, parse_tokens, parse_usd
 from kernelevo.errors import ConfigError
 from kernelevo.model.contract import build_model, device_for, dtype_of, model_file, moved
 from kernelevo.model.extract import HotSpot, extract, read_manifest, select_hot
 from kernelevo.model.profile import ModelProfile, profile_built
+from kernelevo.parsing import parse_source
 from kernelevo.paths import check_folder
 
 STATE_NAME = "state.json"

@@ -10,8 +10,8 @@ import ast
 import re
 from dataclasses import dataclass
 
-from kernelevo.parsing import parse_source
 from kernelevo.errors import ConfigError
+from kernelevo.parsing import parse_source
 
 MODES = ("rewrite", "diff", "repair")
 _FENCE = re.compile(r"^[ \t]*(`{3,}|~{3,})[ \t]*([\w.+-]*)")

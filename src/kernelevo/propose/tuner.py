@@ -18,8 +18,8 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from kernelevo.parsing import parse_source
 from kernelevo.errors import CandidateError, ConfigError
+from kernelevo.parsing import parse_source
 
 KINDS = ("block", "num_warps", "num_stages", "tile", "threads", "launch")
 MAX_THREADS_PER_BLOCK = 1024  # the CUDA limit on every GPU since compute capability 2.0

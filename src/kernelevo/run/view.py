@@ -17,11 +17,11 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from kernelevo.parsing import parse_source
 from kernelevo.candidate import Candidate
 from kernelevo.config import EvalConfig
 from kernelevo.errors import ConfigError, StoreError
 from kernelevo.export_guard import GUARD_SOURCE, needs_guard
+from kernelevo.parsing import parse_source
 from kernelevo.paths import check_folder
 from kernelevo.schema import settings_from_dict
 from kernelevo.evaluate.verdict import Verdict

@@ -35,8 +35,8 @@ import ast
 import re
 from dataclasses import dataclass
 
-from kernelevo.parsing import parse_source
 from kernelevo.candidate import detect_backend
+from kernelevo.parsing import parse_source
 
 Cell = tuple[str, str, bool, str, str]
 

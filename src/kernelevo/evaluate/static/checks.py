@@ -11,7 +11,6 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from kernelevo.parsing import parse_source
 from kernelevo.candidate import BACKENDS
 from kernelevo.config import POLICIES
 from kernelevo.errors import ConfigError
@@ -20,6 +19,7 @@ from kernelevo.evaluate.static.identity import identity_hits
 from kernelevo.evaluate.static.rules import Hit
 from kernelevo.evaluate.static.scan import Scanner
 from kernelevo.evaluate.verdict import REASONS
+from kernelevo.parsing import parse_source
 
 # Every reason a static rule can give; the rest need the candidate to run.
 STATIC_REASONS = frozenset({
