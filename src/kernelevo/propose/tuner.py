@@ -8,39 +8,18 @@ place, so the evaluator alone decides whether it is correct and faster.
 from __future__ import annotations
 
 import ast
-import bisect
-import io
-import math
 import random
 import re
-import tokenize
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from kernelevo.errors import CandidateError, ConfigError
 from kernelevo.parsing import parse_source
+from kernelevo.propose.knobs import MAX_THREADS_PER_BLOCK, Knob, Link, Positions, unique_knobs
+from kernelevo.propose.tuner_cuda import cuda_block_sizes, cuda_knobs
 
 KINDS = ("block", "num_warps", "num_stages", "tile", "threads", "launch")
-MAX_THREADS_PER_BLOCK = 1024  # the CUDA limit on every GPU since compute capability 2.0
 _ATTEMPTS_PER_VARIANT = 25  # random picks repeat; this bounds the search without looping forever
-_Link = tuple[int, int, int]  # (start, end, delta) of a literal that moves with a knob
-_Segment = tuple[str, int]  # a CUDA string literal as written, and its offset in the source
-
-
-@dataclass(frozen=True)
-class Knob:
-    """One integer literal that tunes a kernel; offsets are characters into the source."""
-
-    kind: str
-    name: str
-    value: int
-    start: int
-    end: int
-    line: int
-    # Literals that must move with this one, as (start, end, delta): each becomes
-    # new value + delta, e.g. the 255 and 256 of `<<<(n + 255) / 256, 256>>>`.
-    linked: tuple[tuple[int, int, int], ...] = ()
 
 
 def find_knobs(source: str, backend: str) -> list[Knob]:
@@ -48,7 +27,7 @@ def find_knobs(source: str, backend: str) -> list[Knob]:
     if backend == "triton":
         return _triton_knobs(source)
     if backend == "cuda":
-        return _cuda_knobs(source)
+        return cuda_knobs(source)
     if backend == "pytorch":
         return []
     raise CandidateError(f"unknown backend {backend!r}: use triton, cuda or pytorch")
@@ -163,38 +142,8 @@ def _acceptable(source: str, backend: str) -> bool:
     except SyntaxError:
         return False
     if backend == "cuda":
-        return all(1 <= size <= MAX_THREADS_PER_BLOCK for size in _cuda_block_sizes(source))
+        return all(1 <= size <= MAX_THREADS_PER_BLOCK for size in cuda_block_sizes(source))
     return True
-
-
-class _Positions:
-    """Turns ast positions (UTF-8 byte columns) and tokenize positions into offsets."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-        self.line_starts = [0] + [m.end() for m in re.finditer(r"\r\n|\r|\n", source)]
-
-    def from_chars(self, line: int, column: int) -> int:
-        return self.line_starts[line - 1] + column
-
-    def from_bytes(self, line: int, column: int) -> int:
-        start = self.line_starts[line - 1]
-        text = self.source[start : start + column]  # a byte column never exceeds chars
-        return start + len(text.encode()[:column].decode(errors="ignore"))
-
-    def line_of(self, offset: int) -> int:
-        return bisect.bisect_right(self.line_starts, offset)
-
-
-def _unique(knobs: list[Knob]) -> list[Knob]:
-    """Knobs sorted by offset, one per literal, with no linked literal that is itself a knob."""
-    by_span = {(knob.start, knob.end): knob for knob in reversed(knobs)}
-    spans = set(by_span)
-    return [
-        Knob(k.kind, k.name, k.value, k.start, k.end, k.line,
-             tuple(link for link in k.linked if link[:2] not in spans))
-        for _, k in sorted(by_span.items())
-    ]
 
 
 # ---- Triton: the Python AST ----------------------------------------------------------
@@ -209,7 +158,7 @@ def _triton_knobs(source: str) -> list[Knob]:
         tree = parse_source(source)
     except SyntaxError:
         return []  # nothing to tune in a file that does not parse
-    positions = _Positions(source)
+    positions = Positions(source)
     constexprs, kernels = _jit_signatures(tree)
     knobs: list[Knob] = []
     references: dict[str, tuple[str, str]] = {}  # variable -> (kind, parameter it feeds)
@@ -225,7 +174,7 @@ def _triton_knobs(source: str) -> list[Knob]:
                 knobs.append(_knob_at(positions, value, number, kind, name, links))
             elif isinstance(value, (ast.Name, ast.Attribute)):
                 references.setdefault(_target_name(value), (kind, name))
-    return _unique(knobs + _triton_constants(tree, positions, references))
+    return unique_knobs(knobs + _triton_constants(tree, positions, references))
 
 
 def _jit_signatures(tree: ast.AST) -> tuple[set[str], dict[str, list[str]]]:
@@ -279,8 +228,8 @@ def _plausible(name: str, value: int) -> bool:
 
 
 def _grid_links(
-    call: ast.Call, value: int, positions: _Positions, tree: ast.AST
-) -> tuple[_Link, ...]:
+    call: ast.Call, value: int, positions: Positions, tree: ast.AST
+) -> tuple[Link, ...]:
     """Literals in `kernel[grid]` that repeat the block size, as in cdiv(n, 1024).
 
     A grid named by a variable (`grid = (cdiv(n, 1024),)`) is followed to the
@@ -307,7 +256,7 @@ def _grid_links(
 
 
 def _triton_constants(
-    tree: ast.AST, positions: _Positions, references: dict[str, tuple[str, str]]
+    tree: ast.AST, positions: Positions, references: dict[str, tuple[str, str]]
 ) -> list[Knob]:
     """Integer assignments that feed a tuning parameter, or are ALL_CAPS block sizes."""
     knobs = []
@@ -350,159 +299,12 @@ def _target_name(node: ast.expr | None) -> str:
     return node.id if isinstance(node, ast.Name) else getattr(node, "attr", "")
 
 
-def _span(positions: _Positions, node: ast.expr) -> tuple[int, int]:
+def _span(positions: Positions, node: ast.expr) -> tuple[int, int]:
     start = positions.from_bytes(node.lineno, node.col_offset)
     return start, positions.from_bytes(node.end_lineno or node.lineno, node.end_col_offset or 0)
 
 
-def _knob_at(positions: _Positions, node: ast.expr, value: int, kind: str, name: str,
-             linked: tuple[_Link, ...] = ()) -> Knob:
+def _knob_at(positions: Positions, node: ast.expr, value: int, kind: str, name: str,
+             linked: tuple[Link, ...] = ()) -> Knob:
     start, end = _span(positions, node)
     return Knob(kind, name, value, start, end, node.lineno, linked)
-
-
-# ---- CUDA: string literals holding load_inline sources ---------------------------------
-
-_CUDA_MARKERS = ("__global__", "<<<", "#include", "#define")
-_DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w+)[ \t]+\(?[ \t]*(\d+)[ \t]*\)?[ \t\r]*$", re.M)
-_CONST_INT = re.compile(
-    r"\b(?:(?:static|const|constexpr)\s+)*(?:unsigned\s+)?(?:int|int32_t|uint32_t|size_t|long)"
-    r"\s+(\w+)\s*=\s*(\d+)\s*;"
-)
-_DIM3_DECL = re.compile(r"\bdim3\s+(\w+)\s*(?:=\s*dim3\s*)?[({]([^;(){}]*)[)}]")
-_DIM3_INLINE = re.compile(r"dim3\s*\((.*)\)", re.S)
-_LAUNCH = re.compile(r"(\w*)\s*<<<(.*?)>>>", re.S)
-_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
-
-
-def _cuda_segments(source: str) -> list[_Segment]:
-    """CUDA string literals as written (comments blanked) with their offsets in the source."""
-    positions = _Positions(source)
-    try:
-        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
-    except (tokenize.TokenError, SyntaxError):
-        return []
-    segments = []
-    for token in tokens:
-        if token.type != tokenize.STRING or not any(m in token.string for m in _CUDA_MARKERS):
-            continue
-        start = positions.from_chars(*token.start)
-        if source[start : start + len(token.string)] == token.string:
-            blank = _COMMENT.sub(lambda m: re.sub(r"[^\n]", " ", m.group()), token.string)
-            segments.append((blank, start))
-    return segments
-
-
-def _cuda_constants(segment: _Segment) -> Iterator[tuple[str, int, int]]:
-    """(name, value, offset of the value) of each #define and int constant."""
-    text, offset = segment
-    for pattern in (_DEFINE, _CONST_INT):
-        for match in pattern.finditer(text):
-            if not match.group(2).startswith("0"):  # C reads 010 as octal: leave those alone
-                yield match.group(1), int(match.group(2)), offset + match.start(2)
-
-
-def _cuda_knobs(source: str) -> list[Knob]:
-    positions = _Positions(source)
-    segments = _cuda_segments(source)
-    block_names = {block for seg in segments for _kernel, _grid, (block, _at) in _launches(seg)}
-    knobs: list[Knob] = []
-    for segment in segments:
-        for name, value, start in _cuda_constants(segment):
-            kind = "threads" if name in block_names else _cuda_kind(name, value)
-            if kind and value >= 1:
-                end = start + len(str(value))
-                knobs.append(Knob(kind, name, value, start, end, positions.line_of(start)))
-        knobs += _cuda_launch_knobs(segment, positions, block_names)
-    return _unique(knobs)
-
-
-def _cuda_kind(name: str, value: int) -> str | None:
-    """A kind from a CUDA constant's name; None for names that are not tuning knobs."""
-    upper = name.upper()
-    if re.search(r"WARP_?SIZE|BLOCKS|GRID", upper):
-        return None  # hardware constants and grid sizes are not ours to change
-    if re.search(r"TILE|UNROLL|PER_?THREAD|BLOCK_?[MNKXY]$", upper):
-        return "tile"
-    if "WARPS" in upper:
-        return "num_warps"
-    if "THREAD" in upper or "TPB" in upper:
-        return "threads"
-    if "BLOCK" in upper:
-        return "threads" if value % 32 == 0 else "tile"
-    return None
-
-
-def _cuda_launch_knobs(
-    segment: _Segment, positions: _Positions, block_names: set[str]
-) -> list[Knob]:
-    """Literal threads per block in <<<...>>> launches and in the dim3 they name."""
-    knobs = []
-    for kernel, (grid, grid_at), (block, block_at) in _launches(segment):
-        if block.isdigit():
-            value = int(block)
-            links = tuple(
-                (grid_at + m.start(), grid_at + m.end(), int(m.group()) - value)
-                for m in re.finditer(r"\b\d+\b", grid)
-                if int(m.group()) in (value, value - 1)
-            )
-            end = block_at + len(block)
-            line = positions.line_of(block_at)
-            knobs.append(Knob("threads", f"{kernel}.threads", value, block_at, end, line, links))
-        elif inline := _DIM3_INLINE.fullmatch(block):
-            at = block_at + inline.start(1)
-            knobs += _dim3_knobs(f"{kernel}.block", inline.group(1), at, positions)
-    text, offset = segment
-    for match in _DIM3_DECL.finditer(text):
-        if match.group(1) in block_names:
-            knobs += _dim3_knobs(match.group(1), match.group(2), offset + match.start(2), positions)
-    return knobs
-
-
-def _dim3_knobs(variable: str, arguments: str, at: int, positions: _Positions) -> list[Knob]:
-    return [
-        Knob("launch", f"{variable}.{axis}", int(text), offset, offset + len(text),
-             positions.line_of(offset))
-        for (text, offset), axis in zip(_split_top_level(arguments, at), "xyz")
-        if text.isdigit()
-    ]
-
-
-def _launches(segment: _Segment) -> Iterator[tuple[str, tuple[str, int], tuple[str, int]]]:
-    """Each <<<...>>> launch as (kernel, grid, block), the last two as (text, offset)."""
-    text, offset = segment
-    for match in _LAUNCH.finditer(text):
-        parts = _split_top_level(match.group(2), offset + match.start(2))
-        if len(parts) >= 2:
-            yield match.group(1) or "kernel", parts[0], parts[1]
-
-
-def _split_top_level(text: str, offset: int) -> list[tuple[str, int]]:
-    """Comma-separated arguments outside brackets, stripped, with their offsets."""
-    parts, depth, begin = [], 0, 0
-    for index, char in enumerate(text + ","):
-        if char in "([{":
-            depth += 1
-        elif char in ")]}":
-            depth -= 1
-        elif char == "," and depth == 0:
-            piece = text[begin:index]
-            parts.append((piece.strip(), offset + begin + len(piece) - len(piece.lstrip())))
-            begin = index + 1
-    return parts
-
-
-def _cuda_block_sizes(source: str) -> list[int]:
-    """Threads per block of every launch whose block size the source fixes."""
-    segments = _cuda_segments(source)
-    values = {name: value for seg in segments for name, value, _ in _cuda_constants(seg)}
-    dims = {m.group(1): m.group(2) for text, _ in segments for m in _DIM3_DECL.finditer(text)}
-    sizes = []
-    for block in (block for seg in segments for _kernel, _grid, (block, _at) in _launches(seg)):
-        inline = _DIM3_INLINE.fullmatch(block)
-        factors = _split_top_level(inline.group(1) if inline else dims.get(block, block), 0)
-        numbers = [int(text) if text.isdigit() else values.get(text) for text, _at in factors]
-        known = [number for number in numbers if number is not None]
-        if len(known) == len(numbers):  # sizes computed at run time are not ours to check
-            sizes.append(math.prod(known))
-    return sizes
