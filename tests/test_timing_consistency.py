@@ -111,3 +111,140 @@ def test_tf32_tolerance_applies_to_convolution_tasks_only(tmp_path) -> None:
     assert uses_convolution(conv, conv.Model())
     assert uses_convolution(functional, functional.Model())
     assert uses_convolution(conv, None)  # no eager baseline: the source decides
+
+
+class _Tf32Eager(torch.nn.Module):
+    """An eager reference whose output moves by `bump` at one element while cuDNN's TF32 is on.
+
+    It also writes into its input, as a reference may: the sets must stay pristine.
+    """
+
+    def __init__(self, extra: str = "") -> None:
+        super().__init__()
+        self.extra, self.flags = extra, []
+
+    def forward(self, x, bump):
+        self.flags.append(torch.backends.cudnn.allow_tf32)
+        out = x * 0.5
+        if torch.backends.cudnn.allow_tf32:
+            out[0, 0] += bump
+        x.add_(1.0)
+        if self.extra == "int":
+            return out, torch.arange(4)
+        if self.extra == "shape":
+            return out, out[:2] if torch.backends.cudnn.allow_tf32 else out[:3]
+        return out
+
+
+def _tf32_sets(*bumps: float, scale: float = 1.0):
+    generator = torch.Generator().manual_seed(0)
+    sets = []
+    for bump in bumps:
+        x = torch.rand(8, 16, generator=generator) * scale
+        x[0, 0] = 0.2 * scale
+        sets.append([x, bump])
+    return sets
+
+
+@pytest.fixture
+def tf32_flag():
+    before = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = True  # as set_user_backend leaves it when timing in TF32
+    yield
+    torch.backends.cudnn.allow_tf32 = before
+
+
+def test_tf32_atol_is_three_times_eagers_error_beyond_rtol_on_every_set(tf32_flag):
+    from kernelevo.evaluate.child.tf32_tolerance import tf32_tolerances
+
+    eager = _Tf32Eager()
+    sets = _tf32_sets(0.05, 0.08, 0.03)  # the worst set is not the first
+    pristine = [[x.clone(), bump] for x, bump in sets]
+    widened, note = tf32_tolerances(eager, sets, [[1e-4, 1e-5]])
+    # eager's fp32 output at [0, 0] is 0.1: rtol 1e-2 (the floor) covers 0.001 of the 0.08
+    assert widened[0][0] == pytest.approx(3 * (0.08 - 0.01 * 0.1), rel=1e-4)
+    assert widened[0][1] == 1e-2
+    assert "x3" in note and "atol 0.237 (output 0)" in note
+    assert eager.flags == [False, True] * 3  # every set, fp32 then TF32
+    assert torch.backends.cudnn.allow_tf32 is True  # restored to what the timing set
+    for (x, bump), (kept, kept_bump) in zip(sets, pristine):  # eager ran on clones
+        assert torch.equal(x, kept) and bump == kept_bump
+
+
+def test_tf32_atol_is_in_compare_tensors_units():
+    """compare_tensor scales atol by max(1, rms): eager's own TF32 output passes at a third."""
+    from kernelevo.evaluate.child.tf32_tolerance import tf32_tolerances
+
+    eager = _Tf32Eager()
+    (x, bump), = _tf32_sets(0.5, scale=20.0)  # rms of the output about 5.8
+    widened, _ = tf32_tolerances(eager, [[x, bump]], [[1e-4, 1e-4]])
+    atol, rtol = widened[0]
+    before = torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cudnn.allow_tf32 = False
+        exact = eager(x.clone(), bump)
+        torch.backends.cudnn.allow_tf32 = True
+        fast = eager(x.clone(), bump)
+    finally:
+        torch.backends.cudnn.allow_tf32 = before
+    assert compare_tensor(fast, exact, atol / 3 * 1.001, rtol).reason is None
+    assert compare_tensor(fast, exact, atol / 3 * 0.99, rtol).reason == "output_mismatch"
+
+
+@pytest.mark.parametrize("flag", [True, False])
+def test_tf32_floor_holds_when_eager_is_unmoved_and_the_flag_is_restored(flag):
+    from kernelevo.evaluate.child.tf32_tolerance import TF32_FLOOR, tf32_tolerances
+
+    before = torch.backends.cudnn.allow_tf32
+    torch.backends.cudnn.allow_tf32 = flag
+    try:
+        widened, note = tf32_tolerances(_Tf32Eager(), _tf32_sets(0.0, 0.0),
+                                        [[1e-4, 1e-4], [0.02, 1e-5]])
+        assert torch.backends.cudnn.allow_tf32 is flag
+    finally:
+        torch.backends.cudnn.allow_tf32 = before
+    # as the fixed rule had it; a task's own looser atol stands
+    assert widened == [[TF32_FLOOR, TF32_FLOOR], [0.02, TF32_FLOOR]]
+    assert "within them" in note
+
+
+@pytest.mark.parametrize("extra", ["int", "shape"])
+def test_tf32_unmeasurable_outputs_keep_the_fixed_rule(tf32_flag, extra):
+    from kernelevo.evaluate.child.tf32_tolerance import tf32_tolerances
+
+    widened, note = tf32_tolerances(_Tf32Eager(extra), _tf32_sets(0.05),
+                                    [[1e-4, 1e-4], [1e-4, 1e-4]])
+    assert widened[0][0] == pytest.approx(3 * (0.05 - 0.001), rel=1e-4)
+    assert widened[1] == [1e-2, 1e-2]
+    assert "(output 0)" in note and "(output 1)" not in note
+
+
+@pytest.mark.parametrize("error", [RuntimeError("cuDNN error"),
+                                   torch.OutOfMemoryError("CUDA out of memory")])
+def test_tf32_an_eager_that_raises_falls_back_to_the_fixed_rule(tf32_flag, error):
+    from kernelevo.evaluate.child.tf32_tolerance import tf32_tolerances
+
+    class Failing(_Tf32Eager):
+        def forward(self, x, bump):
+            out = super().forward(x, bump)
+            if torch.backends.cudnn.allow_tf32:
+                raise error
+            return out
+
+    sets = _tf32_sets(0.05)
+    pristine = sets[0][0].clone()
+    widened, note = tf32_tolerances(Failing(), sets, [[1e-4, 1e-4], [0.5, 1e-4]])
+    assert widened == [[1e-2, 1e-2], [0.5, 1e-2]]
+    assert "not measured" in note
+    assert ("out of memory" in note) == isinstance(error, torch.OutOfMemoryError)
+    assert torch.backends.cudnn.allow_tf32 is True
+    assert torch.equal(sets[0][0], pristine)
+
+
+def test_run_timing_holds_convolution_tasks_to_eagers_tf32_error():
+    """The timing uses the measure (not the fixed rule alone) and says so in its notes."""
+    import inspect
+
+    source = inspect.getsource(worker_timing.run_timing)
+    assert "tf32_tolerances(eager, sets, tolerances)" in source
+    assert "tf32_notes" in source.split("channel.send(Timing(")[0].split("notes = ")[-1]

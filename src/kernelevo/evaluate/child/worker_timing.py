@@ -26,6 +26,7 @@ from kernelevo.evaluate.child.baselines import Baselines
 from kernelevo.evaluate.child.cores import on_timing_core, timing_core, visible_gpu_ordinal
 from kernelevo.evaluate.child.profile_take import attach_profiles
 from kernelevo.evaluate.child.share_training import training_step_share
+from kernelevo.evaluate.child.tf32_tolerance import fixed_rule, tf32_tolerances
 from kernelevo.evaluate.child.timing import (TimingRun, load_set, skipped_work, speedup_range,
                                              time_contestants)
 from kernelevo.evaluate.child.timing_backward import BackwardTiming, time_backward
@@ -119,10 +120,18 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any, job: Wor
     counted = [i for i, variant in enumerate(given.variants) if variant is None]
     backend = task_inputs.set_user_backend(config.conv_tf32)
     tolerances: Sequence[Sequence[float]] = given.tolerances
-    if config.conv_tf32 and uses_convolution(task, baselines.contestants.get("eager")):
+    trained_at = tolerances  # the backward's: timed against its own, in TF32 both
+    tf32_notes: tuple[str, ...] = ()
+    eager = baselines.contestants.get("eager")
+    if config.conv_tf32 and uses_convolution(task, eager):
         # TF32 rounds to 10 mantissa bits: a cuDNN convolution's timed output
-        # differs from its verified fp32 one by that much
-        tolerances = [[max(atol, 1e-2), max(rtol, 1e-2)] for atol, rtol in tolerances]
+        # differs from its verified fp32 one by that, through what follows it
+        trained_at = fixed_rule(tolerances)
+        if eager is None:
+            tolerances = trained_at
+        else:  # held to eager's own TF32 error (tf32_tolerance.py), on every set
+            tolerances, note = tf32_tolerances(eager, sets, tolerances)
+            tf32_notes = (note,)
     how, ratios = "beside", {}
     core = timing_core(visible_gpu_ordinal())
     with torch.no_grad(), on_timing_core(core):
@@ -142,7 +151,7 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any, job: Wor
                                        launches)
                 run.seconds["probe"] = probed_s
         trained = (_backward_timing(contestants, run, sets, given, config, counted, launches,
-                                    tolerances) if job.backward else None)
+                                    trained_at) if job.backward else None)
     timing_s = time.perf_counter() - started
     # Profiled after timing, so no profiler state can touch a timed call. The
     # judge answers once other judges' checks may share the GPU again (a
@@ -171,7 +180,7 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any, job: Wor
         if problem:
             inconsistent[str(index)] = f"while timing: {problem}"
     measures = _as_json(run)
-    notes = tuple(baselines.notes + run.notes)
+    notes = tuple(baselines.notes + run.notes) + tf32_notes
     flags, rounds = tuple(run.flags), run.rounds if how != "stored" else {}
     if how == "stored":
         assert stored is not None and stored.measures is not None
