@@ -104,13 +104,20 @@ def output_problem(value: Any, position: int) -> str | None:
     return None
 
 
-def poison_allocator(device: str) -> None:
+def poison_allocator(device: str, headroom: int = 0) -> None:
     """Fill every free block the caching allocator holds with NaN bytes.
 
     The next allocation of a kernel that leaves part of its output unwritten
     then shows NaN there, whatever an earlier call (its own, or the freed copy
     of a correct answer) left in that memory. Each free block is claimed at its
     exact size, which the allocator serves from that same block.
+
+    `headroom` bytes more are claimed, poisoned and freed too (at most half
+    the device's free memory): a call that needs more than the cache holds
+    would otherwise get fresh pages from the driver, which are zeros, and an
+    unwritten output of zeros matches a task whose answer is all zeros
+    (KernelBench level-2 9's ReLU of values below zero; its knockout with the
+    candidate's kernels off once passed as the answer at a larger size).
     """
     if device != "cuda":
         return
@@ -119,6 +126,11 @@ def poison_allocator(device: str) -> None:
         for block in segment.get("blocks", []):
             if block.get("state") == "inactive" and block.get("size", 0) > 0:
                 claimed.append(torch.empty(block["size"], dtype=torch.uint8, device=device))
+    if headroom > 0:
+        free, _ = torch.cuda.mem_get_info()
+        size = min(headroom, free // 2)
+        if size > 0:
+            claimed.append(torch.empty(size, dtype=torch.uint8, device=device))
     for tensor in claimed:
         tensor.fill_(0xFF)  # all-ones bytes are NaN in fp32, fp16 and bf16
     del claimed

@@ -410,17 +410,25 @@ class _SetRuns:
 
     def _call(self, number: int, problems: list[str], ops: set[str] | None = None,
               quiet: bool = False) -> dict[str, Any]:
+        # Room for the call's own allocations, poisoned: its inputs and the
+        # largest output seen so far, twice over (each call's outputs are alike).
+        largest = max((task_inputs.tensor_bytes(entry["values"])
+                       for entry in self.outputs.values()), default=0)
         return _call_checked(self.model, self.task, *self.sets[number], self.device,
-                             self.dtype, problems, ops, quiet)
+                             self.dtype, problems, ops, quiet, headroom_outputs=largest)
 
 
 def _call_checked(model: Any, task: Any, seed: int, variant: Any, device: str,
                   dtype: torch.dtype, problems: list[str], ops: set[str] | None = None,
-                  quiet: bool = False) -> dict[str, Any]:
-    """One forward call on fresh copies of an input set, with the per-call guards."""
+                  quiet: bool = False, headroom_outputs: int = 0) -> dict[str, Any]:
+    """One forward call on fresh copies of an input set, with the per-call guards.
+
+    `headroom_outputs`: the bytes of an earlier call's outputs; the allocator
+    holds poisoned room for twice them and the inputs (guards.poison_allocator).
+    """
     inputs = task_inputs.kept_inputs(task, seed, device, dtype, variant)
     given = task_inputs.clone_inputs(inputs)
-    guards.poison_allocator(device)
+    guards.poison_allocator(device, 2 * (task_inputs.tensor_bytes(given) + headroom_outputs))
     try:
         with torch.no_grad():
             if ops is None:

@@ -44,6 +44,8 @@ class BackwardRuns:
         self.launches = 0  # its own Triton launches during backward, with the kernels on
         self.problem: str | None = None  # not differentiable: no gradients at all
         self.error: str | None = None  # its backward raised
+        # gradients of parameters take this much room (guards.poison_allocator)
+        self.parameter_bytes = _parameter_bytes(model)
 
     def knockout_run(self) -> None:
         """The backward of one set with the candidate's own kernels switched off."""
@@ -86,7 +88,9 @@ class BackwardRuns:
               kernels: bool = True) -> Backward:
         seed, variant = self.sets[number]
         inputs = task_inputs.kept_inputs(self.task, seed, self.device, self.dtype, variant)
-        guards.poison_allocator(self.device)
+        # poisoned room for the call's outputs and gradients (guards.poison_allocator)
+        room = task_inputs.tensor_bytes(list(inputs)) + self.parameter_bytes
+        guards.poison_allocator(self.device, 2 * room)
         result = forward_backward(self.model, inputs, seed, scale, record,
                                   around_backward=self._around(kernels))
         if self.device == "cuda":
@@ -142,3 +146,12 @@ def warm_autograd_threads(device: str) -> None:
     value = torch.ones(1, device=device, requires_grad=True)
     _Touch.apply(value).sum().backward()
     torch.cuda.synchronize()
+
+
+def _parameter_bytes(model: Any) -> int:
+    """The bytes of a model's parameters (0 if it has none it will tell of)."""
+    try:
+        return sum(p.numel() * p.element_size() for p in torch.nn.Module.parameters(model)
+                   if isinstance(p, torch.Tensor))
+    except Exception:  # noqa: BLE001 - not a module: room for the inputs only
+        return 0
