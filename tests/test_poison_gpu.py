@@ -23,3 +23,22 @@ def test_headroom_is_poisoned_so_an_unwritten_output_is_not_zeros() -> None:
     assert torch.isnan(unwritten).all()
     del unwritten
     torch.cuda.empty_cache()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_poisoning_again_and_again_takes_no_more_memory() -> None:
+    """Each call's poison reuses the room of the last: the cache does not grow per call."""
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    outputs = []
+    for _ in range(3):  # a few calls' worth, as the checks make
+        guards.poison_allocator("cuda", headroom=64 << 20)
+        outputs.append(torch.empty(8 << 20, dtype=torch.uint8, device="cuda"))
+        outputs.pop()
+    reserved = torch.cuda.memory_reserved()
+    for _ in range(10):
+        guards.poison_allocator("cuda", headroom=64 << 20)
+        output = torch.empty(8 << 20, dtype=torch.uint8, device="cuda")
+        del output
+    assert torch.cuda.memory_reserved() == reserved
+    torch.cuda.empty_cache()

@@ -122,15 +122,21 @@ def poison_allocator(device: str, headroom: int = 0) -> None:
     if device != "cuda":
         return
     claimed = []
-    for segment in torch.cuda.memory_snapshot():
-        for block in segment.get("blocks", []):
-            if block.get("state") == "inactive" and block.get("size", 0) > 0:
-                claimed.append(torch.empty(block["size"], dtype=torch.uint8, device=device))
-    if headroom > 0:
+    if headroom > 0:  # first: the room claimed last time is free again and serves it
         free, _ = torch.cuda.mem_get_info()
         size = min(headroom, free // 2)
         if size > 0:
             claimed.append(torch.empty(size, dtype=torch.uint8, device=device))
+    # The allocator serves a stream from its own blocks only: those of other
+    # streams cannot be claimed here (a claim would take a fresh segment each
+    # time), nor handed to this stream's next allocation.
+    stream = torch.cuda.current_stream().cuda_stream
+    for segment in torch.cuda.memory_snapshot():
+        if segment.get("stream", stream) != stream:
+            continue
+        for block in segment.get("blocks", []):
+            if block.get("state") == "inactive" and block.get("size", 0) > 0:
+                claimed.append(torch.empty(block["size"], dtype=torch.uint8, device=device))
     for tensor in claimed:
         tensor.fill_(0xFF)  # all-ones bytes are NaN in fp32, fp16 and bf16
     del claimed
