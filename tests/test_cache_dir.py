@@ -93,3 +93,37 @@ def test_every_hash_key_is_made_by_cache_key():
     hashing = sorted(path.name for path in (ROOT / "src" / "kernelevo").rglob("*.py")
                      if "hashlib." in path.read_text())
     assert set(hashing) <= cannot_import, set(hashing) - cannot_import
+
+
+def test_a_fresh_folder_gets_its_packages_compiled_ahead_once(tmp_path, monkeypatch):
+    """On a fresh machine compileall fills the folder on every core, in the background, once."""
+    import time
+
+    from kernelevo import cache_dir
+
+    package = tmp_path / "lib" / "aheadpkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("VALUE = 1\n")
+    (package / "sub" / "deep.py").write_text("DEEP = 2\n")
+    (package / "tests").mkdir()
+    (package / "tests" / "test_it.py").write_text("X = 3\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "lib"))
+    folder = tmp_path / "pycache"
+    folder.mkdir()
+
+    monkeypatch.setattr(cache_dir.os, "cpu_count", lambda: 2)
+    assert not cache_dir.compile_ahead(folder, ("aheadpkg",))  # two cores: the import's own
+    monkeypatch.setattr(cache_dir.os, "cpu_count", lambda: 16)
+    assert not cache_dir.compile_ahead(folder, ("no_such_package_here",))
+    assert cache_dir.compile_ahead(folder, ("aheadpkg",))
+    assert not cache_dir.compile_ahead(folder, ("aheadpkg",))  # started once per folder
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        names = {p.name.split(".")[0] for p in folder.rglob("*.pyc")}
+        if {"__init__", "deep"} <= names:
+            break
+        time.sleep(0.2)
+    assert {"__init__", "deep"} <= names, names
+    assert "test_it" not in names  # tests are not what a judge imports
+    assert not (package / "__pycache__").exists()  # nothing beside the sources
