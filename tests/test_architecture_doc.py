@@ -12,7 +12,7 @@ from tests.test_import_graph import PACKAGE_ROOT
 
 DOC = ROOT / "docs" / "architecture.md"
 # `name.py`, `package/`, `package/name.py`: a module or package named in the doc
-_PATH = re.compile(r"`([a-z_]+(?:/[a-z_]+)*(?:\.py|/))`")
+_PATH = re.compile(r"`([a-z_][a-z0-9_]*(?:/[a-z0-9_]+)*(?:\.py|/))`")
 # `a.b`, `a/b.c`: an attribute of a module (a function, class or constant)
 _DOTTED = re.compile(r"`([a-z_]+(?:/[a-z_]+)*)\.([A-Za-z_]\w*)`")
 # - **`package/`** opens that package's list: the names after it are its modules
