@@ -98,3 +98,48 @@ def test_a_tasks_declared_tolerance_is_read_from_its_text():
     assert declared_number("output_atol = compute()\n", "output_atol") is None
     assert declared_number("output_atol = True\n", "output_atol") is None
     assert declared_number("not python (", "output_atol") is None
+
+
+def test_a_comparison_in_chunks_decides_and_measures_as_one_in_a_piece(monkeypatch):
+    """Outputs are compared a chunk at a time (bounded memory); chunking changes nothing."""
+    import math
+
+    from kernelevo.evaluate.analysis import tolerance
+
+    generator = torch.Generator().manual_seed(7)
+    ref = torch.randn(6, 5, 7, generator=generator)
+    cases = {"equal": ref.clone(), "close": ref + 1e-7,
+             "one far": ref.clone().index_put_((torch.tensor(4), torch.tensor(3),
+                                                torch.tensor(6)), torch.tensor(9.0)),
+             "twice the largest error": ref + torch.where(ref > 1.5, 0.5, 0.0),
+             "noisy": ref + 1e-3 * torch.randn(ref.shape, generator=generator)}
+    special = ref.clone()
+    special[1, 2, 3], special[5, 0, 0] = float("nan"), float("inf")
+    nan_out = special.clone()
+    nan_out[2, 2, 2] = float("nan")
+    outcomes = {}
+    for chunk in (1 << 23, 7, 1):
+        monkeypatch.setattr(tolerance, "CHUNK_ELEMENTS", chunk)
+        found = {name: compare_tensor(out, ref, 1e-4, 1e-4) for name, out in cases.items()}
+        found["special matches"] = compare_tensor(special.clone(), special, 1e-4, 1e-4)
+        found["NaN for a value"] = compare_tensor(nan_out, special, 1e-4, 1e-4)
+        outcomes[chunk] = found
+    whole = outcomes[1 << 23]
+    assert whole["one far"].metrics.worst_index == (4, 3, 6)
+    assert whole["NaN for a value"].reason == "non_finite"
+    assert "first at (2, 2, 2)" in whole["NaN for a value"].message
+    assert whole["special matches"].reason is None
+    assert whole["equal"].reason is None and whole["one far"].reason == "output_mismatch"
+    for chunk in (7, 1):
+        for name, comparison in outcomes[chunk].items():
+            expected = whole[name]
+            assert (comparison.reason, comparison.message[:60]) == (
+                expected.reason, expected.message[:60]), (chunk, name)
+            if expected.metrics is None:
+                continue
+            for field in ("max_abs_error", "max_rel_error", "mismatch_fraction",
+                          "rel_l2_error", "worst_value", "worst_expected"):
+                assert math.isclose(getattr(comparison.metrics, field),
+                                    getattr(expected.metrics, field), rel_tol=1e-12,
+                                    abs_tol=1e-15), (chunk, name, field)
+            assert comparison.metrics.worst_index == expected.metrics.worst_index
