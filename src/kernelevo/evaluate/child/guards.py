@@ -8,11 +8,12 @@ tensors with storage, and stale allocator memory is poisoned with NaN.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -153,6 +154,7 @@ class KernelSwitch:
         self.enabled = True
         self.cuda_setters: list[Any] = []
         self.launches = 0
+        self._runs: dict[Any, tuple[Any, Any]] = {}  # class -> (its own run, the switch's)
         self._patch_triton()
 
     def set(self, enabled: bool) -> None:
@@ -176,3 +178,18 @@ class KernelSwitch:
                 return __original(self, *args, **kwargs)
 
             cls.run = run
+            switch._runs[cls] = (original, run)
+
+    @contextlib.contextmanager
+    def unhooked(self) -> Iterator[None]:
+        """Triton's own launch path while inside: timed calls pass through no hook.
+
+        Launches made inside are neither counted nor switched off.
+        """
+        for cls, (original, _) in self._runs.items():
+            cls.run = original
+        try:
+            yield
+        finally:
+            for cls, (_, hooked) in self._runs.items():
+                cls.run = hooked

@@ -23,22 +23,23 @@ the statistics: a reference can take twice as long on rescaled values
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, ContextManager, Sequence
 
 import torch
 
 from kernelevo.config import TimingConfig
+from kernelevo.evaluate.child.launch_check import LaunchCount, count_own_launches
 from kernelevo.evaluate.verdict import TimingStats
 
 Contestant = Callable[..., Any]
 # (contestant, measure, set, output) -> a problem that ends that contestant's
 # timing at once (its outputs are already wrong), or None
 AfterSample = Callable[[str, str, int, Any], "str | None"]
-LaunchCount = Callable[[], int]  # own kernel launches so far in this process
 
 
 @dataclass
@@ -50,7 +51,7 @@ class TimingRun:
     flags: list[str] = field(default_factory=list)
     # contestants whose timing ended early, with why (wrong outputs, skipped work)
     dropped: dict[str, str] = field(default_factory=dict)
-    # fewest own launches per call, by measure and contestant (with a LaunchCount)
+    # own launches per call, counted apart from the timed calls (launch_check.py)
     launches: dict[str, dict[str, float]] = field(default_factory=dict)
     # seconds of each step: warm-up, then one per measure
     seconds: dict[str, float] = field(default_factory=dict)
@@ -76,10 +77,6 @@ class TimingRun:
                    rotation: "_Rotation") -> None:
         if set_index in rotation.counted:
             self.rounds.setdefault(measure, {}).setdefault(name, {})[index] = ms
-
-    def count_launches(self, measure: str, name: str, per_call: float) -> None:
-        by_name = self.launches.setdefault(measure, {})
-        by_name[name] = min(by_name.get(name, per_call), per_call)
 
 
 # The least a speedup's interval spans either side of it: the same pair timed
@@ -336,14 +333,18 @@ def time_contestants(contestants: dict[str, Contestant], sets: list[list[Any]],
                      counted: Sequence[int] | None = None,
                      launches: LaunchCount | None = None,
                      brief: dict[str, tuple[int, int]] | None = None,
-                     load: Load | None = None) -> TimingRun:
+                     load: Load | None = None,
+                     unhooked: Callable[[], ContextManager[Any]] | None = None) -> TimingRun:
     """Every measure of every contestant; `after(name, measure, set, output)` sees outputs.
 
     `counted`: the sets whose times make the statistics (the task's own
     distribution; all when None). The others rotate through the calls too.
     A contestant whose output `after` calls wrong is timed no further.
     `launches` counts own kernel launches, so a caller can tell work skipped
-    in a loop of calls (an output cached on the unchanged inputs) from work done.
+    in a loop of calls (an output cached on the unchanged inputs) from work
+    done; they are counted in a few untimed calls after the timing
+    (launch_check.py), and `unhooked()` takes the counting hook off the
+    launch path for the timed calls.
     `brief`: contestants timed with at most (gpu samples, call loops) on the
     counted sets, interleaved with the others' first rounds (a drift probe).
     `load(i)`, when given, makes set i current in place of copying it into
@@ -355,16 +356,27 @@ def time_contestants(contestants: dict[str, Contestant], sets: list[list[Any]],
     # a contestant that makes several calls of the task per invocation (the
     # compile baseline inside a compiled model) is timed per call of the task
     shares = {name: getattr(fn, "calls_per_invocation", 1) for name, fn in contestants.items()}
-    count = launches or (lambda: 0)
     rotation = _Rotation(len(sets), counted)
     arena = [x.clone() if isinstance(x, torch.Tensor) else x for x in sets[0]]
     sampler = (_Sampler if torch.cuda.is_available() else _HostSampler)(arena, sets, load)
-    started = time.perf_counter()
-    calls, graphed = _calls(contestants, arena, config, run)
-    warm = {name: _per_call(_warm(call, config.warmup_ms), shares[name])
-            for name, call in calls.items()}
-    sampler.shares = shares
-    run.seconds["warm"] = time.perf_counter() - started
+    with (unhooked or contextlib.nullcontext)():  # warm-up too: it sizes the loops
+        started = time.perf_counter()
+        calls, graphed = _calls(contestants, arena, config, run)
+        warm = {name: _per_call(_warm(call, config.warmup_ms), shares[name])
+                for name, call in calls.items()}
+        sampler.shares = shares
+        run.seconds["warm"] = time.perf_counter() - started
+        _measure(calls, warm, graphed, sampler, rotation, config, after, run)
+    if launches is not None:
+        run.launches = count_own_launches(calls, lambda: sampler.load(rotation.counted[0]),
+                                          launches)
+    return run
+
+
+def _measure(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, float]],
+             graphed: set[str], sampler: Any, rotation: "_Rotation", config: TimingConfig,
+             after: AfterSample, run: TimingRun) -> None:
+    """Every measure, one after another, into `run`."""
     # As timeit does: a collection of this process's many objects (torch,
     # inductor) would land on whichever call happens to trigger it.
     collecting = gc.isenabled()
@@ -372,10 +384,9 @@ def time_contestants(contestants: dict[str, Contestant], sets: list[list[Any]],
     try:
         started = time.perf_counter()
         run.measures["gpu"] = _gpu_time(calls, warm, graphed, sampler, rotation, config,
-                                        after, run, count)
+                                        after, run)
         run.seconds["gpu"], started = time.perf_counter() - started, time.perf_counter()
-        run.measures["call"] = _call_time(calls, warm, sampler, rotation, config, after, run,
-                                          count)
+        run.measures["call"] = _call_time(calls, warm, sampler, rotation, config, after, run)
         run.seconds["call"], started = time.perf_counter() - started, time.perf_counter()
         if config.measure == "kernelbench":
             run.measures["kernelbench"] = _kernelbench_time(calls, sampler, rotation, after,
@@ -384,13 +395,11 @@ def time_contestants(contestants: dict[str, Contestant], sets: list[list[Any]],
     finally:
         if collecting:
             gc.enable()
-    return run
 
 
 def _gpu_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, float]],
               graphed: set[str], sampler: Any, rotation: _Rotation,
-              config: TimingConfig, after: AfterSample, run: TimingRun,
-              launch_count: LaunchCount) -> dict[str, TimingStats]:
+              config: TimingConfig, after: AfterSample, run: TimingRun) -> dict[str, TimingStats]:
     slowest = max(per_call for per_call, _ in warm.values())
     count = int(min(config.max_samples, max(config.min_samples, config.target_ms / slowest)))
     # Twice the host's queueing time, so the call is queued before the sleep ends.
@@ -402,11 +411,9 @@ def _gpu_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, 
         for name in _rotated(list(calls), index):
             if name not in calls or run.enough(name, 0, events[name], rotation):
                 continue
-            before = launch_count()
             event_ms, tail_ms, output = sampler.sample(calls[name], set_index, hold_ms[name])
             share = sampler.shares.get(name, 1)
             event_ms, tail_ms = event_ms / share, tail_ms / share
-            run.count_launches("gpu", name, launch_count() - before)
             events[name].append((set_index, event_ms))
             tails[name].append((set_index, tail_ms))
             run.keep_round("gpu", name, index, set_index, event_ms, rotation)
@@ -424,8 +431,7 @@ def _gpu_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, 
 
 def _call_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, float]],
                sampler: Any, rotation: _Rotation, config: TimingConfig,
-               after: AfterSample, run: TimingRun,
-               launch_count: LaunchCount) -> dict[str, TimingStats]:
+               after: AfterSample, run: TimingRun) -> dict[str, TimingStats]:
     """Loops of back-to-back calls (at least 2 ms each), interleaved; median per call."""
     if not calls:
         return {}
@@ -440,10 +446,8 @@ def _call_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float,
         for name in _rotated(list(calls), index):
             if name not in calls or run.enough(name, 1, samples[name], rotation):
                 continue
-            before = launch_count()
             per_call_ms, output = sampler.loop(calls[name], set_index, per_loop[name])
             per_call_ms /= sampler.shares.get(name, 1)
-            run.count_launches("call", name, (launch_count() - before) / per_loop[name])
             samples[name].append((set_index, per_call_ms))
             run.keep_round("call", name, index, set_index, per_call_ms, rotation)
             run.drop(calls, name, after(name, "call", set_index, output))
@@ -491,17 +495,3 @@ def _choose(name: str, events_ms: list[float], tails_ms: list[float], method: st
                          f"(event time {event:.3f} ms); timed up to device idle instead")
         return summarize([e + t for e, t in zip(events_ms, tails_ms)], "events+tail")
     return summarize(events_ms, method)
-
-
-def skipped_work(launches: dict[str, dict[str, float]], name: str) -> str | None:
-    """Why a contestant's loop of calls did less of its own work than single calls, if it did.
-
-    Inputs stay unchanged through a loop of calls (the call measure), so an
-    output cached on them would make every call after the first free.
-    """
-    single = launches.get("gpu", {}).get(name, 0)
-    looped = launches.get("call", {}).get(name, single)
-    if single > 0 and looped < single:
-        return (f"{looped:.2f} own kernel launches per call in a loop of calls against "
-                f"{single:g} in single calls: work skipped on repeated calls")
-    return None

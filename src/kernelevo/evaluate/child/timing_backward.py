@@ -28,7 +28,7 @@ call with grad compiles them, in the warm-up.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, ContextManager, Sequence
 
 import torch
 
@@ -37,8 +37,8 @@ from kernelevo.evaluate.analysis.oom import is_out_of_memory
 from kernelevo.evaluate.analysis.tolerance import compare_tensor
 from kernelevo.evaluate.child import guards
 from kernelevo.evaluate.child.baselines import CompiledInAModel
-from kernelevo.evaluate.child.timing import (LaunchCount, TimingRun, skipped_work, summarize,
-                                             time_contestants)
+from kernelevo.evaluate.child.launch_check import LaunchCount, skipped_work
+from kernelevo.evaluate.child.timing import TimingRun, summarize, time_contestants
 from kernelevo.evaluate.shared.gradients import (NotDifferentiable, grad_inputs, parameters_of,
                                                  projections)
 from kernelevo.evaluate.verdict import workload_measure
@@ -193,7 +193,8 @@ class BackwardTiming:
 def time_backward(contestants: dict[str, Any], sets: list[list[Any]], seeds: Sequence[int],
                   config: TimingConfig, counted: Sequence[int] | None = None,
                   launches: LaunchCount | None = None,
-                  tolerance: tuple[float, float] = (1e-4, 1e-4)) -> BackwardTiming:
+                  tolerance: tuple[float, float] = (1e-4, 1e-4),
+                  unhooked: Callable[[], ContextManager[Any]] | None = None) -> BackwardTiming:
     """The train and backward measures of every contestant on `sets` (seeded by `seeds`).
 
     A candidate's timed gradients are checked against its own first
@@ -222,7 +223,7 @@ def time_backward(contestants: dict[str, Any], sets: list[list[Any]], seeds: Seq
         return result
     after = _checker(trainers, tolerance)
     train = _timed({n: t.train for n, t in trainers.items()}, trainers, sets, config, after,
-                   counted, launches)
+                   counted, launches, unhooked)
     _collect(result, TRAIN, train)
     refused = {name: _replayable(trainer) for name, trainer in trainers.items()
                if name not in result.dropped}
@@ -240,7 +241,7 @@ def time_backward(contestants: dict[str, Any], sets: list[list[Any]], seeds: Seq
                                 "its backward alone is train minus forward with grad, timed "
                                 "in the same rounds")
     if calls:
-        backward = _timed(calls, trainers, sets, config, after, counted, launches)
+        backward = _timed(calls, trainers, sets, config, after, counted, launches, unhooked)
         for name in list(calls):
             if name.endswith(_FORWARD):
                 _difference(backward, name.removesuffix(_FORWARD))
@@ -253,7 +254,8 @@ def time_backward(contestants: dict[str, Any], sets: list[list[Any]], seeds: Seq
 
 def _timed(calls: dict[str, Callable[[], Any]], trainers: dict[str, _Trainer],
            sets: list[list[Any]], config: TimingConfig, after: Any,
-           counted: Sequence[int] | None, launches: LaunchCount | None) -> TimingRun:
+           counted: Sequence[int] | None, launches: LaunchCount | None,
+           unhooked: Callable[[], ContextManager[Any]] | None = None) -> TimingRun:
     """One interleaved timing of `calls`, each contestant's set loaded by its trainer."""
     for name, call in list(calls.items()):
         share = trainers[name.removesuffix(_FORWARD)].calls_per_invocation
@@ -266,7 +268,7 @@ def _timed(calls: dict[str, Callable[[], Any]], trainers: dict[str, _Trainer],
 
     with torch.enable_grad():
         return time_contestants(calls, [[] for _ in sets], config, after, counted, launches,
-                                load=load)
+                                load=load, unhooked=unhooked)
 
 
 class _Shared:

@@ -157,7 +157,8 @@ def _check_all(job: WorkerJob, given: ReadyReply, task: Any, channel: Sender,
     timed = {i for i in reply.time if 0 <= i < len(loaded) and loaded[i] is not None}
     if timed and baselines is not None:
         run_timing({i: loaded[i] for i in sorted(timed)}, baselines, task, job, given, channel,
-                   snapshot, launches=lambda: switch.launches, stored=stored)
+                   snapshot, launches=lambda: switch.launches, stored=stored,
+                   unhooked=switch.unhooked)
 
 
 Step = TypeVar("Step")

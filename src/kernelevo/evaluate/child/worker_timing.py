@@ -12,7 +12,7 @@ import inspect
 import random
 import re
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, ContextManager, Sequence
 
 import torch
 
@@ -24,11 +24,11 @@ from kernelevo.evaluate.analysis.tolerance import compare_tensor
 from kernelevo.evaluate.child import guards
 from kernelevo.evaluate.child.baselines import Baselines
 from kernelevo.evaluate.child.cores import on_timing_core, timing_core, visible_gpu_ordinal
+from kernelevo.evaluate.child.launch_check import skipped_work
 from kernelevo.evaluate.child.profile_take import attach_profiles
 from kernelevo.evaluate.child.share_training import training_step_share
 from kernelevo.evaluate.child.tf32_tolerance import fixed_rule, tf32_tolerances
-from kernelevo.evaluate.child.timing import (TimingRun, load_set, skipped_work, speedup_range,
-                                             time_contestants)
+from kernelevo.evaluate.child.timing import TimingRun, load_set, speedup_range, time_contestants
 from kernelevo.evaluate.child.timing_backward import BackwardTiming, time_backward
 from kernelevo.evaluate.shared import inputs as task_inputs
 from kernelevo.evaluate.shared.messages import (BaselinesReply, BaselineTimes, Progress, ReadyReply,
@@ -78,7 +78,8 @@ def _as_json(run: TimingRun) -> dict[str, dict[str, dict[str, Any]]]:
 def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any, job: WorkerJob,
                given: ReadyReply, channel: Sender, snapshot: Any,
                launches: Callable[[], int] | None = None,
-               stored: BaselinesReply | None = None) -> None:
+               stored: BaselinesReply | None = None,
+               unhooked: Callable[[], ContextManager[Any]] | None = None) -> None:
     """Time the loaded candidates against the baselines, profile them, send `Timing`.
 
     With `stored` times, the candidates are timed beside a brief probe of the
@@ -136,22 +137,24 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any, job: Wor
     core = timing_core(visible_gpu_ordinal())
     with torch.no_grad(), on_timing_core(core):
         if probe is None:
-            run = time_contestants(contestants, sets, config, after, counted or None, launches)
+            run = time_contestants(contestants, sets, config, after, counted or None, launches,
+                                   unhooked=unhooked)
         else:
             assert stored is not None and stored.measures is not None
             timed = {n: c for n, c in contestants.items()
                      if n == probe or n.startswith("candidate_")}
             run = time_contestants(timed, sets, config, after, counted or None, launches,
-                                   brief={probe: (PROBE_GPU_SAMPLES, PROBE_CALL_LOOPS)})
+                                   brief={probe: (PROBE_GPU_SAMPLES, PROBE_CALL_LOOPS)},
+                                   unhooked=unhooked)
             ratios = drift(_as_json(run), stored.measures, probe)
             how = "stored" if steady(ratios) else "drifted"
             if how == "drifted":  # timed as without a store: every baseline beside them
                 probed_s = sum(run.seconds.values())
                 run = time_contestants(contestants, sets, config, after, counted or None,
-                                       launches)
+                                       launches, unhooked=unhooked)
                 run.seconds["probe"] = probed_s
         trained = (_backward_timing(contestants, run, sets, given, config, counted, launches,
-                                    trained_at) if job.backward else None)
+                                    trained_at, unhooked) if job.backward else None)
     timing_s = time.perf_counter() - started
     # Profiled after timing, so no profiler state can touch a timed call. The
     # judge answers once other judges' checks may share the GPU again (a
@@ -210,7 +213,9 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any, job: Wor
 def _backward_timing(contestants: dict[str, Any], run: TimingRun, sets: list[list[Any]],
                      given: ReadyReply, config: Any, counted: list[int],
                      launches: Callable[[], int] | None,
-                     tolerances: Sequence[Sequence[float]]) -> BackwardTiming:
+                     tolerances: Sequence[Sequence[float]],
+                     unhooked: Callable[[], ContextManager[Any]] | None = None
+                     ) -> BackwardTiming:
     """The train and backward measures (timing_backward.py) of every contestant still timed.
 
     Candidates' timed gradients are checked against their own first ones at
@@ -222,7 +227,7 @@ def _backward_timing(contestants: dict[str, Any], run: TimingRun, sets: list[lis
                  max((rtol for _, rtol in tolerances), default=1e-4))
     try:
         return time_backward(timed, sets, given.seeds, config, counted or None, launches,
-                             tolerance)
+                             tolerance, unhooked)
     except Exception as exc:  # noqa: BLE001 - the forward's times stand without these
         if not is_out_of_memory(exc):
             raise
