@@ -106,7 +106,11 @@ def suite_phase(entries: list[dict], tasks: Path, solutions: Path, out: Path,
                              entry, shrunk=bool((problems or {}).get(entry["problem"], {})
                                                 .get("changes"))),
                          "wall_s": row.get("wall_s"), "speedup": row.get("speedup"),
-                         "flags": row.get("flags"), "message": (row.get("message") or "")[:200]})
+                         "flags": row.get("flags"), "message": (row.get("message") or "")[:200],
+                         # where the first rows' seconds went (issue 38's first row)
+                         **({"phases_s": row.get("phases_s"), "lane": row.get("lane"),
+                             "build_wait_s": row.get("build_wait_s")}
+                            if len(verdicts) < 6 else {})})
     return {"rc": rc, "wall_s": round(wall, 1), "judged": len(verdicts), "cache": cache,
             "first_row_s": None if first_row_s is None else round(first_row_s, 1),
             "per_hour": round(3600 * len(verdicts) / wall) if verdicts else None,
