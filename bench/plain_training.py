@@ -18,7 +18,11 @@ and every parameter (nothing accumulates in `.grad`). Per contestant:
   train_kernel_ms   the summed device time of every kernel of one step (torch.profiler;
                     no gaps: what the judge's `gpu` measure holds the GPU to time);
   forward_loop_ms   the forward with grad alone, the same way;
-  backward_loop_ms  train_loop_ms - forward_loop_ms (the judge's `train-forward`).
+  backward_loop_ms  train_loop_ms - forward_loop_ms (the judge's `train-forward`);
+  backward_replay_loop_ms  the backward alone, `torch.autograd.grad` with
+                    retain_graph=True replayed on one forward's graph, the way
+                    the judge times `backward_call` (none for a contestant whose
+                    graph refuses a second backward, as torch.compile's does).
 
 Prints one JSON line: every figure, and each speedup of the candidate over
 eager and over compile. Run it as its own process in the same device call as
@@ -68,6 +72,25 @@ def step_of(module: torch.nn.Module, call: Callable[..., Any], inputs: list[Any]
         return call(*leaves)
 
     return train, forward
+
+
+def replay_of(module: torch.nn.Module, call: Callable[..., Any], inputs: list[Any],
+              seed: int) -> Callable[[], Any]:
+    """The backward alone, replayed on one forward's graph (step_of's leaves and projection)."""
+    leaves = [x.detach().requires_grad_(True) if torch.is_tensor(x) and x.is_floating_point()
+              else x for x in inputs]
+    wanted = [x for x in leaves if torch.is_tensor(x) and x.requires_grad]
+    wanted += [p for p in module.parameters() if p.requires_grad]
+    outputs = outputs_of(call(*leaves))
+    generator = torch.Generator(device=outputs[0].device).manual_seed(seed)
+    projections = [torch.randn(o.shape, device=o.device, dtype=o.dtype, generator=generator)
+                   for o in outputs]
+
+    def backward() -> Any:
+        return torch.autograd.grad(outputs, wanted, projections, retain_graph=True,
+                                   allow_unused=True)
+
+    return backward
 
 
 def loop_ms(fn: Callable[[], Any], calls: int) -> float:
@@ -124,13 +147,24 @@ def main() -> None:
         row[f"forward_loop_ms_{name}"] = loop_ms(forward, args.calls)
         row[f"backward_loop_ms_{name}"] = (row[f"train_loop_ms_{name}"]
                                            - row[f"forward_loop_ms_{name}"])
+    for name, (module, call) in contestants.items():
+        try:
+            backward = replay_of(module, call, inputs, seed=2)
+            backward()
+            backward()  # a graph that refuses a second backward says so here
+        except RuntimeError:
+            row[f"backward_replay_loop_ms_{name}"] = None
+            continue
+        row[f"backward_replay_loop_ms_{name}"] = loop_ms(backward, args.calls)
     for name, (train, _) in steps.items():
         row[f"train_do_bench_ms_{name}"] = triton.testing.do_bench(train, warmup=50, rep=300)
     for name, (train, _) in steps.items():  # last: nothing timed runs under the profiler
         row[f"train_kernel_ms_{name}"] = kernel_ms(train)
     for figure in ("train_loop_ms", "train_do_bench_ms", "train_kernel_ms",
-                   "backward_loop_ms"):
+                   "backward_loop_ms", "backward_replay_loop_ms"):
         for baseline in ("eager", "compile"):
+            if row[f"{figure}_{baseline}"] is None or row[f"{figure}_candidate"] is None:
+                continue  # a graph that cannot be replayed has no replay figure
             row[f"{figure[:-3]}_speedup_vs_{baseline}"] = (row[f"{figure}_{baseline}"]
                                                           / row[f"{figure}_candidate"])
     print(json.dumps({k: round(v, 5) if isinstance(v, float) else v for k, v in row.items()}),

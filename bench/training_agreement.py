@@ -27,7 +27,8 @@ HERE = Path(__file__).resolve().parent
 EXAMPLE = HERE.parent / "examples" / "layernorm_backward"
 # judge measure -> plain_training.py's figure for the same thing
 FIGURES = [("train_call", "train_loop"), ("train_gpu", "train_do_bench"),
-           ("train_gpu", "train_kernel"), ("backward_call", "backward_loop")]
+           ("train_gpu", "train_kernel"), ("backward_call", "backward_loop"),
+           ("backward_call", "backward_replay_loop")]
 CLOSE = 0.10  # the plain median within this fraction of the judge's speedup
 
 
@@ -65,6 +66,8 @@ def compare(verdict: dict, rows: list[dict]) -> list[dict]:
             interval = verdict.get("speedup_ranges", {}).get(measure, {}).get(baseline)
             theirs = [row[f"{figure}_speedup_vs_{baseline}"] for row in rows
                       if f"{figure}_speedup_vs_{baseline}" in row]
+            if not theirs:  # the plain process has no such figure for this pair
+                continue
             median = statistics.median(theirs) if theirs else float("nan")
             low, high = interval or (mine, mine)
             table.append({"measure": measure, "plain": figure, "baseline": baseline, "judge": mine,
