@@ -56,17 +56,25 @@ def outputs_of(value: Any) -> list[torch.Tensor]:
     return [v for v in values if torch.is_tensor(v) and v.requires_grad]
 
 
-def step_of(module: torch.nn.Module, call: Callable[..., Any], inputs: list[Any],
-            seed: int) -> tuple[Callable[[], Any], Callable[[], Any]]:
-    """(one training step, the forward with grad alone) of `call` on `inputs`."""
+def _graph_of(module: torch.nn.Module, call: Callable[..., Any], inputs: list[Any],
+              seed: int) -> tuple[list[Any], list[torch.Tensor], list[torch.Tensor],
+                                  list[torch.Tensor]]:
+    """(leaves, tensors whose gradients are wanted, one forward's outputs, their projection)."""
     leaves = [x.detach().requires_grad_(True) if torch.is_tensor(x) and x.is_floating_point()
               else x for x in inputs]
     wanted = [x for x in leaves if torch.is_tensor(x) and x.requires_grad]
     wanted += [p for p in module.parameters() if p.requires_grad]
-    first = outputs_of(call(*leaves))
-    generator = torch.Generator(device=first[0].device).manual_seed(seed)
+    outputs = outputs_of(call(*leaves))
+    generator = torch.Generator(device=outputs[0].device).manual_seed(seed)
     projections = [torch.randn(o.shape, device=o.device, dtype=o.dtype, generator=generator)
-                   for o in first]
+                   for o in outputs]
+    return leaves, wanted, outputs, projections
+
+
+def step_of(module: torch.nn.Module, call: Callable[..., Any], inputs: list[Any],
+            seed: int) -> tuple[Callable[[], Any], Callable[[], Any]]:
+    """(one training step, the forward with grad alone) of `call` on `inputs`."""
+    leaves, wanted, _, projections = _graph_of(module, call, inputs, seed)
 
     def train() -> Any:
         return torch.autograd.grad(outputs_of(call(*leaves)), wanted, projections,
@@ -81,14 +89,7 @@ def step_of(module: torch.nn.Module, call: Callable[..., Any], inputs: list[Any]
 def replay_of(module: torch.nn.Module, call: Callable[..., Any], inputs: list[Any],
               seed: int) -> Callable[[], Any]:
     """The backward alone, replayed on one forward's graph (step_of's leaves and projection)."""
-    leaves = [x.detach().requires_grad_(True) if torch.is_tensor(x) and x.is_floating_point()
-              else x for x in inputs]
-    wanted = [x for x in leaves if torch.is_tensor(x) and x.requires_grad]
-    wanted += [p for p in module.parameters() if p.requires_grad]
-    outputs = outputs_of(call(*leaves))
-    generator = torch.Generator(device=outputs[0].device).manual_seed(seed)
-    projections = [torch.randn(o.shape, device=o.device, dtype=o.dtype, generator=generator)
-                   for o in outputs]
+    _, wanted, outputs, projections = _graph_of(module, call, inputs, seed)
 
     def backward() -> Any:
         return torch.autograd.grad(outputs, wanted, projections, retain_graph=True,
