@@ -141,6 +141,11 @@ def poison_allocator(device: str, headroom: int = 0) -> None:
     for tensor in claimed:
         tensor.fill_(0xFF)  # all-ones bytes are NaN in fp32, fp16 and bf16
     del claimed
+    # Done before the next call starts: a kernel the call launches on a stream
+    # of its own does not wait for this stream's fills, and one still running
+    # would overwrite its output with NaN (a fresh H100: a side stream's right
+    # answer read back all NaN at another size).
+    torch.cuda.current_stream().synchronize()
 
 
 class KernelSwitch:
