@@ -168,7 +168,8 @@ def compare(staged: list[dict], rows: list[dict], plain: dict[str, list[dict]]) 
                 plain_runs=ups,
                 eager_ms=mine["ms"]["eager"], candidate_ms=mine["ms"]["candidate"],
                 plain_ref_ms=[r[f"{theirs}_ms_ref"] for r in runs],
-                plain_cand_ms=[r[f"{theirs}_ms_cand"] for r in runs])
+                plain_cand_ms=[r[f"{theirs}_ms_cand"] for r in runs],
+                host_spread=(row or {}).get("host_speed_spread") or "-")
             low, high = entry["interval"]
             entry["inside"] = low <= entry["plain_median"] <= high
             plain_width = entry["plain_range"][1] - entry["plain_range"][0]
@@ -189,12 +190,13 @@ def markdown(table: list[dict], facts: dict) -> str:
              f"triton {facts['triton']}; suite {facts['suite_s']:.0f} s, plain "
              f"{facts['plain_s']:.0f} s ({facts['runs']} runs per pair)", "",
              "| task | kind | measure | judge | judge interval | plain median | plain range "
-             "| inside | width ok | eager ms (judge / plain) | candidate ms (judge / plain) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| inside | width ok | eager ms (judge / plain) | candidate ms (judge / plain) "
+             "| host spread |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for e in table:
         if "judge" not in e:
             lines.append(f"| {e['task']} | {e['kind']} | {e['measure']} | {e['verdict']} "
-                         "| - | - | - | - | - | - | - |")
+                         "| - | - | - | - | - | - | - | - |")
             continue
         lines.append(
             f"| {e['task']} | {e['kind']} | {e['measure']} | {e['judge']:.2f} | "
@@ -202,7 +204,8 @@ def markdown(table: list[dict], facts: dict) -> str:
             f"{e['plain_range'][0]:.2f}-{e['plain_range'][1]:.2f} | "
             f"{'yes' if e['inside'] else 'NO'} | {'yes' if e['width_ok'] else 'NO'} | "
             f"{e['eager_ms']:.4f} / {statistics.median(e['plain_ref_ms']):.4f} | "
-            f"{e['candidate_ms']:.4f} / {statistics.median(e['plain_cand_ms']):.4f} |")
+            f"{e['candidate_ms']:.4f} / {statistics.median(e['plain_cand_ms']):.4f} | "
+            f"{e.get('host_spread', '-')} |")
     scored = [e for e in table if "judge" in e]
     conv = [e for e in scored if e["kind"] == "conv"]
     short = [e for e in scored if e["measure"] == "call" and e["candidate_ms"] < 0.05]

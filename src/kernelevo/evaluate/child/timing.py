@@ -33,6 +33,7 @@ from typing import Any, Callable, ContextManager, Sequence
 import torch
 
 from kernelevo.config import TimingConfig
+from kernelevo.evaluate.child import host_speed
 from kernelevo.evaluate.child.launch_check import LaunchCount, count_own_launches
 from kernelevo.evaluate.verdict import TimingStats
 
@@ -60,6 +61,10 @@ class TimingRun:
     # by measure and contestant: round index -> time on a counted set, so two
     # contestants' times of one round (adjacent in time) can be paired
     rounds: dict[str, dict[str, dict[int, float]]] = field(default_factory=dict)
+    # the call measure's host probe before each round (us), and its launch-bound
+    # contestants (host_speed.py)
+    host_us: list[float] = field(default_factory=list)
+    launch_bound: list[str] = field(default_factory=list)
 
     def enough(self, name: str, measure: int, samples: list[tuple[int, float]],
                rotation: "_Rotation") -> bool:
@@ -441,8 +446,11 @@ def _call_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float,
     slowest_loop = max(per_loop[name] * warm[name][0] * share[name] for name in calls)
     loops = int(min(30, max(5, config.call_target_ms / slowest_loop)))
     samples: dict[str, list[tuple[int, float]]] = {name: [] for name in calls}
+    run.launch_bound = [name for name in calls
+                        if host_speed.launch_bound(warm[name][0] * share[name], warm[name][1])]
     for index in range(rotation.rounds(loops, 5)):
         set_index = rotation.set_of(index)
+        run.host_us.append(host_speed.probe_us())
         for name in _rotated(list(calls), index):
             if name not in calls or run.enough(name, 1, samples[name], rotation):
                 continue

@@ -21,7 +21,7 @@ from kernelevo.evaluate.analysis.baseline_drift import (PROBE_CALL_LOOPS, PROBE_
 from kernelevo.evaluate.analysis.kernel_share import is_own, kernel_share
 from kernelevo.evaluate.analysis.oom import is_out_of_memory
 from kernelevo.evaluate.analysis.tolerance import compare_tensor
-from kernelevo.evaluate.child import guards
+from kernelevo.evaluate.child import guards, host_speed
 from kernelevo.evaluate.child.baselines import Baselines
 from kernelevo.evaluate.child.cores import on_timing_core, timing_core, visible_gpu_ordinal
 from kernelevo.evaluate.child.launch_check import skipped_work
@@ -183,7 +183,10 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any, job: Wor
         if problem:
             inconsistent[str(index)] = f"while timing: {problem}"
     measures = _as_json(run)
-    notes = tuple(baselines.notes + run.notes) + tf32_notes
+    spread = host_speed.spread(run.host_us)
+    # without a GPU, every call is host time and no speedup is reported
+    host_note = host_speed.note(spread, run.launch_bound) if device == "cuda" else None
+    notes = tuple(baselines.notes + run.notes) + tf32_notes + ((host_note,) if host_note else ())
     flags, rounds = tuple(run.flags), run.rounds if how != "stored" else {}
     if how == "stored":
         assert stored is not None and stored.measures is not None
@@ -199,12 +202,12 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any, job: Wor
                 inconsistent[str(index)] = f"while timing its backward ({problem})"
     channel.send(Timing(
         measures=measures, notes=notes, flags=flags,
-        ranges=speedup_ranges(measures, rounds),
+        ranges=speedup_ranges(measures, rounds, spread, run.launch_bound),
         backward_methods=trained.methods if trained is not None else {},
         inconsistent=inconsistent, shares=shares, compile_s=baselines.compile_s,
         timing_s=timing_s, timing_steps=run.seconds, baselines=how, drift=ratios,
         stored_at=stored.measured_at if stored and probe else "",
-        profile_s=time.perf_counter() - started, backend=backend,
+        profile_s=time.perf_counter() - started, backend=backend, host_spread=spread,
         tampered=tuple(snapshot.tampered()), device_name=torch.cuda.get_device_name(0),
         versions={"torch": torch.__version__, "triton": _triton_version(),
                   "cuda": str(torch.version.cuda)}))
@@ -237,12 +240,15 @@ def _backward_timing(contestants: dict[str, Any], run: TimingRun, sets: list[lis
 
 
 def speedup_ranges(measures: dict[str, dict[str, dict[str, Any]]],
-                   rounds: dict[str, dict[str, dict[int, float]]]
+                   rounds: dict[str, dict[str, dict[int, float]]],
+                   host_spread: float = 0.0, launch_bound: Sequence[str] = ()
                    ) -> dict[str, dict[str, dict[str, list[float]]]]:
     """Candidate index -> measure -> baseline -> [low, high] of its speedup.
 
     `rounds` pairs the times of contestants timed together; baselines from
     the store come without them and are bounded by their stored quartiles.
+    A call-measure pair with a launch-bound contestant spans at least the
+    host's speed spread while it was timed (host_speed.py).
     """
     ranges: dict[str, dict[str, dict[str, list[float]]]] = {}
     for measure, by_name in measures.items():
@@ -254,10 +260,13 @@ def speedup_ranges(measures: dict[str, dict[str, dict[str, Any]]],
             for baseline, stats in by_name.items():
                 if baseline.startswith("candidate_"):
                     continue
+                base, mine = TimingStats(**stats), TimingStats(**own)
+                interval = speedup_range(base, mine, paired.get(baseline), paired.get(name))
+                if measure == "call" and (name in launch_bound or baseline in launch_bound):
+                    interval = host_speed.widened(interval, base.median_ms / mine.median_ms,
+                                                  host_spread)
                 ranges.setdefault(index, {}).setdefault(measure, {})[baseline] = [
-                    round(x, 4) for x in speedup_range(
-                        TimingStats(**stats), TimingStats(**own), paired.get(baseline),
-                        paired.get(name))]
+                    round(x, 4) for x in interval]
     return ranges
 
 

@@ -274,6 +274,7 @@ def _environment(judge: JudgeHost, timing: Timing | None) -> dict[str, str]:
         environment.update(timing.versions)
         if timing.backend:
             environment["timed_under"] = timing.backend
+        environment["host_speed_spread"] = f"{timing.host_spread:.1%}"
         environment["baselines"] = (f"stored at {timing.stored_at}" if timing.baselines == "stored"
                                     else "timed beside the candidate")
     return environment

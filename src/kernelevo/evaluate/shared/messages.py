@@ -349,6 +349,8 @@ class Timing(Message):
     stored_at: str = ""  # when the stored times were taken
     profile_s: float = 0.0
     backend: str = ""
+    # the host's speed spread while the calls were timed (host_speed.spread)
+    host_spread: float = 0.0
     # candidate index -> measure -> baseline -> [low, high] of its speedup (timing.speedup_range)
     ranges: dict[str, dict[str, dict[str, list[float]]]] = field(default_factory=dict)
     # With the backward judged: contestant -> how its backward alone was timed
