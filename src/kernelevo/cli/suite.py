@@ -43,6 +43,9 @@ def suite_command(
     build_workers: Optional[int] = typer.Option(
         None, min=1, help="CUDA builds at once, ahead of judging (default: by cores and "
         "memory)"),
+    head_start: Optional[float] = typer.Option(
+        None, min=0.0, metavar="SECONDS", help="how long a GPU's other lanes wait for the "
+        "suite's first row before they start (default 6; 0: all lanes at once)"),
     fresh_baselines: bool = typer.Option(False, "--fresh-baselines", help="time the baselines "
                                          "again instead of reusing those stored for this "
                                          "GPU model"),
@@ -95,7 +98,8 @@ def suite_command(
                               candidates, memory=not no_memory) if evolve else None
         plan = SuitePlan(tuple(tasks), solutions, out_dir, config, kernelbench_dir,
                          max_input_elements, resume, not fresh_baselines, search,
-                         _gpu_indexes(gpus), lanes, build_workers)
+                         _gpu_indexes(gpus), lanes, build_workers,
+                         **({} if head_start is None else {"head_start_s": head_start}))
         result = run_suite(plan, progress=lambda line: console.print(
             line, markup=False, highlight=False))
     except KernelEvoError as exc:

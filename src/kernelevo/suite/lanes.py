@@ -133,7 +133,7 @@ def judge_on_lanes(jobs: list[tuple[SuiteTask, list[Solution]]], load: Load,
                    builds: BuildsAhead | None,
                    environment: Callable[[int | None], dict[str, str]],
                    warm_ahead: bool = False, memory: Memory | None = None,
-                   record: LaneRecord | None = None) -> Iterator[Row]:
+                   record: LaneRecord | None = None, head_start_s: float = 0.0) -> Iterator[Row]:
     """Rows as solutions are judged; `lanes` tasks at a time on each of `gpus`.
 
     Tasks are handed out quickest first, each to a lane whose GPU has the
@@ -143,7 +143,9 @@ def judge_on_lanes(jobs: list[tuple[SuiteTask, list[Solution]]], load: Load,
     current task's last solution, and starts that task's first session then
     (Judge.warm_up): the process start, the task's import and its
     baselines' compile run beside the last solution, not in the next
-    task's first verdict.
+    task's first verdict. With `head_start_s`, each GPU's first lane starts
+    alone: the others take their first task once the suite has its first
+    row, or after that many seconds.
     """
     record = record or LaneRecord()
     planned = plan_tasks(jobs)
@@ -157,7 +159,7 @@ def judge_on_lanes(jobs: list[tuple[SuiteTask, list[Solution]]], load: Load,
     books = {index: MemoryBook(functools.partial(memory, index)) for index in gpus} \
         if memory is not None else {}
     suite = _Lanes(tasks, {index: GpuRoom() for index in gpus}, books, builds, record,
-                   warm_ahead)
+                   warm_ahead, head_start_s)
     for number, gpu_index in enumerate(slots):
         book = books.get(gpu_index)
         context = LaneContext(config, store, gpu, gpu_index, make_row, suite.rooms[gpu_index],
@@ -172,9 +174,10 @@ class _Lanes:
 
     def __init__(self, tasks: TaskQueue, rooms: dict[int | None, GpuRoom],
                  books: dict[int | None, MemoryBook], builds: BuildsAhead | None,
-                 record: LaneRecord, warm_ahead: bool) -> None:
+                 record: LaneRecord, warm_ahead: bool, head_start_s: float = 0.0) -> None:
         self.tasks, self.rooms, self.books, self.builds = tasks, rooms, books, builds
-        self.record, self.warm_ahead = record, warm_ahead
+        self.record, self.warm_ahead, self.head_start_s = record, warm_ahead, head_start_s
+        self._leads: set[int | None] = set()  # GPUs whose first lane is added
         self.sent: queue.Queue[Row | BaseException | None] = queue.Queue()
         self.stop, self.first_row = threading.Event(), threading.Event()
         self._threads: list[threading.Thread] = []
@@ -182,14 +185,27 @@ class _Lanes:
     def add(self, stats: LaneStats, context: LaneContext) -> None:
         self.record.lanes.append(stats)
         context.room.join(stats.lane)  # before any lane judges: each counts as company
-        self._threads.append(threading.Thread(target=self._lane, args=(stats, context),
+        leads = stats.gpu_index not in self._leads
+        self._leads.add(stats.gpu_index)
+        self._threads.append(threading.Thread(target=self._lane, args=(stats, context, leads),
                                               daemon=True, name=f"suite-lane-{stats.lane}"))
 
     def launch(self) -> None:
         for thread in self._threads:
             thread.start()
 
-    def _lane(self, stats: LaneStats, context: LaneContext) -> None:
+    def _head_start(self, stats: LaneStats) -> None:
+        """Wait for the suite's first row, at most `head_start_s` (a stop ends the wait)."""
+        started = time.monotonic()
+        deadline = started + self.head_start_s
+        while not self.first_row.is_set() and not self.stop.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            self.first_row.wait(min(left, 0.2))
+        stats.head_start_wait_s = time.monotonic() - started
+
+    def _lane(self, stats: LaneStats, context: LaneContext, leads: bool) -> None:
         upcoming: list[_TaskRun] = []
         book = self.books.get(stats.gpu_index)
 
@@ -206,6 +222,8 @@ class _Lanes:
                 run.warm_up_after(self.first_row, self.stop)
 
         try:
+            if not leads and self.head_start_s > 0:
+                self._head_start(stats)
             while not self.stop.is_set():
                 current = upcoming.pop() if upcoming else take(True)
                 if current is None:

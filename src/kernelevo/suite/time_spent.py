@@ -38,6 +38,7 @@ class LaneStats:
     lane: int
     gpu_index: int | None
     memory_wait_s: float = 0.0  # for a task that fits in the GPU's free memory
+    head_start_wait_s: float = 0.0  # for its GPU's first lane's first row, at the start
     ended_at_s: float | None = None  # no task left for it
     rows: int = 0
 
@@ -62,6 +63,8 @@ def time_spent(rows: list[dict[str, Any]], record: Any, wall_s: float) -> dict[s
     lanes = {
         "build waits": round(sum(row.get("build_wait_s") or 0.0 for row in rows), 2),
         "waits for GPU memory": round(sum(lane.memory_wait_s for lane in record.lanes), 2),
+        "head start of the first lane": round(sum(lane.head_start_wait_s
+                                                  for lane in record.lanes), 2),
         "waits for a run alone": round(sum(row.get("alone_wait_s") or 0.0 for row in rows), 2),
         "idle at the end": round(sum(max(0.0, wall_s - end) for end in ends), 2),
     }
@@ -77,6 +80,7 @@ def time_spent(rows: list[dict[str, Any]], record: Any, wall_s: float) -> dict[s
         "phases_s": phases, "lane_waits_s": lanes,
         "per_lane": [{"lane": lane.lane, "gpu_index": lane.gpu_index, "rows": lane.rows,
                       "memory_wait_s": round(lane.memory_wait_s, 2),
+                      "head_start_wait_s": round(lane.head_start_wait_s, 2),
                       "ended_at_s": None if lane.ended_at_s is None else round(
                           lane.ended_at_s, 2)} for lane in record.lanes]}
 
