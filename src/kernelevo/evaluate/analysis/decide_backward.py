@@ -9,18 +9,41 @@ forward under grad (as training calls it) must give the forward's outputs
 without the reference's ops, its backward must launch its own kernels and
 must not dispatch the reference's backward ops, and with its kernels switched
 off the gradients must change.
+
+The kink rule. Where a gradient fails the elementwise test, it still passes
+when the reference is no nearer exact arithmetic than the candidate is to
+the reference: the reference's own gradient failed the same test against the
+same model's float64 gradient on some judged set (oracle_backward.py
+measures it), the candidate's relative L2 error is at most KINK_FACTOR times
+the reference's own, and its share of elements outside the tolerance at most
+KINK_FACTOR squared times the reference's. A kernel is held to the fp32
+reference's own error, as FlashAttention's tests hold theirs. Why: ReLU's
+derivative at a pre-activation within rounding of zero. On KernelBench
+level-2 task 76 (x[897, 7169] @ W^T + bias, then ReLU) an honest Triton
+forward and backward in fp32 sums in another order than cuBLAS; about 5 of
+6.4M pre-activations land on the other side of zero, each moves a whole row
+of dx by g_ij * W_j, and dx was off by up to 0.0102 at 0.42 % of its
+elements. Both masks are right, and the reference's fp32 gradient misses
+float64 in the same way. Skipped work still fails: a skipped row or tile is
+far more L2 error than a few flipped rows, lower precision (TF32) puts
+nearly every element outside the tolerance, and no gradient more than
+KINK_LIMIT off in relative L2 passes this way. Where the reference is exact
+against float64, or its error was not measured, the elementwise test alone
+decides; NaN or Inf, shapes and dtypes fail as before.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
 from kernelevo.config import EvalConfig, tolerances
 from kernelevo.evaluate.analysis.decide import Decision
-from kernelevo.evaluate.analysis.reference import ReferenceGradients, ReferenceResult, Tolerance
+from kernelevo.evaluate.analysis.reference import (OwnError, ReferenceGradients,
+                                                   ReferenceResult)
 from kernelevo.evaluate.analysis.tolerance import compare_tensor, worst_of
 from kernelevo.evaluate.shared.gradients import KNOCKOUT_SET, REPEAT_SCALE, gradient_key
 from kernelevo.evaluate.shared.messages import CheckedCandidate, OracleDone
@@ -28,15 +51,27 @@ from kernelevo.evaluate.shared.oplog import reference_reused
 from kernelevo.evaluate.verdict import ErrorMetrics
 
 
+# The kink rule (module docstring): how far past the reference's own error against
+# float64 a gradient may be in relative L2 (its share of elements outside the
+# tolerance may be this squared times the reference's: both grow with the flipped
+# rows, the share as the L2 error squared), and the most it may be off this way.
+KINK_FACTOR = 3.0
+KINK_LIMIT = 0.1
+
+
 def reference_gradients(final: OracleDone, bundle: dict[str, list[Any]],
                         config: EvalConfig) -> ReferenceGradients:
     """What the judge keeps of the reference's backward, beside its outputs."""
+    own = tuple(None if l2 is None or share is None else OwnError(l2, share, failed)
+                for l2, share, failed in zip(final.grad_float64_l2, final.grad_float64_mismatch,
+                                             final.grad_float64_failed))
     return ReferenceGradients(
         by_set={number: bundle[f"grad_{number}"] for number in final.grad_sets},
         names=tuple(final.grad_names),
         tolerances=tuple(tolerances(name, final.grad_atol, final.grad_rtol, config)
                          for name in final.grad_dtypes),
-        ops=frozenset(final.backward_ops))
+        ops=frozenset(final.backward_ops), own_errors=own,
+        own_unmeasured=final.grad_float64_problem)
 
 
 def decide_backward(report: CheckedCandidate, gradients: dict[str, list[Any]],
@@ -127,51 +162,119 @@ def _decide_outputs(gradients: dict[str, list[Any]], reference: ReferenceResult,
 def _decide_values(gradients: dict[str, list[Any]], backward: ReferenceGradients,
                    stress: Mapping[int, str], order: list[int], device: str) -> Decision:
     """Every judged set's gradients, the task's own sets first; then the repeated call."""
-    names, tolerance = backward.names, backward.tolerances
-    metrics: list[ErrorMetrics] = []
+    check = _Check(backward, order, device)
     for number in sorted(backward.by_set, key=lambda n: (n in stress, n)):
-        reason, message = _compare(gradients[f"grad_{number}"], backward.by_set[number],
-                                   order, names, tolerance, f"on input set {number}", device,
-                                   metrics)
+        reason, message = check.all(gradients[f"grad_{number}"], backward.by_set[number],
+                                    f"on input set {number}")
         if reason and number in stress:
             return Decision("stress_inputs_failed", f"right on the task's own inputs, wrong on "
                             f"input set {number} ({stress[number]}): {message}",
-                            worst_of(metrics))
+                            worst_of(check.metrics))
         if reason:
-            return Decision("gradient_mismatch", message, worst_of(metrics))
+            return Decision("gradient_mismatch", message, worst_of(check.metrics))
     first = min(backward.by_set, default=None)
     if first == 0:
         expected = [g * REPEAT_SCALE for g in backward.by_set[0]]
-        reason, message = _compare(gradients["grad_repeat"], expected, order, names, tolerance,
-                                   "on a repeated call on input set 0 with another "
-                                   "projection", device, [])
+        repeat = _Check(backward, order, device, kinks=check.kinks)  # its errors not worst
+        reason, message = repeat.all(gradients["grad_repeat"], expected, "on a repeated call on "
+                                     "input set 0 with another projection")
         if reason:
             return Decision("cached_gradients", "a second call on the same inputs, with the "
                             "loss's projection changed, gives gradients that do not follow "
-                            f"it: {message}", worst_of(metrics))
-    decision = Decision(None, "", worst_of(metrics))
-    decision.notes.append(_checked_note(backward, metrics))
+                            f"it: {message}", worst_of(check.metrics))
+    decision = Decision(None, "", worst_of(check.metrics))
+    decision.notes.append(_checked_note(backward, check.metrics))
+    decision.notes += check.kink_notes()
+    if backward.own_unmeasured:
+        decision.notes.append("the reference's own gradient error against float64 was not "
+                              f"measured ({backward.own_unmeasured}): the gradients were held "
+                              "to the elementwise test alone")
     if device.startswith("cuda"):
         decision.notes.append("the backward is checked, not timed: timings are of the forward "
                               "alone")
     return decision
 
 
-def _compare(got: list[Any], expected: list[torch.Tensor], order: list[int],
-             names: Sequence[str], tolerance: Sequence[Tolerance], where: str, device: str,
-             metrics: list[ErrorMetrics]) -> tuple[str | None, str]:
-    for position, reference in enumerate(expected):
-        value = got[order[position]] if order[position] < len(got) else None
-        label = f"gradient of {names[position]} {where}"
+@dataclass
+class _Check:
+    """A candidate's gradients against the reference's, one at a time; what it saw is kept."""
+
+    backward: ReferenceGradients
+    order: list[int]  # for each reference gradient, the index of the candidate's
+    device: str
+    metrics: list[ErrorMetrics] = field(default_factory=list)
+    # A gradient's position -> where and how it passed by the kink rule (its worst)
+    kinks: dict[int, tuple[str, ErrorMetrics]] = field(default_factory=dict)
+
+    def all(self, got: list[Any], expected: list[torch.Tensor],
+            where: str) -> tuple[str | None, str]:
+        """The first failing gradient's (reason, message), or (None, "")."""
+        for position, reference in enumerate(expected):
+            reason, message = self.one(got, position, reference, where)
+            if reason:
+                return reason, message
+        return None, ""
+
+    def one(self, got: list[Any], position: int, reference: torch.Tensor,
+            where: str) -> tuple[str | None, str]:
+        """The gradient at `position` against `reference`: (reason, message), or (None, "")."""
+        index = self.order[position]
+        value = got[index] if index < len(got) else None
+        label = f"gradient of {self.backward.names[position]} {where}"
         if not isinstance(value, torch.Tensor):
             return "gradient_mismatch", f"{label} is {value!r:.60}, not a tensor"
-        atol, rtol = tolerance[position]
-        outcome = compare_tensor(value.to(device), reference.to(device), atol, rtol, label)
+        atol, rtol = self.backward.tolerances[position]
+        outcome = compare_tensor(value.to(self.device), reference.to(self.device), atol, rtol,
+                                 label)
         if outcome.metrics is not None:
-            metrics.append(outcome.metrics)
-        if outcome.reason:
-            return outcome.reason, outcome.message
-    return None, ""
+            self.metrics.append(outcome.metrics)
+        own = self.backward.own_error(position)
+        if outcome.reason == "output_mismatch" and outcome.metrics is not None \
+                and own is not None and within_own_error(outcome.metrics, own):
+            kept = self.kinks.get(position)
+            if kept is None or outcome.metrics.rel_l2_error > kept[1].rel_l2_error:
+                self.kinks[position] = (where, outcome.metrics)
+            return None, ""
+        if outcome.reason == "output_mismatch" and own is not None:
+            return outcome.reason, outcome.message + _own_said(own)
+        return outcome.reason, outcome.message
+
+    def kink_notes(self) -> list[str]:
+        """One note per gradient that passed by the kink rule, on its worst set."""
+        notes = []
+        for position, (where, metrics) in sorted(self.kinks.items()):
+            own = self.backward.own_error(position)
+            assert own is not None
+            notes.append(f"gradient of {self.backward.names[position]} held to the reference's "
+                         f"own error, not elementwise: {where}, {metrics.mismatch_fraction:.2%} "
+                         f"of its elements outside the tolerance, relative L2 error "
+                         f"{metrics.rel_l2_error:.3g} against the reference's own "
+                         f"{own.rel_l2_error:.3g} from its float64 gradient (up to "
+                         f"{KINK_FACTOR:g}x passes): the reference is not exact there either "
+                         "(a kink such as ReLU's at 0, or a cancellation)")
+        return notes
+
+
+def within_own_error(metrics: ErrorMetrics, own: OwnError) -> bool:
+    """Whether a gradient that fails the elementwise test passes by the kink rule."""
+    if not own.inexact:
+        return False
+    return (metrics.rel_l2_error <= min(KINK_FACTOR * own.rel_l2_error, KINK_LIMIT)
+            and metrics.mismatch_fraction <= KINK_FACTOR ** 2 * own.mismatch_fraction)
+
+
+def _own_said(own: OwnError) -> str:
+    """What a failing gradient's message adds: the reference's own error, and what it allows."""
+    if not own.inexact:
+        return (f"; the reference's own gradient passes the same test against float64 "
+                f"(relative L2 error {own.rel_l2_error:.3g}), so nothing beyond the tolerance "
+                "is allowed")
+    return (f"; the reference's own gradient misses float64 too (relative L2 error "
+            f"{own.rel_l2_error:.3g}, {own.mismatch_fraction:.2%} of elements outside the "
+            f"tolerance), so a relative L2 error up to "
+            f"{min(KINK_FACTOR * own.rel_l2_error, KINK_LIMIT):.3g} with up to "
+            f"{min(KINK_FACTOR ** 2 * own.mismatch_fraction, 1.0):.2%} of elements outside "
+            "would have passed")
 
 
 def _checked_note(backward: ReferenceGradients, metrics: list[ErrorMetrics]) -> str:
@@ -229,10 +332,9 @@ def _knockout(report: CheckedCandidate, gradients: dict[str, list[Any]],
                                "gradients were not judged"])
     if knocked is None:  # it failed without its kernels: they matter
         return Decision()
-    names, tolerance = backward.names, backward.tolerances
-    unchanged = [names[position] for position, value in enumerate(expected)
-                 if _compare(knocked, [value], [order[position]], [names[position]],
-                             [tolerance[position]], "", device, [])[0] is None]
+    check = _Check(backward, order, device)
+    unchanged = [backward.names[position] for position, value in enumerate(expected)
+                 if check.one(knocked, position, value, "")[0] is None]
     if len(unchanged) == len(expected):
         return Decision("ghost_backward", "with the candidate's own kernels switched off "
                         "during backward the gradients still match the reference's: PyTorch "

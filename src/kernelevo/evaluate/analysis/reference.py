@@ -21,6 +21,16 @@ Tolerance = tuple[float, float]
 
 
 @dataclass(frozen=True)
+class OwnError:
+    """The reference's own error on one gradient against its float64 gradient, over the
+    judged sets (child/oracle_backward.py): what decide_backward's kink rule allows."""
+
+    rel_l2_error: float  # the largest over the judged sets
+    mismatch_fraction: float  # the largest share of elements outside the gradient's tolerance
+    inexact: bool  # the reference failed the elementwise test itself on some judged set
+
+
+@dataclass(frozen=True)
 class ReferenceGradients:
     """The reference's backward, kept for a task whose gradients are judged."""
 
@@ -30,6 +40,14 @@ class ReferenceGradients:
     names: tuple[str, ...]  # `input 0 (x)`, `parameter ln.weight`, ...
     tolerances: tuple[Tolerance, ...]  # one per gradient, in `names`' order
     ops: frozenset[str]  # the compute ops the reference's backward dispatches
+    # One per gradient, in `names`' order, None where not measured; () for a float64
+    # task, which has no wider reference to be measured against.
+    own_errors: tuple[OwnError | None, ...] = ()
+    own_unmeasured: str = ""  # why the own errors were not measured (its float64 run failed)
+
+    def own_error(self, position: int) -> OwnError | None:
+        """The reference's own error on the gradient at `position`, where measured."""
+        return self.own_errors[position] if position < len(self.own_errors) else None
 
 
 @dataclass(frozen=True)

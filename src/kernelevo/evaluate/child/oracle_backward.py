@@ -2,14 +2,24 @@
 
 For every kept input set the task's Model runs forward with grad on fresh
 copies of the inputs, then backward of the projected loss (gradients.py).
-On a stress set the reference's own gradients must be sure, as its outputs
-must: where they differ from the same model's float64 gradients by more than
-a quarter of the tolerance, that set's gradients are not judged.
+Each set's backward runs once more in float64 (a copy of the model, the
+inputs widened), and the reference's gradients are measured against it. On a
+stress set they must be sure, as its outputs must: where they differ from the
+float64 gradients by more than a quarter of the tolerance, that set's
+gradients are not judged. Over the judged sets, the reference's own error on
+each gradient (its largest relative L2 error and share of elements outside
+the tolerance, and whether it failed the elementwise test itself) goes to
+the judge: decide_backward.py holds a candidate to it where the reference
+itself is not exact (a ReLU kink, a cancellation). A float64 run that fails
+(no float64 kernels, out of memory, a model that does not copy) never fails
+the task: the error is then not measured, and the report says why.
 """
 
 from __future__ import annotations
 
 import copy
+import math
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -24,6 +34,53 @@ BACKWARD = Step("the task's Model under autograd (forward with grad, then backwa
                 "the task asks for its backward (backward = True): Model.forward must be "
                 "differentiable")
 _SURE_SHARE = 0.25  # of the tolerance: the most a stress set's reference gradient may be off by
+_PROBLEM_CHARS = 200  # of a float64 run's error, in the report
+
+# One gradient's error against float64 on one set: (relative L2 error, share of
+# elements outside the tolerance, failed the elementwise test).
+Measured = tuple[float, float, bool]
+
+
+@dataclass
+class Float64Check:
+    """One set's reference gradients against the same model's float64 gradients."""
+
+    sure: bool = True  # within a quarter of the tolerance (a model without float64: taken so)
+    # Per gradient at the full tolerance (None where not comparable); None: not measured.
+    measured: list[Measured | None] | None = None
+    problem: str = ""  # why the float64 run failed, where it did
+
+
+@dataclass
+class OwnErrors:
+    """The reference's own gradient errors against float64, over the judged sets."""
+
+    count: int  # gradients
+    problem: str = ""  # why they were not measured, where a float64 run failed
+    largest: list[Measured | None] = field(default_factory=list)
+
+    def add(self, check: Float64Check) -> None:
+        """One judged set's check: the largest errors kept, or the first problem."""
+        if check.measured is None:
+            self.problem = self.problem or check.problem
+        elif not self.largest:
+            self.largest = list(check.measured)
+        else:
+            self.largest = [None if a is None or b is None
+                            else (max(a[0], b[0]), max(a[1], b[1]), a[2] or b[2])
+                            for a, b in zip(self.largest, check.measured)]
+
+    def report(self) -> dict[str, Any]:
+        """The oracle's report fields (messages.OracleDone's grad_float64_*)."""
+        if self.problem or not self.largest:
+            return {"grad_float64_l2": (None,) * self.count,
+                    "grad_float64_mismatch": (None,) * self.count,
+                    "grad_float64_failed": (False,) * self.count,
+                    "grad_float64_problem": self.problem or "no input set was judged"}
+        largest = self.largest
+        return {"grad_float64_l2": tuple(None if m is None else m[0] for m in largest),
+                "grad_float64_mismatch": tuple(None if m is None else m[1] for m in largest),
+                "grad_float64_failed": tuple(m is not None and m[2] for m in largest)}
 
 
 def reference_backward(model: Any, module: Any, seeds: list[int],
@@ -33,8 +90,8 @@ def reference_backward(model: Any, module: Any, seeds: list[int],
 
     `seeds` and `variants` are those of the kept sets, in order. The first
     set's backward runs under the operator log: the reference's backward ops.
-    `run` holds the run's --atol/--rtol, which the stress sets' check obeys
-    as the judge's gradient checks do.
+    `run` holds the run's --atol/--rtol, which the float64 checks obey as the
+    judge's gradient checks do.
     """
     # The task's gradient tolerances, else its output tolerances (else the dtype's).
     atol = _float_attr(module, "grad_atol") or _float_attr(module, "output_atol")
@@ -42,15 +99,19 @@ def reference_backward(model: Any, module: Any, seeds: list[int],
     bundle: dict[str, list[torch.Tensor]] = {}
     judged: list[int] = []
     first: Backward | None = None
+    own: OwnErrors | None = None
     for number, (seed, variant) in enumerate(zip(seeds, variants)):
         result = _run(model, module, seed, device, dtype, variant, record=number == 0)
         first = first or result
-        if variant is not None and not _sure(model, module, seed, device, dtype, variant,
-                                             result, atol, rtol, run):
+        own = own or OwnErrors(len(result.gradients))
+        check = float64_check(model, module, seed, device, dtype, variant, result, atol, rtol,
+                              run)
+        if variant is not None and not check.sure:
             continue
         bundle[f"grad_{number}"] = result.gradients
         judged.append(number)
-    assert first is not None
+        own.add(check)
+    assert first is not None and own is not None
     if not first.names:
         raise TaskProblem("the task asks for its backward (backward = True), but it has no "
                           "floating input and no parameter to take a gradient of")
@@ -58,7 +119,9 @@ def reference_backward(model: Any, module: Any, seeds: list[int],
         "grad_names": tuple(first.names),
         "grad_dtypes": tuple(str(g.dtype).replace("torch.", "") for g in first.gradients),
         "grad_sets": tuple(judged), "grad_atol": atol, "grad_rtol": rtol,
-        "backward_ops": first.ops}
+        "backward_ops": first.ops,
+        # a float64 task's reference is as exact as the check could make it
+        **(own.report() if dtype != torch.float64 else {})}
 
 
 def _run(model: Any, module: Any, seed: int, device: str, dtype: torch.dtype,
@@ -72,31 +135,44 @@ def _run(model: Any, module: Any, seed: int, device: str, dtype: torch.dtype,
                           f"reference is not differentiable: {exc}") from None
 
 
-def _sure(model: Any, module: Any, seed: int, device: str, dtype: torch.dtype, scale: float,
-          result: Backward, task_atol: float | None, task_rtol: float | None,
-          run: EvalConfig) -> bool:
-    """Whether the reference's gradients at a stress scale match its float64 ones within a
-    quarter of the tolerance (a model that cannot run in float64 is taken as sure)."""
+def float64_check(model: Any, module: Any, seed: int, device: str, dtype: torch.dtype,
+                  scale: float | None, result: Backward, task_atol: float | None,
+                  task_rtol: float | None, run: EvalConfig) -> Float64Check:
+    """The reference's gradients on one set against the same model's in float64: one
+    float64 backward, whose failure is reported, never raised."""
     if dtype == torch.float64:
-        return True
+        return Float64Check()
     try:
         wide = copy.deepcopy(model).double()
         inputs = [v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
                   for v in task_inputs.kept_inputs(module, seed, device, dtype, scale)]
-        exact = forward_backward(wide, inputs, seed)
+        exact = forward_backward(wide, inputs, seed).gradients
     except torch.cuda.OutOfMemoryError:
         torch.cuda.empty_cache()
-        return True
-    except Exception:  # noqa: BLE001 - ops without float64 kernels, models that do not copy
-        return True
-    for ours, wide_value in zip(result.gradients, exact.gradients):
-        if not ours.is_floating_point():
-            continue
+        return Float64Check(problem="its float64 run ran out of memory")
+    except Exception as exc:  # noqa: BLE001 - ops without float64 kernels, models that do not copy
+        said = f"{type(exc).__name__}: {exc}".splitlines()[0][:_PROBLEM_CHARS]
+        return Float64Check(problem=f"its float64 run failed: {said}")
+    measured, sure = [], True
+    for ours, wide_value in zip(result.gradients, exact):
         atol, rtol = tolerances(str(ours.dtype).replace("torch.", ""), task_atol, task_rtol, run)
-        if compare_tensor(ours, wide_value.to(ours.dtype), atol * _SURE_SHARE,
-                          rtol * _SURE_SHARE).reason is not None:
-            return False
-    return True
+        wide_value = wide_value.to(ours.dtype)
+        measured.append(_measured(ours, wide_value, atol, rtol))
+        sure = sure and compare_tensor(ours, wide_value, atol * _SURE_SHARE,
+                                       rtol * _SURE_SHARE).reason is None
+    return Float64Check(sure, measured)
+
+
+def _measured(ours: torch.Tensor, wide: torch.Tensor, atol: float, rtol: float
+              ) -> Measured | None:
+    """One gradient's error against float64; None where there is no finite measure of it."""
+    if not ours.is_floating_point():
+        return None
+    compared = compare_tensor(ours, wide, atol, rtol)
+    metrics = compared.metrics
+    if metrics is None or not math.isfinite(metrics.rel_l2_error):
+        return None
+    return metrics.rel_l2_error, metrics.mismatch_fraction, compared.reason is not None
 
 
 def _float_attr(module: Any, name: str) -> float | None:

@@ -215,6 +215,15 @@ class OracleDone(Message):
     grad_atol: float | None = None
     grad_rtol: float | None = None
     backward_ops: tuple[str, ...] = ()
+    # With the backward judged and the task not in float64: per gradient, the reference's
+    # own error against the same model's float64 gradients over the judged sets (its
+    # largest relative L2 error and share of elements outside the tolerance; None where
+    # not measured), whether it failed the elementwise test itself on any of them, and
+    # why nothing was measured (its float64 run failed), if so.
+    grad_float64_l2: tuple[float | None, ...] = ()
+    grad_float64_mismatch: tuple[float | None, ...] = ()
+    grad_float64_failed: tuple[bool, ...] = ()
+    grad_float64_problem: str = ""
     # Floating parameters and buffers the task builds with one value throughout
     # (`ln.weight (all 1)`): a kernel that ignores them passes (inputs.constant_tensors).
     constant_tensors: tuple[str, ...] = ()
