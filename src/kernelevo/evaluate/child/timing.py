@@ -13,7 +13,7 @@
   around a call made right after it, mean of 100 trials), so results compare
   with numbers published under it.
 Samples of every contestant interleave, so drift affects all alike. Without a GPU
-(tests on the CPU) the same loops run by the host's clock (`_HostSampler`);
+(tests on the CPU) the same loops run by the host's clock (`samplers.HostSampler`);
 verdicts still report timings there as unavailable. Every
 input set rotates through the timed calls, the stress set too (its outputs
 are checked as well), but only the sets of the task's own distribution make
@@ -35,6 +35,7 @@ import torch
 from kernelevo.config import TimingConfig
 from kernelevo.evaluate.child import host_speed
 from kernelevo.evaluate.child.launch_check import LaunchCount, count_own_launches
+from kernelevo.evaluate.child.samplers import HostSampler, Load, Sampler
 from kernelevo.evaluate.verdict import TimingStats
 
 Contestant = Callable[..., Any]
@@ -166,103 +167,6 @@ def stress_note(name: str, counted_ms: list[float], other_ms: list[float]) -> st
             "task's own sets; its time counts the task's own sets only")
 
 
-def load_set(arena: list[Any], source: list[Any]) -> None:
-    for target, value in zip(arena, source):
-        if isinstance(target, torch.Tensor):
-            target.copy_(value)
-
-
-class _Sleeper:
-    """Holds the stream busy for a given time, so the host can queue a call ahead of it."""
-
-    def __init__(self) -> None:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(1000)  # the first launch loads the kernel
-        start.record()
-        torch.cuda._sleep(1_000_000)
-        end.record()
-        end.synchronize()
-        self.cycles_per_ms = 1_000_000 / max(start.elapsed_time(end), 1e-3)
-
-    def sleep(self, ms: float) -> None:
-        torch.cuda._sleep(int(self.cycles_per_ms * ms))
-
-
-Load = Callable[[int], None]  # makes input set i the one the next calls use
-
-
-class _Sampler:
-    """Times one call of one contestant at a time on the current device."""
-
-    def __init__(self, arena: list[Any], sets: list[list[Any]], load: Load | None = None) -> None:
-        l2_bytes = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20)
-        self.flush = torch.empty(max(2 * l2_bytes, 1 << 20), dtype=torch.int8, device="cuda")
-        self.arena, self.sets = arena, sets
-        self.load = load or (lambda set_index: load_set(self.arena, self.sets[set_index]))
-        self.shares: dict[str, int] = {}  # calls of the task per invocation, when not 1
-        self.sleeper = _Sleeper()
-        self.start = torch.cuda.Event(enable_timing=True)
-        self.end = torch.cuda.Event(enable_timing=True)
-        self.settled = torch.cuda.Event(enable_timing=True)
-
-    def sample(self, call: Callable[[], Any], set_index: int,
-               hold_ms: float) -> tuple[float, float, Any]:
-        """(event_ms, tail_ms, output) of one call after loading a set and flushing L2.
-
-        The stream sleeps `hold_ms` (longer than the host needs to queue the
-        call) before the start event, so the event interval holds the call's
-        device work and not the host's launch overhead. `tail_ms` runs from
-        the end event to a point recorded after synchronising the whole
-        device: work left running on other streams makes it long.
-        """
-        torch.cuda.synchronize()
-        self.load(set_index)
-        self.sleeper.sleep(hold_ms)
-        # Right before the call, as do_bench flushes: the call meets an L2 full
-        # of another buffer's dirty lines.
-        self.flush.zero_()
-        self.start.record()
-        output = call()
-        self.end.record()
-        torch.cuda.synchronize()
-        self.settled.record()
-        self.settled.synchronize()
-        return self.start.elapsed_time(self.end), self.end.elapsed_time(self.settled), output
-
-    def loop(self, call: Callable[[], Any], set_index: int, calls: int) -> tuple[float, Any]:
-        """(ms per call, last output) of `calls` back-to-back calls, by the host's clock."""
-        self.load(set_index)
-        torch.cuda.synchronize()
-        started = time.perf_counter()
-        for _ in range(calls):
-            output = call()
-        torch.cuda.synchronize()
-        return (time.perf_counter() - started) * 1e3 / calls, output
-
-
-class _HostSampler:
-    """The sampler by the host's clock, where there is no GPU: no flush, no events, no tail."""
-
-    def __init__(self, arena: list[Any], sets: list[list[Any]], load: Load | None = None) -> None:
-        self.arena, self.sets = arena, sets
-        self.load = load or (lambda set_index: load_set(self.arena, self.sets[set_index]))
-        self.shares: dict[str, int] = {}
-
-    def sample(self, call: Callable[[], Any], set_index: int,
-               hold_ms: float) -> tuple[float, float, Any]:
-        self.load(set_index)
-        started = time.perf_counter()
-        output = call()
-        return (time.perf_counter() - started) * 1e3, 0.0, output
-
-    def loop(self, call: Callable[[], Any], set_index: int, calls: int) -> tuple[float, Any]:
-        self.load(set_index)
-        started = time.perf_counter()
-        for _ in range(calls):
-            output = call()
-        return (time.perf_counter() - started) * 1e3 / calls, output
-
-
 def _synchronize() -> None:
     if torch.cuda.is_available():
         torch.cuda.synchronize()
@@ -363,7 +267,7 @@ def time_contestants(contestants: dict[str, Contestant], sets: list[list[Any]],
     shares = {name: getattr(fn, "calls_per_invocation", 1) for name, fn in contestants.items()}
     rotation = _Rotation(len(sets), counted)
     arena = [x.clone() if isinstance(x, torch.Tensor) else x for x in sets[0]]
-    sampler = (_Sampler if torch.cuda.is_available() else _HostSampler)(arena, sets, load)
+    sampler = (Sampler if torch.cuda.is_available() else HostSampler)(arena, sets, load)
     with (unhooked or contextlib.nullcontext)():  # warm-up too: it sizes the loops
         started = time.perf_counter()
         calls, graphed = _calls(contestants, arena, config, run)

@@ -28,7 +28,8 @@ from kernelevo.evaluate.child.launch_check import skipped_work
 from kernelevo.evaluate.child.profile_take import attach_profiles
 from kernelevo.evaluate.child.share_training import training_step_share
 from kernelevo.evaluate.child.tf32_tolerance import fixed_rule, tf32_tolerances
-from kernelevo.evaluate.child.timing import TimingRun, load_set, speedup_range, time_contestants
+from kernelevo.evaluate.child.samplers import load_set
+from kernelevo.evaluate.child.timing import TimingRun, speedup_range, time_contestants
 from kernelevo.evaluate.child.timing_backward import BackwardTiming, time_backward
 from kernelevo.evaluate.shared import inputs as task_inputs
 from kernelevo.evaluate.shared.messages import (BaselinesReply, BaselineTimes, Progress, ReadyReply,
