@@ -220,7 +220,22 @@ def markdown(table: list[dict], facts: dict) -> str:
               f"- convolution rows inside: {sum(e['inside'] for e in conv)}/{len(conv)}, "
               f"speedup within 10 % of plain: "
               f"{sum(abs(e['judge'] / e['plain_median'] - 1) <= 0.10 for e in conv)}/{len(conv)}"]
+    calls = [(e, _percent(e.get("host_spread"))) for e in scored if e["measure"] == "call"]
+    moving = [e for e, spread in calls if spread >= 5]
+    steady = [e for e, spread in calls if 0 <= spread < 5]
+    if moving or steady:
+        lines.append(f"- call rows inside, host spread 5 % or more: "
+                     f"{sum(e['inside'] for e in moving)}/{len(moving)}; under 5 %: "
+                     f"{sum(e['inside'] for e in steady)}/{len(steady)}")
     return "\n".join(lines) + "\n"
+
+
+def _percent(said: Any) -> float:
+    """A verdict's `host_speed_spread` ("7.5%") as a number; -1 where none was given."""
+    try:
+        return float(str(said).rstrip("%"))
+    except ValueError:
+        return -1.0
 
 
 def merge(folders: list[Path], out: Path) -> None:
