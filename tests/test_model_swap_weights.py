@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 import torch.nn as nn
 
@@ -55,3 +57,45 @@ def test_the_swapped_forward_uses_weights_replaced_after_the_swap() -> None:
         after = block(x)
     assert torch.allclose(after - before, torch.full_like(before, 1.5))
     assert torch.equal(kernel.shift, torch.full((4,), 0.5))  # its own is left as it was
+
+
+def _op_calls(call) -> tuple[torch.Tensor, int]:
+    """`call()`'s result and how many times the swap's custom op was dispatched in it."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        out = call()
+    return out, sum(1 for e in prof.events() if e.name == sw.OP_NAME)
+
+
+def test_an_eager_call_without_autograd_skips_the_ops_dispatch() -> None:
+    block, kernel, x = _swapped()
+    expected = _Block.forward(kernel, x).detach()
+    with torch.no_grad():
+        out, calls = _op_calls(lambda: block(x))
+    assert calls == 0 and torch.allclose(out, expected)
+    # autograd to record: through the op, whose backward gives the weights' gradients
+    out, calls = _op_calls(lambda: block(x))
+    assert calls == 1 and torch.allclose(out.detach(), expected)
+    out.sum().backward()
+    assert block.inner[0].weight.grad is not None
+    # inputs that need grad while the weights do not: still the op
+    for p in block.parameters():
+        p.requires_grad_(False)
+    x_grad = x.clone().requires_grad_(True)
+    out, calls = _op_calls(lambda: block(x_grad))
+    assert calls == 1
+    out.sum().backward()
+    assert x_grad.grad is not None and x_grad.grad.abs().sum() > 0
+
+
+def test_an_unverified_shape_still_falls_back_on_the_direct_path() -> None:
+    block, kernel, _ = _swapped()
+    with torch.no_grad():
+        kernel.inner[1].bias.add_(1.0)  # the kernel now differs from the original
+        other = torch.randn(5, 4)  # not verified
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            out, calls = _op_calls(lambda: block(other))
+        assert calls == 0
+        assert any(issubclass(w.category, sw.KernelFallbackWarning) for w in seen)
+        assert torch.allclose(out, _Block.forward(block, other))
+        assert not torch.allclose(out, _Block.forward(kernel, other))

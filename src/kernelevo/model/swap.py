@@ -100,6 +100,11 @@ def named_tensors(module: torch.nn.Module, names: tuple[str, ...]) -> list[torch
 def kernel_op(inputs: list[torch.Tensor], weights: list[torch.Tensor],
               slot: int) -> torch.Tensor:
     """The swapped forward: the kernel where verified, else the original, with a warning."""
+    return run_swap(inputs, weights, slot)
+
+
+def run_swap(inputs: list[torch.Tensor], weights: list[torch.Tensor], slot: int) -> torch.Tensor:
+    """The op's body, also called directly where the op would add only its dispatch."""
     swap = _SWAPS[slot]
     seen = signature(inputs)
     if not runs_kernel(swap, inputs):
@@ -266,5 +271,26 @@ def patched_forward(module: torch.nn.Module, slot: int, arity: int) -> Any:
         weights = named_tensors(module, names)
         if weights is None:  # a weight was removed since: as the module holds them now
             weights = [t for _, t in module_tensors(module)]
+        if _direct(args, weights):
+            return run_swap(list(args), weights, slot)
         return torch.ops.kernelevo_model.kernel(list(args), weights, slot)
     return forward
+
+
+def _direct(args: tuple[Any, ...], weights: list[torch.Tensor]) -> bool:
+    """Whether the op's body may run without the op: plain eager tensors, no autograd to record.
+
+    The op is what torch.compile traces (no graph break) and what autograd
+    records; on an eager call that needs neither, its dispatch is only host
+    time (bench/swap_overhead.py). Tensor subclasses, functorch transforms and
+    tracing keep the op.
+    """
+    if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
+        return False
+    tensors = [*args, *weights]
+    if any(type(t) not in _PLAIN for t in tensors):
+        return False
+    return not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)
