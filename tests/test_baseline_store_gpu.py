@@ -34,6 +34,9 @@ def test_a_short_tasks_baselines_are_timed_beside_each_candidate_with_paired_rou
             gain = (verdict.measures[measure]["eager"].median_ms
                     / verdict.measures[measure]["candidate"].median_ms)
             assert low < gain < high
+    # surely too quick for stored times to stand in: none were taken for the store
+    assert judge.baseline_store.get(judge.baseline_key) is None
+    assert first.phases_s["warmup_baselines_store"] < 1.0
 
 
 def test_the_first_worker_times_the_baselines_and_every_candidate_reads_them_beside_a_probe():

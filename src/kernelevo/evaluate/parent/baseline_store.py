@@ -11,6 +11,9 @@ reused from a store, re-checked against a drift probe. Here:
   checks is within `DRIFT` of the stored one, the verdict uses the stored
   times; otherwise every baseline is timed again beside the candidate, as
   without a store, and the entry goes (the next worker times it afresh).
+- Baselines quicker than `STORED_MIN_MS` a call are timed beside every
+  candidate, never from the store; a worker whose warm-up finds them surely
+  that quick (`worker_timing.surely_short`) stores none.
 - A judge keeps its store in memory; a suite keeps one per GPU model in the
   cache folder, so the next suite finds its tasks' baselines timed.
 
