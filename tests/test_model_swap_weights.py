@@ -34,21 +34,21 @@ def test_named_tensors_are_module_tensors_at_their_names() -> None:
     assert sw.named_tensors(block, names) is None
 
 
-def _swapped() -> tuple[_Block, _Block, torch.Tensor]:
+def _swapped(training: bool = False) -> tuple[_Block, _Block, torch.Tensor, int]:
     torch.manual_seed(0)
     block, kernel = _Block().eval(), _Block().eval()
     names = tuple(name for name, _ in sw.module_tensors(block))
     share_weights(block, kernel, names)
-    swap = sw.Swap("block", block, kernel, names, names)
+    swap = sw.Swap("block", block, kernel, names, names, training=training)
     slot = sw.register(swap)
     x = torch.randn(3, 4)
     swap.verified.add(sw.signature([x]))
     block.forward = sw.patched_forward(block, slot, 1)  # type: ignore[method-assign]
-    return block, kernel, x
+    return block, kernel, x, slot
 
 
 def test_the_swapped_forward_uses_weights_replaced_after_the_swap() -> None:
-    block, kernel, x = _swapped()
+    block, kernel, x, _ = _swapped()
     with torch.no_grad():
         before = block(x)
         assert torch.allclose(before, _Block.forward(kernel, x))
@@ -66,29 +66,34 @@ def _op_calls(call) -> tuple[torch.Tensor, int]:
     return out, sum(1 for e in prof.events() if e.name == sw.OP_NAME)
 
 
-def test_an_eager_call_without_autograd_skips_the_ops_dispatch() -> None:
-    block, kernel, x = _swapped()
-    expected = _Block.forward(kernel, x).detach()
-    with torch.no_grad():
-        out, calls = _op_calls(lambda: block(x))
-    assert calls == 0 and torch.allclose(out, expected)
-    # autograd to record: through the op, whose backward gives the weights' gradients
-    out, calls = _op_calls(lambda: block(x))
-    assert calls == 1 and torch.allclose(out.detach(), expected)
-    out.sum().backward()
-    assert block.inner[0].weight.grad is not None
-    # inputs that need grad while the weights do not: still the op
-    for p in block.parameters():
-        p.requires_grad_(False)
-    x_grad = x.clone().requires_grad_(True)
-    out, calls = _op_calls(lambda: block(x_grad))
-    assert calls == 1
-    out.sum().backward()
-    assert x_grad.grad is not None and x_grad.grad.abs().sum() > 0
+def _gradients(call, block: _Block, x: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """`call(x)`'s output and the gradients of x then of the block's parameters."""
+    block.zero_grad(set_to_none=True)
+    x = x.clone().requires_grad_(True)
+    out = call(x)
+    (out * torch.linspace(-1, 1, out.numel()).reshape(out.shape)).sum().backward()
+    return out.detach(), [x.grad, *[p.grad for p in block.parameters()]]
+
+
+def test_an_eager_call_skips_the_ops_dispatch_with_the_ops_gradients() -> None:
+    for training in (False, True):  # the original's vjp; the kernel's own backward
+        block, kernel, x, slot = _swapped(training)
+        expected = _Block.forward(kernel, x).detach()
+        with torch.no_grad():
+            out, calls = _op_calls(lambda: block(x))
+        assert calls == 0 and torch.allclose(out, expected)
+        (out, direct), calls = _op_calls(lambda: _gradients(block, block, x))
+        assert calls == 0 and torch.allclose(out, expected)
+        names = tuple(name for name, _ in sw.module_tensors(block))
+        through_op = _gradients(
+            lambda t: torch.ops.kernelevo_model.kernel([t], sw.named_tensors(block, names), slot),
+            block, x)[1]
+        assert all(g is not None and g.abs().sum() > 0 for g in direct)
+        assert all(torch.allclose(a, b) for a, b in zip(direct, through_op))
 
 
 def test_an_unverified_shape_still_falls_back_on_the_direct_path() -> None:
-    block, kernel, _ = _swapped()
+    block, kernel, _, _ = _swapped()
     with torch.no_grad():
         kernel.inner[1].bias.add_(1.0)  # the kernel now differs from the original
         other = torch.randn(5, 4)  # not verified

@@ -271,26 +271,42 @@ def patched_forward(module: torch.nn.Module, slot: int, arity: int) -> Any:
         weights = named_tensors(module, names)
         if weights is None:  # a weight was removed since: as the module holds them now
             weights = [t for _, t in module_tensors(module)]
-        if _direct(args, weights):
+        tensors = [*args, *weights]
+        if _eager(tensors):
+            if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+                return _EagerSwap.apply(slot, len(args), *tensors)
             return run_swap(list(args), weights, slot)
         return torch.ops.kernelevo_model.kernel(list(args), weights, slot)
     return forward
 
 
-def _direct(args: tuple[Any, ...], weights: list[torch.Tensor]) -> bool:
-    """Whether the op's body may run without the op: plain eager tensors, no autograd to record.
+def _eager(tensors: list[torch.Tensor]) -> bool:
+    """Whether the op's body may run without the op: plain tensors, outside compile and transforms.
 
-    The op is what torch.compile traces (no graph break) and what autograd
-    records; on an eager call that needs neither, its dispatch is only host
-    time (bench/swap_overhead.py). Tensor subclasses, functorch transforms and
-    tracing keep the op.
+    The op is what torch.compile traces (no graph break); on an eager call
+    its dispatch, and its autograd's, are only host time
+    (bench/swap_overhead.py): the body runs directly, with the same autograd
+    formula as a `torch.autograd.Function` where there is a graph to record.
+    Tensor subclasses, functorch transforms and tracing keep the op.
     """
     if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
         return False
-    tensors = [*args, *weights]
-    if any(type(t) not in _PLAIN for t in tensors):
-        return False
-    return not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors))
+    return all(type(t) in _PLAIN for t in tensors)
 
 
 _PLAIN = (torch.Tensor, torch.nn.Parameter)
+
+
+class _EagerSwap(torch.autograd.Function):
+    """The op's body and autograd formula (`_setup_context`, `_backward`) for an eager call."""
+
+    @staticmethod
+    def forward(ctx: Any, slot: int, count: int, *tensors: torch.Tensor) -> torch.Tensor:
+        inputs, weights = list(tensors[:count]), list(tensors[count:])
+        _setup_context(ctx, (inputs, weights, slot), None)
+        return run_swap(inputs, weights, slot)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        grad_inputs, grad_weights, _ = _backward(ctx, grad)
+        return (None, None, *grad_inputs, *grad_weights)
