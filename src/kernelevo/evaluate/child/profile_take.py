@@ -36,11 +36,11 @@ def record_trace(model: Any, inputs: list[Any], calls: int = PROFILED_CALLS,
     sets = [task_inputs.clone_inputs(inputs) for _ in range(calls + 1)]
     with torch.no_grad(), profile(activities=activities) as prof:
         model(*sets[0])  # the profiler can drop the kernels at the start of a session
-        _synchronize(device)
+        task_inputs.synchronize(device)
         for given in sets[1:]:
             with record_function(CALL_ANNOTATION):
                 model(*given)
-                _synchronize(device)
+                task_inputs.synchronize(device)
     return chrome_trace(prof)
 
 
@@ -59,10 +59,6 @@ def take_breakdown(model: Any, inputs: list[Any], own_names: Iterable[str] = (),
     categories = CPU_STAND_IN_CATEGORIES if device == "cpu" else GPU_KERNEL_CATEGORIES
     return breakdown(events_from_chrome_trace(trace), own_names, categories)
 
-
-def _synchronize(device: str) -> None:
-    if device != "cpu":
-        torch.cuda.synchronize()
 
 
 def profile_candidates(loaded: dict[int, Any], baselines: dict[str, Any], task: Any,

@@ -27,6 +27,7 @@ from kernelevo.evaluate.analysis.oom import is_out_of_memory
 from kernelevo.evaluate.analysis.profile import CPU_STAND_IN_CATEGORIES, events_from_chrome_trace
 from kernelevo.evaluate.child.profile_take import chrome_trace
 from kernelevo.evaluate.child.timing_backward import flat
+from kernelevo.evaluate.shared import inputs as task_inputs
 from kernelevo.evaluate.shared.gradients import grad_inputs, parameters_of, projections
 
 
@@ -80,7 +81,7 @@ def _profiled_step(model: Any, inputs: list[Any], seed: int, count: Callable[[],
         del outputs
         with record_function(TRAIN_FORWARD):
             outputs, picked = _forward(model, leaves)
-            _synchronize(device)
+            task_inputs.synchronize(device)
         before = count()
         with record_function(TRAIN_BACKWARD):
             _backward([outputs[i] for i in picked], wanted, grads, device)
@@ -102,9 +103,5 @@ def _backward(outputs: list[torch.Tensor], wanted: list[torch.Tensor],
               grads: list[torch.Tensor], device: str) -> None:
     """The backward of the projected loss, as the timed training step takes it."""
     torch.autograd.grad(outputs, wanted, grad_outputs=grads, allow_unused=True)
-    _synchronize(device)
+    task_inputs.synchronize(device)
 
-
-def _synchronize(device: str) -> None:
-    if device != "cpu":
-        torch.cuda.synchronize()

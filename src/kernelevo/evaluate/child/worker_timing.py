@@ -59,7 +59,7 @@ def stored_or_timed(task: Any, job: WorkerJob, baselines: Baselines,
     first = next(iter(baselines.contestants.values()))  # the probe of stored times
     warm = task_inputs.make_inputs(task, 0, job.device, getattr(torch, job.dtype))
     with torch.no_grad():
-        short = surely_short(lambda: first(*warm), lambda: _sync(job.device))
+        short = surely_short(lambda: first(*warm), lambda: task_inputs.synchronize(job.device))
     del warm
     if short:  # timed beside every candidate: a stored time would never be read
         return BaselinesReply()
@@ -110,10 +110,6 @@ def surely_short(call: Callable[[], Any], sync: Callable[[], None], calls: int =
         fastest = min(fastest, elapsed)
     return fastest < limit_s
 
-
-def _sync(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
 
 
 def _as_json(run: TimingRun) -> dict[str, dict[str, dict[str, Any]]]:

@@ -71,6 +71,12 @@ def user_backend_words(conv_tf32: bool) -> str:
             f"cudnn.allow_tf32={conv_tf32}, matmul.allow_tf32=False)")
 
 
+def synchronize(device: str) -> None:
+    """Wait for the device's queued work (nothing to wait for on the CPU)."""
+    if device != "cpu":
+        torch.cuda.synchronize()
+
+
 def build_model(cls: type, init_inputs: list[Any], device: str, dtype: torch.dtype) -> Any:
     """Construct under the KernelBench seed, then move to the device and precision."""
     torch.manual_seed(WEIGHT_SEED)
