@@ -60,7 +60,6 @@ def take_breakdown(model: Any, inputs: list[Any], own_names: Iterable[str] = (),
     return breakdown(events_from_chrome_trace(trace), own_names, categories)
 
 
-
 def profile_candidates(loaded: dict[int, Any], baselines: dict[str, Any], task: Any,
                        inputs: list[Any], gpu_ms: dict[str, float],
                        own_names: dict[int, set[str]], device_name: str,

@@ -104,4 +104,3 @@ def _backward(outputs: list[torch.Tensor], wanted: list[torch.Tensor],
     """The backward of the projected loss, as the timed training step takes it."""
     torch.autograd.grad(outputs, wanted, grad_outputs=grads, allow_unused=True)
     task_inputs.synchronize(device)
-

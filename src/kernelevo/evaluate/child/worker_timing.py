@@ -111,7 +111,6 @@ def surely_short(call: Callable[[], Any], sync: Callable[[], None], calls: int =
     return fastest < limit_s
 
 
-
 def _as_json(run: TimingRun) -> dict[str, dict[str, dict[str, Any]]]:
     return {measure: {name: vars(stats) for name, stats in by_name.items()}
             for measure, by_name in run.measures.items()}
