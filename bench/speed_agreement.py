@@ -78,6 +78,9 @@ PAIRS = [
 MEASURES = {"call": "loop", "gpu": "do_bench"}
 WIDTH_SLACK = 0.10  # the interval may be the plain range plus this fraction of its median
 ABS_SLACK = 0.10  # milliseconds within 10 % of the plain process's, or inside its range
+# plain's do_bench is device time only while the host keeps ahead of its queue: where it
+# reads more than this many times the profiler's kernel time, the host's launches are in it
+KERNEL_BOUND = 1.3
 
 
 def task_file(kb: Path, level: int, problem: int) -> Path:
@@ -176,8 +179,23 @@ def compare(staged: list[dict], rows: list[dict], plain: dict[str, list[dict]]) 
             entry["width_ok"] = high - low <= plain_width + WIDTH_SLACK * entry["plain_median"]
             entry["ms_ok"] = (_ms_agrees(entry["eager_ms"], entry["plain_ref_ms"])
                               and _ms_agrees(entry["candidate_ms"], entry["plain_cand_ms"]))
+            if measure == "gpu":
+                entry["plain_kernel_bound"] = kernel_bound(runs)
             table.append(entry)
     return table
+
+
+def kernel_bound(runs: list[dict]) -> bool:
+    """Whether every plain run's do_bench, of both contestants, read device time.
+
+    `do_bench` queues a flush and a call per sample without waiting; when the
+    host takes longer to launch them than the device to run them, the events
+    hold the host's time, and the run reads between the kernels' time and the
+    call loop's. The profiler's kernel time is the reference.
+    """
+    return all(run[f"do_bench_ms_{who}"] <= KERNEL_BOUND * run[f"kernel_ms_{who}"]
+               for run in runs for who in ("ref", "cand")
+               if run.get(f"kernel_ms_{who}"))
 
 
 def _ms_agrees(mine: float, theirs: list[float]) -> bool:
@@ -227,6 +245,14 @@ def markdown(table: list[dict], facts: dict) -> str:
         lines.append(f"- call rows inside, host spread 5 % or more: "
                      f"{sum(e['inside'] for e in moving)}/{len(moving)}; under 5 %: "
                      f"{sum(e['inside'] for e in steady)}/{len(steady)}")
+    gpu = [e for e in scored if "plain_kernel_bound" in e]
+    if gpu:
+        bound = [e for e in gpu if e["plain_kernel_bound"]]
+        hosted = [e for e in gpu if not e["plain_kernel_bound"]]
+        lines.append(f"- gpu rows inside, plain's do_bench within {KERNEL_BOUND}x of the "
+                     f"profiler's kernel time in every run: {sum(e['inside'] for e in bound)}/"
+                     f"{len(bound)}; above it (launches or a cold L2 in do_bench): "
+                     f"{sum(e['inside'] for e in hosted)}/{len(hosted)}")
     return "\n".join(lines) + "\n"
 
 
@@ -243,6 +269,10 @@ def merge(folders: list[Path], out: Path) -> None:
     table, facts = [], None
     for folder in folders:
         data = json.loads((folder / "agreement.json").read_text())
+        for row in data["rows"]:  # shards written before the split had no such field
+            runs = data.get("plain", {}).get(row["task"])
+            if row["measure"] == "gpu" and "judge" in row and runs:
+                row.setdefault("plain_kernel_bound", kernel_bound(runs))
         table += data["rows"]
         if facts is None:
             facts = dict(data["facts"])

@@ -35,7 +35,7 @@ import torch
 from kernelevo.config import TimingConfig
 from kernelevo.evaluate.child import host_speed
 from kernelevo.evaluate.child.launch_check import LaunchCount, count_own_launches
-from kernelevo.evaluate.child.samplers import HostSampler, Load, Sampler
+from kernelevo.evaluate.child.samplers import MAX_HOLD_MS, HostSampler, Load, Sampler
 from kernelevo.evaluate.verdict import TimingStats
 
 Contestant = Callable[..., Any]
@@ -312,7 +312,7 @@ def _gpu_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, 
     slowest = max(per_call for per_call, _ in warm.values())
     count = int(min(config.max_samples, max(config.min_samples, config.target_ms / slowest)))
     # Twice the host's queueing time, so the call is queued before the sleep ends.
-    hold_ms = {name: min(0.05 + 2 * queue_ms, 20.0) for name, (_, queue_ms) in warm.items()}
+    hold_ms = {name: min(0.05 + 2 * queue_ms, MAX_HOLD_MS) for name, (_, queue_ms) in warm.items()}
     events: dict[str, list[tuple[int, float]]] = {name: [] for name in calls}
     tails: dict[str, list[tuple[int, float]]] = {name: [] for name in calls}
     for index in range(rotation.rounds(count, config.min_samples)):
@@ -327,6 +327,12 @@ def _gpu_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, 
             tails[name].append((set_index, tail_ms))
             run.keep_round("gpu", name, index, set_index, event_ms, rotation)
             run.drop(calls, name, after(name, "gpu", set_index, output))
+    if sampler.retaken:
+        run.notes.append(
+            f"gpu time: {sampler.retaken} sample(s) taken again with a longer hold (the host "
+            "queued the call after the stream's hold had ended)"
+            + (f"; {sampler.late} never fitted in {MAX_HOLD_MS:.0f} ms and hold host time"
+               if sampler.late else ""))
     stats = {}
     for name in calls:
         counted_events, other_events = rotation.split(events[name])
