@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from kernelevo.evaluate.child.cores import on_timing_core, timing_core, visible_gpu_ordinal
+from kernelevo.evaluate.shared.cores import on_timing_core, timing_core, visible_gpu_ordinal
 from kernelevo.evaluate.child.timing import RANGE_FLOOR, speedup_range
 from kernelevo.evaluate.child.worker_timing import speedup_ranges
 from kernelevo.evaluate.parent.compare import _decide

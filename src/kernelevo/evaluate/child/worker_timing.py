@@ -23,7 +23,7 @@ from kernelevo.evaluate.analysis.oom import is_out_of_memory
 from kernelevo.evaluate.analysis.tolerance import compare_tensor
 from kernelevo.evaluate.child import guards, host_speed
 from kernelevo.evaluate.child.baselines import Baselines
-from kernelevo.evaluate.child.cores import on_timing_core, timing_core, visible_gpu_ordinal
+from kernelevo.evaluate.shared.cores import on_timing_core, timing_core, visible_gpu_ordinal
 from kernelevo.evaluate.child.launch_check import skipped_work
 from kernelevo.evaluate.child.profile_take import attach_profiles
 from kernelevo.evaluate.child.share_training import training_step_share

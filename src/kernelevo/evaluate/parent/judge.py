@@ -31,6 +31,7 @@ from kernelevo.evaluate.parent.other_sizes import OtherSizes, Recheck
 from kernelevo.evaluate.parent.session import Session
 from kernelevo.evaluate.sandbox.environment import cache_environment
 from kernelevo.evaluate.sandbox.jobs import set_triton_mode, stopping
+from kernelevo.evaluate.shared.cores import TIMING_CORES_ENV, timing_cores
 from kernelevo.evaluate.static import checks as static
 from kernelevo.evaluate.verdict import Verdict, verdict_for
 from kernelevo.logs import get_logger
@@ -78,9 +79,15 @@ def _warm_comparisons_ahead(device: str, gpu_index: int | None) -> None:
 
 
 def child_environment(device: str, gpu_index: int | None) -> dict[str, str]:
-    """What the judge's children add to their environment: their GPU, the build's target."""
+    """What the judge's children add to their environment: their GPU, the build's target,
+    the cores kept for timing."""
     environment = {"CUDA_VISIBLE_DEVICES": str(gpu_index)} if gpu_index is not None else {}
     if device == "cuda":
+        # The cores timings run on, one per GPU of the machine: the children
+        # move off them, so a timing has its core alone (shared/cores.py).
+        kept = timing_cores(torch.cuda.device_count())
+        if kept:
+            environment[TIMING_CORES_ENV] = ",".join(map(str, kept))
         # One architecture list for every build, so a build made ahead without
         # a GPU is the very build the worker looks for.
         major, minor = torch.cuda.get_device_capability(gpu_index or 0)

@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterator
 
 from kernelevo.cache_dir import default_cache_dir
 from kernelevo.evaluate.sandbox import confine
+from kernelevo.evaluate.shared.cores import keep_off_timing_cores
 from kernelevo.evaluate.sandbox import environment as allowed
 from kernelevo.evaluate.sandbox import namespaces
 from kernelevo.evaluate.sandbox import redact
@@ -276,6 +277,9 @@ def _child_main(target: Callable[..., None], payload: dict[str, Any], connection
     os.environ.clear()
     os.environ.update(environment)
     os.environ[MARKER_ENV] = marker
+    # Off the cores the judge keeps for timing, before the job starts any
+    # thread or process: they inherit it (a timing pins itself back on).
+    keep_off_timing_cores(environment)
     _name_process(marker)
     # The candidate's working folder is apart from the harness's files, so
     # anything that appears in it was written by the candidate.

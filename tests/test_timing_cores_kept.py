@@ -1,0 +1,96 @@
+"""The cores kept for timing: named by the judge, left by every child, pinned by a timing."""
+
+import os
+
+import pytest
+import torch
+
+from kernelevo.evaluate.parent.judge import child_environment
+from kernelevo.evaluate.sandbox.jobs import run_job
+from kernelevo.evaluate.shared import cores
+from kernelevo.evaluate.shared.cores import (TIMING_CORES_ENV, keep_off_timing_cores,
+                                             on_timing_core, timing_core, timing_cores)
+
+needs_affinity = pytest.mark.skipif(not hasattr(os, "sched_getaffinity"),
+                                    reason="no CPU affinity here")
+
+
+def _machine(monkeypatch, count: int) -> list[set[int]]:
+    """A machine of `count` allowed cores; returns the affinities set, in order."""
+    allowed = [set(range(count))]
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(allowed[-1]))
+    monkeypatch.setattr(os, "sched_setaffinity", lambda pid, mask: allowed.append(set(mask)))
+    return allowed
+
+
+@needs_affinity
+def test_one_core_per_gpu_is_kept_counted_back_from_the_last(monkeypatch):
+    _machine(monkeypatch, 16)
+    assert timing_cores(1) == [15]
+    assert timing_cores(2) == [15, 14]
+    assert timing_cores(20) == list(range(15, 7, -1))  # at most half the cores
+    assert timing_cores(0) == []
+
+
+@needs_affinity
+def test_a_machine_of_few_cores_keeps_none(monkeypatch):
+    _machine(monkeypatch, cores.MIN_CORES_TO_KEEP - 1)
+    assert timing_cores(1) == []
+
+
+@needs_affinity
+def test_a_worker_times_on_the_core_kept_for_its_gpu(monkeypatch):
+    _machine(monkeypatch, 16)
+    named = {TIMING_CORES_ENV: "15,14"}
+    assert timing_core(0, named) == 15 and timing_core(1, named) == 14
+    assert timing_core(2, named) == 15  # GPUs beyond the kept cores share, by ordinal
+    assert timing_core(1, {}) == 14  # none named: counted back as before
+
+
+@needs_affinity
+def test_a_child_moves_off_the_kept_cores_and_a_timing_pins_itself_back(monkeypatch):
+    allowed = _machine(monkeypatch, 8)
+    named = {TIMING_CORES_ENV: "7"}
+    assert keep_off_timing_cores(named) == set(range(7))
+    with on_timing_core(timing_core(0, named)) as core:
+        assert core == 7 and allowed[-1] == {7}
+    assert allowed[-1] == set(range(7))  # back where the child ran
+
+
+@needs_affinity
+def test_nothing_moves_when_no_core_is_named_or_none_would_be_left(monkeypatch):
+    allowed = _machine(monkeypatch, 1)
+    assert keep_off_timing_cores({}) is None
+    assert keep_off_timing_cores({TIMING_CORES_ENV: "0"}) is None  # it would have no core
+    assert keep_off_timing_cores({TIMING_CORES_ENV: "5"}) is None  # not one of its cores
+    assert allowed == [{0}]
+
+
+@needs_affinity
+def test_the_judge_names_the_kept_cores_to_its_children_on_a_gpu(monkeypatch):
+    _machine(monkeypatch, 16)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=0: (9, 0))
+    environment = child_environment("cuda", 1)
+    assert environment[TIMING_CORES_ENV] == "15,14"
+    assert environment["CUDA_VISIBLE_DEVICES"] == "1"
+    assert TIMING_CORES_ENV not in child_environment("cpu", None)
+
+
+def report_cores(payload, channel):
+    channel.send("cores", allowed=sorted(os.sched_getaffinity(0)),
+                 named=os.environ.get(TIMING_CORES_ENV))
+
+
+@needs_affinity
+def test_a_jobs_process_starts_off_the_kept_core(tmp_path):
+    mine = sorted(os.sched_getaffinity(0))
+    if len(mine) < 2:
+        pytest.skip("one allowed core: none can be kept")
+    kept = mine[-1]
+    result = run_job(report_cores, {}, tmp_path / "job", timeout_s=60,
+                     output_limit_bytes=1 << 20,
+                     environment={TIMING_CORES_ENV: str(kept)})
+    said = next(m for m in result.messages if m.get("kind") == "cores")
+    assert said["named"] == str(kept)
+    assert kept not in said["allowed"] and said["allowed"] == mine[:-1]
