@@ -49,6 +49,7 @@ def _sampler(monkeypatch) -> Sampler:
     for name in ("start", "end", "settled", "asleep", "awake"):
         setattr(sampler, name, _Event())
     sampler.retaken = sampler.late = 0
+    sampler.waiting = set()
     return sampler
 
 
@@ -88,6 +89,24 @@ def test_a_call_slower_than_any_hold_is_counted_late_after_the_retakes(monkeypat
     assert len(sampler.sleeper.holds) == RETAKES + 1
     assert sampler.sleeper.holds[1:] == [2.0] * RETAKES  # capped
     assert (sampler.retaken, sampler.late) == (RETAKES, 1)
+
+
+def test_a_call_that_waits_for_the_device_is_retaken_once_then_never(monkeypatch):
+    """A synchronising call's host time always outlasts the hold: retakes would only
+    multiply its samples' cost."""
+    sampler = _sampler(monkeypatch)
+
+    def synchronising():
+        time.sleep(sampler.sleeper.holds[-1] / 1e3 + 0.002)  # the hold, then its own work
+
+    sampler.sample(synchronising, 0, hold_ms=1.0)
+    assert len(sampler.sleeper.holds) == RETAKES + 1
+    sampler.sample(synchronising, 1, hold_ms=1.0)
+    sampler.sample(synchronising, 0, hold_ms=1.0)
+    assert len(sampler.sleeper.holds) == RETAKES + 3  # one try each now
+    assert (sampler.retaken, sampler.late) == (RETAKES, 3)
+    sampler.sample(_host_bound([0.0]), 0, hold_ms=1.0)  # another call keeps its retakes
+    assert sampler.late == 3
 
 
 @pytest.mark.parametrize("rates", [[300.0, 1900.0, 1500.0]])

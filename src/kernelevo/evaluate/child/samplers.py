@@ -51,7 +51,7 @@ class Sleeper:
 
 # A sample whose call the host queued more slowly than the stream slept is taken
 # again, with a hold of twice the host's time, at most this many times.
-RETAKES = 3
+RETAKES = 2
 MAX_HOLD_MS = 20.0  # longer holds waste device time; a call that needs more is host-bound
 
 Load = Callable[[int], None]  # makes input set i the one the next calls use
@@ -73,6 +73,7 @@ class Sampler:
         self.asleep = torch.cuda.Event(enable_timing=True)
         self.awake = torch.cuda.Event(enable_timing=True)
         self.retaken = self.late = 0  # samples taken again with a longer hold; never fitted
+        self.waiting: set[int] = set()  # calls late after their retakes (by id): no more
 
     def sample(self, call: Callable[[], Any], set_index: int,
                hold_ms: float) -> tuple[float, float, Any]:
@@ -88,15 +89,19 @@ class Sampler:
         call among quick ones, a thread woken late) may have left the device
         waiting inside the interval: that sample is taken again with a hold
         of twice the host's time, up to `RETAKES` times, and counted in
-        `retaken` (and in `late` if it never fitted).
+        `retaken`; one that never fitted is counted in `late`. A call still
+        late after its retakes waits for the device (it synchronises) or its
+        host is that slow: its later samples are taken once each, and late.
         """
-        for attempt in range(RETAKES + 1):
+        retakes = 0 if id(call) in self.waiting else RETAKES
+        for attempt in range(retakes + 1):
             event_ms, tail_ms, output, queued_ms, held_ms = self._sample(call, set_index,
                                                                          hold_ms)
             if queued_ms <= held_ms:
                 break
-            if attempt == RETAKES:
+            if attempt == retakes:
                 self.late += 1
+                self.waiting.add(id(call))
                 break
             self.retaken += 1
             hold_ms = min(2 * queued_ms + 0.05, MAX_HOLD_MS)

@@ -327,12 +327,12 @@ def _gpu_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, 
             tails[name].append((set_index, tail_ms))
             run.keep_round("gpu", name, index, set_index, event_ms, rotation)
             run.drop(calls, name, after(name, "gpu", set_index, output))
-    if sampler.retaken:
+    if sampler.retaken or sampler.late:
         run.notes.append(
             f"gpu time: {sampler.retaken} sample(s) taken again with a longer hold (the host "
             "queued the call after the stream's hold had ended)"
-            + (f"; {sampler.late} never fitted in {MAX_HOLD_MS:.0f} ms and hold host time"
-               if sampler.late else ""))
+            + (f"; {sampler.late} still late (a call that waits for the device, or a host "
+               "that slow): their times may hold host time" if sampler.late else ""))
     stats = {}
     for name in calls:
         counted_events, other_events = rotation.split(events[name])
