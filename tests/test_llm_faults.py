@@ -413,13 +413,21 @@ def test_a_call_cancelled_in_flight_is_charged_its_worst_case(tmp_path):
         store.record_verdict(seed.id, PassingJudge().evaluate(seed.candidate))
 
         async def cut_off() -> None:
+            # Cancelled once the server holds the request (not after a fixed time,
+            # which a loaded machine can spend before the request is even sent).
+            call = asyncio.ensure_future(
+                evolution.proposer.propose(store.candidate(seed.id), [], repair=False))
             try:
-                await asyncio.wait_for(
-                    evolution.proposer.propose(store.candidate(seed.id), [], repair=False), 0.5)
+                waited = time.monotonic()
+                while not server.requests and not call.done():
+                    assert time.monotonic() - waited < 30, "the request never reached the server"
+                    await asyncio.sleep(0.01)
+                call.cancel()
+                await call
             finally:
                 await pool.aclose()
 
-        with pytest.raises(asyncio.TimeoutError):
+        with pytest.raises(asyncio.CancelledError):
             asyncio.run(cut_off())
     (call,) = store.llm_calls()
     worst = input_token_bound(call.prompt["messages"])
