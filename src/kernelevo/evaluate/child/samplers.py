@@ -112,9 +112,9 @@ class Sampler:
         """One try: (event_ms, tail_ms, output, host ms to queue it, device ms of the hold)."""
         torch.cuda.synchronize()
         self.load(set_index)
+        queued_from = time.perf_counter()  # the device meets `asleep` no earlier than this
         self.asleep.record()
         self.sleeper.sleep(hold_ms)
-        queued_from = time.perf_counter()  # the stream's hold began no earlier than this
         self.awake.record()
         # Right before the call, as do_bench flushes: the call meets an L2 full
         # of another buffer's dirty lines.
