@@ -1,8 +1,9 @@
 """The gpu measure's hold: a sample the host queued after the stream's sleep ended is retaken.
 
 The GPU sampler is driven here with stand-ins for CUDA's events, sleep and
-synchronisation, each keeping the host's clock: the "device" sleeps exactly
-the hold asked, and the call's host time is whatever the call spends. The
+synchronisation on the host's clock: the hold is queued without blocking and
+ends on the "device" exactly its length after its first event, and the
+call's host time is whatever the call spends. The
 real sampler's decisions (retake, longer hold, give up) run unchanged; the
 GPU tests time the same path on a device.
 """
@@ -31,12 +32,24 @@ class _Event:
 
 
 class _Sleeper:
+    """Queues a hold without blocking, as the sleep kernel does."""
+
     def __init__(self) -> None:
         self.holds: list[float] = []
 
     def sleep(self, ms: float) -> None:
         self.holds.append(ms)
-        time.sleep(ms / 1e3)
+
+
+class _Awake(_Event):
+    """The event after the hold: the device meets it when the hold has run."""
+
+    def __init__(self, asleep: _Event, sleeper: _Sleeper) -> None:
+        super().__init__()
+        self.asleep, self.sleeper = asleep, sleeper
+
+    def record(self) -> None:
+        self.at = self.asleep.at + self.sleeper.holds[-1] / 1e3
 
 
 def _sampler(monkeypatch) -> Sampler:
@@ -46,8 +59,9 @@ def _sampler(monkeypatch) -> Sampler:
     sampler.load = lambda set_index: None
     sampler.shares = {}
     sampler.sleeper = _Sleeper()
-    for name in ("start", "end", "settled", "asleep", "awake"):
+    for name in ("start", "end", "settled", "asleep"):
         setattr(sampler, name, _Event())
+    sampler.awake = _Awake(sampler.asleep, sampler.sleeper)
     sampler.retaken = sampler.late = 0
     sampler.waiting = set()
     return sampler
@@ -96,8 +110,8 @@ def test_a_call_that_waits_for_the_device_is_retaken_once_then_never(monkeypatch
     multiply its samples' cost."""
     sampler = _sampler(monkeypatch)
 
-    def synchronising():
-        time.sleep(sampler.sleeper.holds[-1] / 1e3 + 0.002)  # the hold, then its own work
+    def synchronising():  # waits for the hold to end on the device, then works 2 ms
+        time.sleep(max(0.0, sampler.awake.at - time.perf_counter()) + 0.002)
 
     sampler.sample(synchronising, 0, hold_ms=1.0)
     assert len(sampler.sleeper.holds) == RETAKES + 1
