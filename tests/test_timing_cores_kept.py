@@ -15,11 +15,15 @@ needs_affinity = pytest.mark.skipif(not hasattr(os, "sched_getaffinity"),
                                     reason="no CPU affinity here")
 
 
-def _machine(monkeypatch, count: int) -> list[set[int]]:
-    """A machine of `count` allowed cores; returns the affinities set, in order."""
+def _machine(monkeypatch, count: int, smt: bool = False) -> list[set[int]]:
+    """A machine of `count` allowed cores, hyperthread pairs (n, n + count/2) with `smt`;
+    returns the affinities set, in order."""
     allowed = [set(range(count))]
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(allowed[-1]))
     monkeypatch.setattr(os, "sched_setaffinity", lambda pid, mask: allowed.append(set(mask)))
+    half = count // 2
+    monkeypatch.setattr(cores, "siblings",
+                        lambda core: {core % half, core % half + half} if smt else {core})
     return allowed
 
 
@@ -30,6 +34,25 @@ def test_one_core_per_gpu_is_kept_counted_back_from_the_last(monkeypatch):
     assert timing_cores(2) == [15, 14]
     assert timing_cores(20) == list(range(15, 7, -1))  # at most half the cores
     assert timing_cores(0) == []
+
+
+@needs_affinity
+def test_a_timing_cores_hyperthread_sibling_is_kept_free_too(monkeypatch):
+    allowed = _machine(monkeypatch, 16, smt=True)
+    assert timing_cores(2) == [15, 14]
+    assert timing_cores(8) == [15, 14, 13, 12]  # with their siblings, half the machine
+    assert keep_off_timing_cores({TIMING_CORES_ENV: "15"}) == set(range(16)) - {7, 15}
+    assert allowed[-1] == set(range(16)) - {7, 15}
+
+
+def test_siblings_are_read_from_sysfs(tmp_path):
+    for core, said in ((3, "3,11\n"), (5, "4-5\n")):
+        folder = tmp_path / f"cpu{core}" / "topology"
+        folder.mkdir(parents=True)
+        (folder / "thread_siblings_list").write_text(said)
+    assert cores.siblings(3, str(tmp_path)) == {3, 11}
+    assert cores.siblings(5, str(tmp_path)) == {4, 5}
+    assert cores.siblings(9, str(tmp_path)) == {9}  # no such file: the core alone
 
 
 @needs_affinity
@@ -93,4 +116,7 @@ def test_a_jobs_process_starts_off_the_kept_core(tmp_path):
                      environment={TIMING_CORES_ENV: str(kept)})
     said = next(m for m in result.messages if m.get("kind") == "cores")
     assert said["named"] == str(kept)
-    assert kept not in said["allowed"] and said["allowed"] == mine[:-1]
+    rest = sorted(set(mine) - cores.siblings(kept))
+    if not rest:
+        pytest.skip("the kept core's hyperthread siblings are every allowed core")
+    assert kept not in said["allowed"] and said["allowed"] == rest

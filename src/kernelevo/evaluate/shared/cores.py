@@ -12,7 +12,9 @@ shared its core where a plain process has one to itself. On a GPU machine
 the judge keeps those cores for timing: it names them to its children
 (`KERNELEVO_TIMING_CORES`), and every child moves off them as it starts
 (`keep_off_timing_cores`, sandbox/jobs.py); a worker's timing pins itself
-to its GPU's core, the only process there.
+to its GPU's core, the only process there. A core's hyperthread siblings
+share its execution units, so they are kept free too: a compile on the
+sibling slows the timed loop as one on the core itself would.
 """
 
 from __future__ import annotations
@@ -29,15 +31,27 @@ MIN_CORES_TO_KEEP = 4
 def timing_cores(gpu_count: int) -> list[int]:
     """The cores to keep for timing on a machine of `gpu_count` GPUs, by GPU ordinal.
 
-    The last allowed ones, one per GPU and at most half of them (GPUs beyond
-    share, by ordinal); none where fewer than `MIN_CORES_TO_KEEP` are allowed.
+    The last allowed ones, one per GPU, each with its hyperthread siblings,
+    while at least half the allowed cores are left (GPUs beyond share, by
+    ordinal); none where fewer than `MIN_CORES_TO_KEEP` are allowed.
     """
     if not hasattr(os, "sched_getaffinity") or gpu_count < 1:
         return []
     allowed = sorted(os.sched_getaffinity(0))
     if len(allowed) < MIN_CORES_TO_KEEP:
         return []
-    return [allowed[-1 - k] for k in range(min(gpu_count, len(allowed) // 2))]
+    # one per GPU, with its siblings, while half the allowed cores stay for the rest
+    chosen: list[int] = []
+    left = set(allowed)
+    for core in reversed(allowed):
+        if len(chosen) == gpu_count:
+            break
+        taken = siblings(core) & left
+        if core not in left or len(left) - len(taken) < len(allowed) / 2:
+            continue
+        chosen.append(core)
+        left -= taken
+    return chosen
 
 
 def _kept(environ: Mapping[str, str] | None) -> list[int]:
@@ -60,10 +74,26 @@ def timing_core(gpu_ordinal: int = 0, environ: Mapping[str, str] | None = None) 
     return allowed[-1 - gpu_ordinal % len(allowed)]
 
 
+def siblings(core: int, root: str = "/sys/devices/system/cpu") -> set[int]:
+    """The logical cores sharing `core`'s physical core (itself included), as sysfs says."""
+    try:
+        with open(f"{root}/cpu{core}/topology/thread_siblings_list") as listing:
+            said = listing.read().strip()
+    except OSError:  # no sysfs (another OS, a container without it): the core alone
+        return {core}
+    found = {core}
+    for part in filter(None, said.split(",")):
+        low, _, high = part.partition("-")
+        if low.isdigit() and (not high or high.isdigit()):
+            found.update(range(int(low), int(high or low) + 1))
+    return found
+
+
 def keep_off_timing_cores(environ: Mapping[str, str] | None = None) -> set[int] | None:
     """Move this process (its calling thread and the threads and processes it starts
-    later) off the cores kept for timing; the cores it runs on now, or None if unchanged."""
-    kept = set(_kept(environ))
+    later) off the cores kept for timing and their hyperthread siblings; the cores it
+    runs on now, or None if unchanged."""
+    kept = {sibling for core in _kept(environ) for sibling in siblings(core)}
     if not kept or not hasattr(os, "sched_getaffinity"):
         return None
     allowed = os.sched_getaffinity(0)
