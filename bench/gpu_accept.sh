@@ -32,6 +32,11 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,
     | tee -a "$summary"
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" \
     | tee -a "$summary"
+# the core timings run on, kept free with its hyperthread siblings (evaluate/shared/cores.py)
+python3 -c "import torch; from kernelevo.evaluate.shared.cores import timing_cores, siblings; \
+kept = timing_cores(torch.cuda.device_count()); \
+print('timing cores', kept, 'with siblings', [sorted(siblings(c)) for c in kept])" \
+    | tee -a "$summary"
 
 # 1. GPU tests: one pytest run over every gpu-marked test
 stamp "gpu tests"
