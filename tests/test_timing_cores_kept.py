@@ -120,3 +120,22 @@ def test_a_jobs_process_starts_off_the_kept_core(tmp_path):
     if not rest:
         pytest.skip("the kept core's hyperthread siblings are every allowed core")
     assert kept not in said["allowed"] and said["allowed"] == rest
+
+
+@needs_affinity
+def test_a_verdict_says_which_core_timed_it_and_whether_it_was_kept(monkeypatch):
+    from types import SimpleNamespace
+
+    from kernelevo.config import EvalConfig
+    from kernelevo.evaluate.parent import outcome
+    from kernelevo.evaluate.shared.messages import Timing
+
+    _machine(monkeypatch, 16, smt=True)
+    kept = cores.core_words(15, {TIMING_CORES_ENV: "15"})
+    assert kept == "15, kept free with its siblings 7,15"
+    assert cores.core_words(15, {}) == "15, shared with the judge's other processes"
+    assert cores.core_words(None, {}) == "unpinned"
+    judge = SimpleNamespace(device="cuda", config=EvalConfig())
+    said = outcome._environment(judge, Timing(measures={}, timing_core=kept))
+    assert said["timing_core"] == kept
+    assert "timing_core" not in outcome._environment(judge, Timing(measures={}))

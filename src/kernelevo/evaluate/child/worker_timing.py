@@ -23,7 +23,8 @@ from kernelevo.evaluate.analysis.oom import is_out_of_memory
 from kernelevo.evaluate.analysis.tolerance import compare_tensor
 from kernelevo.evaluate.child import guards, host_speed
 from kernelevo.evaluate.child.baselines import Baselines
-from kernelevo.evaluate.shared.cores import on_timing_core, timing_core, visible_gpu_ordinal
+from kernelevo.evaluate.shared.cores import (core_words, on_timing_core, timing_core,
+                                             visible_gpu_ordinal)
 from kernelevo.evaluate.child.launch_check import skipped_work
 from kernelevo.evaluate.child.profile_take import attach_profiles
 from kernelevo.evaluate.child.share_training import training_step_share
@@ -176,7 +177,7 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any, job: Wor
             tf32_notes = (note,)
     how, ratios = "beside", {}
     core = timing_core(visible_gpu_ordinal())
-    with torch.no_grad(), on_timing_core(core):
+    with torch.no_grad(), on_timing_core(core) as pinned:
         if probe is None:
             run = time_contestants(contestants, sets, config, after, counted or None, launches,
                                    unhooked=unhooked)
@@ -249,6 +250,7 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any, job: Wor
         timing_s=timing_s, timing_steps=run.seconds, baselines=how, drift=ratios,
         stored_at=stored.measured_at if stored and probe else "",
         profile_s=time.perf_counter() - started, backend=backend, host_spread=spread,
+        timing_core=core_words(pinned),
         tampered=tuple(snapshot.tampered()), device_name=torch.cuda.get_device_name(0),
         versions={"torch": torch.__version__, "triton": _triton_version(),
                   "cuda": str(torch.version.cuda)}))

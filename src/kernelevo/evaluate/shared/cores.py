@@ -130,3 +130,12 @@ def on_timing_core(core: int | None) -> Iterator[int | None]:
         yield core
     finally:
         os.sched_setaffinity(0, before)
+
+
+def core_words(core: int | None, environ: Mapping[str, str] | None = None) -> str:
+    """How a timing ran, for its verdict: on which core, and whether it was kept free."""
+    if core is None:
+        return "unpinned"
+    if core in _kept(environ):
+        return f"{core}, kept free with its siblings {','.join(map(str, sorted(siblings(core))))}"
+    return f"{core}, shared with the judge's other processes"

@@ -360,6 +360,8 @@ class Timing(Message):
     backend: str = ""
     # the host's speed spread while the calls were timed (host_speed.spread)
     host_spread: float = 0.0
+    # the CPU core the timing ran on, in words (cores.core_words)
+    timing_core: str = ""
     # candidate index -> measure -> baseline -> [low, high] of its speedup (timing.speedup_range)
     ranges: dict[str, dict[str, dict[str, list[float]]]] = field(default_factory=dict)
     # With the backward judged: contestant -> how its backward alone was timed
