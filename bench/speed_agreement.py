@@ -172,7 +172,8 @@ def compare(staged: list[dict], rows: list[dict], plain: dict[str, list[dict]]) 
                 eager_ms=mine["ms"]["eager"], candidate_ms=mine["ms"]["candidate"],
                 plain_ref_ms=[r[f"{theirs}_ms_ref"] for r in runs],
                 plain_cand_ms=[r[f"{theirs}_ms_cand"] for r in runs],
-                host_spread=(row or {}).get("host_speed_spread") or "-")
+                host_spread=(row or {}).get("host_speed_spread") or "-",
+                timing_core=(row or {}).get("timing_core") or "-")
             low, high = entry["interval"]
             entry["inside"] = low <= entry["plain_median"] <= high
             plain_width = entry["plain_range"][1] - entry["plain_range"][0]
@@ -245,6 +246,11 @@ def markdown(table: list[dict], facts: dict) -> str:
         lines.append(f"- call rows inside, host spread 5 % or more: "
                      f"{sum(e['inside'] for e in moving)}/{len(moving)}; under 5 %: "
                      f"{sum(e['inside'] for e in steady)}/{len(steady)}")
+    cores_said = [str(e.get("timing_core", "-")) for e in scored if e["measure"] == "call"]
+    if any(said != "-" for said in cores_said):
+        lines.append(f"- pairs timed on a core kept free: "
+                     f"{sum('kept free' in said for said in cores_said)}/{len(cores_said)} "
+                     f"({cores_said[0]})")
     gpu = [e for e in scored if "plain_kernel_bound" in e]
     if gpu:
         bound = [e for e in gpu if e["plain_kernel_bound"]]

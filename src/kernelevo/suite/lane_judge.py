@@ -132,7 +132,8 @@ class TaskLane:
             baseline_ms={n: s.median_ms for n, s in baselines.items()},
             baseline_source=source, flags=list(verdict.flags),
             timed_under=verdict.environment.get("timed_under"),
-            host_speed_spread=verdict.environment.get("host_speed_spread"), **waits,
+            host_speed_spread=verdict.environment.get("host_speed_spread"),
+            timing_core=verdict.environment.get("timing_core"), **waits,
             phases_s={k: round(v, 2) for k, v in verdict.phases_s.items()},
             measures=_by_measure(verdict), **self.extra)
 
