@@ -132,9 +132,11 @@ def test_a_verdict_says_which_core_timed_it_and_whether_it_was_kept(monkeypatch)
 
     _machine(monkeypatch, 16, smt=True)
     kept = cores.core_words(15, {TIMING_CORES_ENV: "15"})
-    assert kept == "15, kept free with its siblings 7,15"
+    assert kept == "15, kept free with its hyperthread sibling 7"
     assert cores.core_words(15, {}) == "15, shared with the judge's other processes"
     assert cores.core_words(None, {}) == "unpinned"
+    monkeypatch.setattr(cores, "siblings", lambda core: {core})
+    assert cores.core_words(15, {TIMING_CORES_ENV: "15"}) == "15, kept free"
     judge = SimpleNamespace(device="cuda", config=EvalConfig())
     said = outcome._environment(judge, Timing(measures={}, timing_core=kept))
     assert said["timing_core"] == kept

@@ -136,6 +136,8 @@ def core_words(core: int | None, environ: Mapping[str, str] | None = None) -> st
     """How a timing ran, for its verdict: on which core, and whether it was kept free."""
     if core is None:
         return "unpinned"
-    if core in _kept(environ):
-        return f"{core}, kept free with its siblings {','.join(map(str, sorted(siblings(core))))}"
-    return f"{core}, shared with the judge's other processes"
+    if core not in _kept(environ):
+        return f"{core}, shared with the judge's other processes"
+    others = sorted(siblings(core) - {core})
+    return f"{core}, kept free" + (f" with its hyperthread sibling {','.join(map(str, others))}"
+                                   if others else "")
