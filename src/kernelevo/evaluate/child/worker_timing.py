@@ -23,8 +23,8 @@ from kernelevo.evaluate.analysis.oom import is_out_of_memory
 from kernelevo.evaluate.analysis.tolerance import compare_tensor
 from kernelevo.evaluate.child import guards, host_speed
 from kernelevo.evaluate.child.baselines import Baselines
-from kernelevo.evaluate.shared.cores import (core_words, on_timing_core, timing_core,
-                                             visible_gpu_ordinal)
+from kernelevo.evaluate.shared.cores import (autograd_threads, core_words, on_timing_core,
+                                             timing_core, visible_gpu_ordinal)
 from kernelevo.evaluate.child.launch_check import skipped_work
 from kernelevo.evaluate.child.profile_take import attach_profiles
 from kernelevo.evaluate.child.share_training import training_step_share
@@ -177,7 +177,9 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any, job: Wor
             tf32_notes = (note,)
     how, ratios = "beside", {}
     core = timing_core(visible_gpu_ordinal())
-    with torch.no_grad(), on_timing_core(core) as pinned:
+    # a backward's host work runs in autograd's device thread: pinned beside the caller
+    threads = autograd_threads() if job.backward else []
+    with torch.no_grad(), on_timing_core(core, threads) as pinned:
         if probe is None:
             run = time_contestants(contestants, sets, config, after, counted or None, launches,
                                    unhooked=unhooked)

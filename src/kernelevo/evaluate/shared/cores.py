@@ -14,14 +14,16 @@ the judge keeps those cores for timing: it names them to its children
 (`keep_off_timing_cores`, sandbox/jobs.py); a worker's timing pins itself
 to its GPU's core, the only process there. A core's hyperthread siblings
 share its execution units, so they are kept free too: a compile on the
-sibling slows the timed loop as one on the core itself would.
+sibling slows the timed loop as one on the core itself would. A backward
+on a GPU runs in autograd's device thread, which the timing pins beside
+its own (`autograd_threads`).
 """
 
 from __future__ import annotations
 
 import os
 from contextlib import contextmanager
-from typing import Iterator, Mapping
+from typing import Iterator, Mapping, Sequence
 
 TIMING_CORES_ENV = "KERNELEVO_TIMING_CORES"
 # Below this many allowed cores none is kept for timing: the others would be too few.
@@ -114,9 +116,29 @@ def visible_gpu_ordinal(environ: dict[str, str] | None = None) -> int:
     return int(first) if first.isdigit() else 0
 
 
+def autograd_threads(tasks: str = "/proc/self/task") -> list[int]:
+    """Native ids of this process's autograd device threads (torch names them pt_autograd_N):
+    a backward on a GPU runs there, not in the thread that asked for it."""
+    try:
+        ids = os.listdir(tasks)
+    except OSError:
+        return []
+    found = []
+    for tid in ids:
+        try:
+            with open(f"{tasks}/{tid}/comm") as comm:
+                name = comm.read().strip()
+        except OSError:  # ended meanwhile
+            continue
+        if name.startswith("pt_autograd") and tid.isdigit():
+            found.append(int(tid))
+    return sorted(found)
+
+
 @contextmanager
-def on_timing_core(core: int | None) -> Iterator[int | None]:
-    """Run the calling thread on `core` for the block, then where it ran before."""
+def on_timing_core(core: int | None, threads: Sequence[int] = ()) -> Iterator[int | None]:
+    """Run the calling thread, and `threads` (native ids) with it, on `core` for the block,
+    then each where it ran before."""
     if core is None:
         yield None
         return
@@ -126,10 +148,22 @@ def on_timing_core(core: int | None) -> Iterator[int | None]:
     except OSError:  # a core this process may not use (a cpuset): time unpinned
         yield None
         return
+    moved: dict[int, set[int]] = {}
+    for thread in threads:
+        try:
+            moved[thread] = os.sched_getaffinity(thread)
+            os.sched_setaffinity(thread, {core})
+        except OSError:  # ended, or not ours: it runs where it did
+            moved.pop(thread, None)
     try:
         yield core
     finally:
         os.sched_setaffinity(0, before)
+        for thread, mask in moved.items():
+            try:
+                os.sched_setaffinity(thread, mask)
+            except OSError:
+                pass
 
 
 def core_words(core: int | None, environ: Mapping[str, str] | None = None) -> str:
