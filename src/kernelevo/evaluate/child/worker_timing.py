@@ -23,8 +23,6 @@ from kernelevo.evaluate.analysis.oom import is_out_of_memory
 from kernelevo.evaluate.analysis.tolerance import compare_tensor
 from kernelevo.evaluate.child import guards, host_speed
 from kernelevo.evaluate.child.baselines import Baselines
-from kernelevo.evaluate.shared.cores import (autograd_threads, core_words, on_timing_core,
-                                             timing_core, visible_gpu_ordinal)
 from kernelevo.evaluate.child.launch_check import skipped_work
 from kernelevo.evaluate.child.profile_take import attach_profiles
 from kernelevo.evaluate.child.share_training import training_step_share
@@ -32,6 +30,8 @@ from kernelevo.evaluate.child.tf32_tolerance import fixed_rule, tf32_tolerances
 from kernelevo.evaluate.child.samplers import load_set
 from kernelevo.evaluate.child.timing import TimingRun, speedup_range, time_contestants
 from kernelevo.evaluate.child.timing_backward import BackwardTiming, time_backward
+from kernelevo.evaluate.shared.cores import (autograd_threads, core_words, on_timing_core,
+                                             timing_core, visible_gpu_ordinal)
 from kernelevo.evaluate.shared import inputs as task_inputs
 from kernelevo.evaluate.shared.messages import (BaselinesReply, BaselineTimes, Progress, ReadyReply,
                                                 Sender, StoredBaselines, Timed, Timing, WorkerJob)
