@@ -27,6 +27,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -38,6 +39,9 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from kernelbench_batch import CANDIDATES, load_entries, prepare  # noqa: E402
+from kernelevo.suite.time_spent import time_lines  # noqa: E402
+
+STOP_GRACE_S = 20  # for a suite stopped at its limit to write its summary, then killed
 
 
 def layout(entries: list[dict], problems: dict, out: Path) -> tuple[Path, Path]:
@@ -88,10 +92,18 @@ def suite_phase(entries: list[dict], tasks: Path, solutions: Path, out: Path,
             if first_row_s is None and results.is_file() and results.stat().st_size > 0:
                 first_row_s = time.perf_counter() - started
             time.sleep(0.1)
+        stopped_at = None
         if process.poll() is None:
-            os.killpg(process.pid, 9)
+            stopped_at = time.perf_counter() - started  # the rate counts up to here
+            # Stopped as a user would: the suite writes suite.json (its time account
+            # included) from the rows judged so far; killed if it does not end.
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
         rc = process.wait()
-    wall = time.perf_counter() - started
+    wall = stopped_at or time.perf_counter() - started
     rows = [json.loads(line) for line in (result_dir / "results.jsonl").read_text().splitlines()
             if line.strip()] if (result_dir / "results.jsonl").exists() else []
     expected = {entry["file"]: entry for entry in entries}
@@ -111,7 +123,10 @@ def suite_phase(entries: list[dict], tasks: Path, solutions: Path, out: Path,
                          **({"phases_s": row.get("phases_s"), "lane": row.get("lane"),
                              "build_wait_s": row.get("build_wait_s")}
                             if len(verdicts) < 6 else {})})
+    summary = result_dir / "suite.json"
+    spent = json.loads(summary.read_text()).get("time_spent") if summary.is_file() else None
     return {"rc": rc, "wall_s": round(wall, 1), "judged": len(verdicts), "cache": cache,
+            "time_spent": spent,
             "first_row_s": None if first_row_s is None else round(first_row_s, 1),
             "per_hour": round(3600 * len(verdicts) / wall) if verdicts else None,
             "wrong": [v for v in verdicts if not v["right"]], "verdicts": verdicts}
@@ -375,6 +390,8 @@ def main() -> None:
         print(f"ratio: {suite['per_hour'] / kb['per_hour']:.2f}x")
     for name in ("suite", "again"):
         run, mix = result.get(name, {}), kb.get("per_hour_corpus_mix")
+        if run.get("time_spent"):
+            print(f"{name}: " + "\n".join(time_lines(run["time_spent"])))
         if run.get("per_hour") and mix:
             print(f"{name}: first row after {run['first_row_s']} s; against the harness on "
                   f"the same mix: {run['per_hour'] / mix:.2f}x")

@@ -146,6 +146,38 @@ def test_a_suite_killed_midway_resumes_without_judging_twice(bench):
     assert "| level1/1 | 2 | passed |" in (out / "suite.md").read_text()
 
 
+def test_a_suite_stopped_by_sigterm_writes_its_summary_and_time_account_of_the_rows_so_far(
+        bench):
+    out = bench / "out"
+    stopped = kernelevo("suite", "kernelbench:level1", "--solutions", str(bench / "solutions"),
+                        "--out", str(out), "--kernelbench-dir", str(bench / "kb"),
+                        "--device", "cpu", "--verbose", start_new_session=True)
+    results = out / "results.jsonl"
+
+    def judged() -> list[dict]:  # rows of solutions judged (a task without any has one at once)
+        rows = [json.loads(line) for line in results.read_text().splitlines()] \
+            if results.exists() else []
+        return [row for row in rows if row["reason"] != "no_solution"]
+
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not judged():
+        time.sleep(0.2)
+    assert not (out / "suite.json").exists()  # written at the end, or when stopped
+    stopped.send_signal(signal.SIGTERM)
+    stdout, stderr = stopped.communicate(timeout=120)
+    assert stopped.returncode == 143, stderr
+    rows = judged()
+    assert 1 <= len(rows) < 3  # stopped before the end
+    suite = json.loads((out / "suite.json").read_text())
+    assert suite["time_spent"]["rows"] == len(rows)
+    assert sum(suite["time_spent"]["phases_s"].values()) > 0  # the judged rows' phases
+    assert suite["summary"]["tasks"] == 3
+    assert f"stopped: {len(rows)} row(s) judged in this run" in stderr
+    assert "--resume" in stderr
+    assert "where the time went:" in stdout + stderr
+    assert (out / "suite.md").exists() and (out / "suite.html").exists()
+
+
 def test_a_resumed_suite_must_be_the_same_suite(bench):
     out = bench / "out"
     args = ["suite", "kernelbench:level1/3", "--solutions", str(bench / "solutions"),

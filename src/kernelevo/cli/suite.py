@@ -14,7 +14,7 @@ from kernelevo.cli.options import (CONFIG_OPTION, DEVICE_OPTION, KERNELBENCH_OPT
                                    POLICY_OPTION, PRECISION_OPTION, TIMEOUT_OPTION,
                                    TIMING_OPTION, Device,
                                    Policy, Precision, Timing, check_search_flags, console,
-                                   eval_overrides, eval_settings, fail, out)
+                                   errors, eval_overrides, eval_settings, fail, out)
 from kernelevo.errors import KernelEvoError
 from kernelevo.paths import check_folder
 
@@ -77,7 +77,9 @@ def suite_command(
     config_file: Optional[str] = CONFIG_OPTION,
 ) -> None:
     """Judge solutions of many tasks (or --evolve each): correct fraction, fast_p, geomean."""
-    from kernelevo.suite import SuitePlan, run_suite
+    from kernelevo.run.signals import (EXIT_INTERRUPTED, EXIT_TERMINATED, Terminated,
+                                       sigterm_as_interrupt)
+    from kernelevo.suite import SuitePlan, SuiteStopped, run_suite
     from kernelevo.suite.evolve import SearchBudget
     from kernelevo.suite.render import as_json as suite_json
     from kernelevo.suite.render import summary_table, task_table
@@ -100,10 +102,22 @@ def suite_command(
                          max_input_elements, resume, not fresh_baselines, search,
                          _gpu_indexes(gpus), lanes, build_workers,
                          **({} if head_start is None else {"head_start_s": head_start}))
-        result = run_suite(plan, progress=lambda line: console.print(
-            line, markup=False, highlight=False))
+        with sigterm_as_interrupt():
+            result = run_suite(plan, progress=lambda line: console.print(
+                line, markup=False, highlight=False))
     except KernelEvoError as exc:
         fail(exc)
+    except SuiteStopped as stopped:
+        # What was judged stays, with its summary files and where its time went.
+        if stopped.result.time_spent is not None and (verbose or _verbose_logging()):
+            for line in time_lines(stopped.result.time_spent):
+                console.print(line, markup=False, highlight=False, soft_wrap=True)
+        judged = stopped.result.time_spent["rows"] if stopped.result.time_spent else 0
+        errors.print(f"stopped: {judged} row(s) judged in this run; {plan.out}/suite.json, "
+                     f"suite.md and suite.html hold every row so far; --resume judges the "
+                     "rest", markup=False, highlight=False)
+        raise typer.Exit(EXIT_TERMINATED if isinstance(stopped.stop, Terminated)
+                         else EXIT_INTERRUPTED) from None
     if result.time_spent is not None and (verbose or _verbose_logging()):
         for line in time_lines(result.time_spent):
             console.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -16,6 +16,7 @@ from types import FrameType
 
 # What a shell reports for a process ended by SIGTERM, kept as the exit status.
 EXIT_TERMINATED = 128 + signal.SIGTERM
+EXIT_INTERRUPTED = 128 + signal.SIGINT  # Ctrl-C, as a shell reports it
 
 
 class Terminated(KeyboardInterrupt):

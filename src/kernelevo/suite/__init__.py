@@ -4,8 +4,8 @@
 """
 
 from kernelevo.suite.metrics import SuiteSummary, summarize
-from kernelevo.suite.runner import SuitePlan, SuiteResult, run_suite
+from kernelevo.suite.runner import SuitePlan, SuiteResult, SuiteStopped, run_suite
 from kernelevo.suite.tasks import SuiteTask, expand_specs, find_solutions
 
-__all__ = ["SuitePlan", "SuiteResult", "SuiteSummary", "SuiteTask", "expand_specs",
-           "find_solutions", "run_suite", "summarize"]
+__all__ = ["SuitePlan", "SuiteResult", "SuiteStopped", "SuiteSummary", "SuiteTask",
+           "expand_specs", "find_solutions", "run_suite", "summarize"]

@@ -3,7 +3,9 @@
 Rows go to `<out>/results.jsonl` as each is judged (flushed and synced), so a
 killed suite keeps what it finished and `resume=True` judges only the rest.
 The summary (`suite.json`), a markdown table (`suite.md`) and an HTML page
-(`suite.html`) are written from all the rows at the end.
+(`suite.html`) are written from all the rows at the end, or when the suite is
+stopped (Ctrl-C, SIGTERM): then from the rows judged so far, with where their
+time went (`SuiteStopped`).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Generator
 
 from kernelevo.config import EvalConfig
 from kernelevo.errors import KernelEvoError, TaskError
@@ -33,6 +35,15 @@ Progress = Callable[[str], None]
 # alone), and their oracles held the GPU while the first row's timing waited
 # (5.6 s; bench/RESULTS.md, "The suite against KernelBench's harness").
 HEAD_START_S = 6.0
+
+
+class SuiteStopped(KeyboardInterrupt):
+    """The suite was stopped before its end; `result` holds the rows judged until then."""
+
+    def __init__(self, result: SuiteResult, stop: KeyboardInterrupt) -> None:
+        super().__init__(str(stop) or "interrupted")
+        self.result, self.stop = result, stop
+
 
 @dataclass(frozen=True)
 class SuitePlan:
@@ -83,24 +94,33 @@ def run_suite(plan: SuitePlan, progress: Progress | None = None) -> SuiteResult:
     if plan.search is not None:
         _search_tasks(plan, tasks, solutions, done, say)
         return _finish(plan, tasks, None)
-    gpu = gpu_model() if plan.config.device != "cpu" else None
-    # Fresh: the suite's tasks are timed again, and their new times stored.
-    store = BaselineStore.for_gpu(_cache_dir(), gpu, fresh=not plan.reuse_baselines) \
-        if gpu else None
-    total = sum(max(1, len(solutions.get(t.key, []))) for t in tasks)
-    jobs = _pending(plan, tasks, solutions, done, gpu)
-    count = total - sum(len(pending) for _, pending in jobs)
     judged: list[dict[str, Any]] = []
-    lanes = _lanes(plan)
-    eta = Eta({task.key: len(pending) for task, pending in jobs},
-              lanes[1] * max(1, len(plan.gpus)))
-    for row in _judge_jobs(plan, jobs, store, gpu, lanes, record):
-        _append(plan.out, row)
-        judged.append(row)
-        count += 1
-        eta.finished(row)
-        left = eta.text()
-        say(f"[{count}/{total}] {_line(row)}" + (f"  ({left})" if left else ""))
+    gpu: str | None = None
+    rows: Generator[dict[str, Any], None, None] | None = None
+    try:
+        gpu = gpu_model() if plan.config.device != "cpu" else None
+        # Fresh: the suite's tasks are timed again, and their new times stored.
+        store = BaselineStore.for_gpu(_cache_dir(), gpu, fresh=not plan.reuse_baselines) \
+            if gpu else None
+        total = sum(max(1, len(solutions.get(t.key, []))) for t in tasks)
+        jobs = _pending(plan, tasks, solutions, done, gpu)
+        count = total - sum(len(pending) for _, pending in jobs)
+        lanes = _lanes(plan)
+        eta = Eta({task.key: len(pending) for task, pending in jobs},
+                  lanes[1] * max(1, len(plan.gpus)))
+        rows = _judge_jobs(plan, jobs, store, gpu, lanes, record)
+        for row in rows:
+            _append(plan.out, row)
+            judged.append(row)
+            count += 1
+            eta.finished(row)
+            left = eta.text()
+            say(f"[{count}/{total}] {_line(row)}" + (f"  ({left})" if left else ""))
+    except KeyboardInterrupt as stop:
+        if rows is not None:
+            rows.close()  # the lanes end, and their processes with them, before the summary
+        raise SuiteStopped(_finish(plan, tasks, gpu, time_spent(
+            judged, record, record.since_start())), stop) from stop
     return _finish(plan, tasks, gpu, time_spent(judged, record, record.since_start()))
 
 
@@ -146,7 +166,7 @@ def _lanes(plan: SuitePlan) -> tuple[str, int]:
 
 def _judge_jobs(plan: SuitePlan, jobs: list[tuple[SuiteTask, list[Solution]]],
                 store: BaselineStore | None, gpu: str | None, lanes: tuple[str, int],
-                record: LaneRecord) -> Iterator[dict[str, Any]]:
+                record: LaneRecord) -> Generator[dict[str, Any], None, None]:
     """Rows as solutions are judged, on `lanes` per GPU, CUDA builds ahead."""
     from kernelevo.evaluate.parent.judge import child_environment
     from kernelevo.suite.lanes import BuildsAhead, build_workers, judge_on_lanes
