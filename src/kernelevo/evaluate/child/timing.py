@@ -314,7 +314,8 @@ def _gpu_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, 
     # Twice the host's queueing time, so the call is queued before the sleep ends.
     hold_ms = {name: min(0.05 + 2 * queue_ms, MAX_HOLD_MS) for name, (_, queue_ms) in warm.items()}
     events: dict[str, list[tuple[int, float]]] = {name: [] for name in calls}
-    tails: dict[str, list[tuple[int, float]]] = {name: [] for name in calls}
+    # (round, set, event ms, tail ms) of every sample
+    taken: dict[str, list[tuple[int, int, float, float]]] = {name: [] for name in calls}
     for index in range(rotation.rounds(count, config.min_samples)):
         set_index = rotation.set_of(index)
         for name in _rotated(list(calls), index):
@@ -324,8 +325,7 @@ def _gpu_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, 
             share = sampler.shares.get(name, 1)
             event_ms, tail_ms = event_ms / share, tail_ms / share
             events[name].append((set_index, event_ms))
-            tails[name].append((set_index, tail_ms))
-            run.keep_round("gpu", name, index, set_index, event_ms, rotation)
+            taken[name].append((index, set_index, event_ms, tail_ms))
             run.drop(calls, name, after(name, "gpu", set_index, output))
     if sampler.retaken or sampler.late:
         run.notes.append(
@@ -333,15 +333,37 @@ def _gpu_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, 
             "queued the call after the stream's hold had ended)"
             + (f"; {sampler.late} still late (a call that waits for the device, or a host "
                "that slow): their times may hold host time" if sampler.late else ""))
+    counted = {name: [sample for sample in taken[name] if sample[1] in rotation.counted]
+               for name in calls}
+    floor_ms = host_tail_ms({name: [tail for *_, tail in samples]
+                             for name, samples in counted.items()})
     stats = {}
     for name in calls:
         counted_events, other_events = rotation.split(events[name])
         note = stress_note(name, counted_events, other_events)
         if note:
             run.notes.append(note)
-        stats[name] = _choose(name, counted_events, rotation.split(tails[name])[0],
-                              "cuda_graph" if name in graphed else "events", run)
+        stats[name], per_sample = _choose(name, [event for *_, event, _ in counted[name]],
+                                          [tail for *_, tail in counted[name]], floor_ms,
+                                          "cuda_graph" if name in graphed else "events", run)
+        for (index, set_index, _, _), ms in zip(counted[name], per_sample):
+            run.keep_round("gpu", name, index, set_index, ms, rotation)
     return stats
+
+
+def host_tail_ms(tails_ms: dict[str, list[float]]) -> float:
+    """The part of every contestant's tail that is the host's, not the device's work.
+
+    A sample's tail runs from its end event to a point recorded once the host
+    is back from synchronising the device: the host's own delay (waking from
+    the synchronise, recording) lands in every contestant's tail alike, and
+    can outlast a short call's own time. The smallest median tail among the
+    contestants timed together is taken as that delay; work a contestant
+    leaves running past its end event shows as tail beyond it. With one
+    contestant there is nothing to tell the two apart: none is taken off.
+    """
+    medians = [statistics.median(tails) for tails in tails_ms.values() if tails]
+    return min(medians) if len(medians) > 1 else 0.0
 
 
 def _call_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, float]],
@@ -403,13 +425,17 @@ def _kernelbench_time(calls: dict[str, Callable[[], Any]], sampler: Any,
     return {name: summarize(samples[name], "kernelbench") for name in calls if samples[name]}
 
 
-def _choose(name: str, events_ms: list[float], tails_ms: list[float], method: str,
-            run: TimingRun) -> TimingStats:
-    """Event time, plus the tail when work outlived the end event (side streams)."""
-    event, tail = statistics.median(events_ms), statistics.median(tails_ms)
+def _choose(name: str, events_ms: list[float], tails_ms: list[float], floor_ms: float,
+            method: str, run: TimingRun) -> tuple[TimingStats, list[float]]:
+    """Stats and per-sample times: event time, plus the tail beyond the host's own
+    (`floor_ms`, `host_tail_ms`) when work outlived the end event (side streams)."""
+    beyond = [max(0.0, tail - floor_ms) for tail in tails_ms]
+    event, tail = statistics.median(events_ms), statistics.median(beyond)
     if tail > 0.25 * event + 0.05:
         run.flags.append(f"{name}_work_after_end_event")
         run.notes.append(f"{name}: the device stayed busy {tail:.3f} ms after the end event "
-                         f"(event time {event:.3f} ms); timed up to device idle instead")
-        return summarize([e + t for e, t in zip(events_ms, tails_ms)], "events+tail")
-    return summarize(events_ms, method)
+                         f"(event time {event:.3f} ms; the host's own {floor_ms:.3f} ms left "
+                         "out); timed up to device idle instead")
+        timed = [e + t for e, t in zip(events_ms, beyond)]
+        return summarize(timed, "events+tail"), timed
+    return summarize(events_ms, method), events_ms
