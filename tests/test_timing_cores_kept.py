@@ -173,3 +173,65 @@ def test_a_thread_named_to_the_timing_is_pinned_beside_the_caller_and_returned()
     finally:
         done.set()
         worker.join(30)
+
+
+@needs_affinity
+def test_a_commands_judge_moves_its_own_threads_off_the_kept_cores_a_librarys_does_not(
+        monkeypatch):
+    allowed = _machine(monkeypatch, 16)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=0: (9, 0))
+    lane = [set(range(16))]  # another thread of the judge's process, made before
+    monkeypatch.setattr(cores, "_threads", lambda tasks="/proc/self/task": [(4242, "lane")])
+    monkeypatch.setattr(os, "sched_getaffinity",
+                        lambda pid: set(lane[-1] if pid == 4242 else allowed[-1]))
+    monkeypatch.setattr(os, "sched_setaffinity",
+                        lambda pid, mask: (lane if pid == 4242 else allowed).append(set(mask)))
+    monkeypatch.setattr(cores, "_claimed", False)
+    child_environment("cuda", 0)
+    assert allowed == [set(range(16))] and lane == [set(range(16))]  # a library's: unmoved
+    cores.claim_process()
+    assert child_environment("cuda", 0)[TIMING_CORES_ENV] == "15"
+    assert allowed[-1] == set(range(15)) and lane[-1] == set(range(15))
+
+
+SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(cores.__file__))))
+RUN_THREADS = """
+import os, threading, sys
+from kernelevo.evaluate.shared.cores import TIMING_CORES_ENV, keep_off_timing_cores
+stop = threading.Event()
+lane = threading.Thread(target=stop.wait)
+lane.start()
+kept = sys.argv[1]
+print(sorted(keep_off_timing_cores({TIMING_CORES_ENV: kept}, every_thread=True)))
+print(sorted(os.sched_getaffinity(lane.native_id)))
+stop.set()
+"""
+
+
+@needs_affinity
+def test_every_thread_of_a_process_leaves_the_kept_cores_when_asked():
+    import subprocess
+    import sys
+
+    mine = sorted(os.sched_getaffinity(0))
+    rest = sorted(set(mine) - cores.siblings(mine[-1]))
+    if not rest:
+        pytest.skip("one allowed core, or its siblings are all: none can be kept")
+    done = subprocess.run([sys.executable, "-c", RUN_THREADS, str(mine[-1])],
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": SRC})
+    assert done.returncode == 0, done.stderr
+    caller, lane = done.stdout.split("\n")[:2]
+    assert caller == str(rest) and lane == str(rest)  # a thread made before moved too
+
+
+def test_the_command_line_claims_its_process(monkeypatch):
+    from typer.testing import CliRunner
+
+    from kernelevo.cli.app import app
+
+    monkeypatch.setattr(cores, "_claimed", False)
+    result = CliRunner().invoke(app, ["config"])
+    assert result.exit_code == 0, result.output
+    assert cores.process_claimed()

@@ -34,6 +34,7 @@ from kernelevo.cli.options import (  # noqa: F401 (the choices, re-exported)
     start_judges_forkserver)
 from kernelevo.cli.options import fail as _fail
 from kernelevo.errors import KernelEvoError
+from kernelevo.evaluate.shared.cores import claim_process
 from kernelevo.logs import configure, get_logger, level_for
 from kernelevo.run.signals import EXIT_TERMINATED, Terminated, sigterm_as_interrupt
 
@@ -61,6 +62,7 @@ def main_options(
                                  help="print the version and exit"),
 ) -> None:
     """Turn slow PyTorch code into fast, verified GPU kernels."""
+    claim_process()  # every thread here is ours: judges move them off the timing cores
     try:
         configure(level_for(verbose, quiet))
     except KernelEvoError as exc:

@@ -31,7 +31,8 @@ from kernelevo.evaluate.parent.other_sizes import OtherSizes, Recheck
 from kernelevo.evaluate.parent.session import Session
 from kernelevo.evaluate.sandbox.environment import cache_environment
 from kernelevo.evaluate.sandbox.jobs import set_triton_mode, stopping
-from kernelevo.evaluate.shared.cores import TIMING_CORES_ENV, timing_cores
+from kernelevo.evaluate.shared.cores import (TIMING_CORES_ENV, keep_off_timing_cores,
+                                             process_claimed, timing_cores)
 from kernelevo.evaluate.static import checks as static
 from kernelevo.evaluate.verdict import Verdict, verdict_for
 from kernelevo.logs import get_logger
@@ -88,6 +89,8 @@ def child_environment(device: str, gpu_index: int | None) -> dict[str, str]:
         kept = timing_cores(torch.cuda.device_count())
         if kept:
             environment[TIMING_CORES_ENV] = ",".join(map(str, kept))
+            if process_claimed():  # a command's process: its own threads leave them too
+                keep_off_timing_cores(environment, every_thread=True)
         # One architecture list for every build, so a build made ahead without
         # a GPU is the very build the worker looks for.
         major, minor = torch.cuda.get_device_capability(gpu_index or 0)

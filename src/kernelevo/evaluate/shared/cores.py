@@ -17,6 +17,12 @@ share its execution units, so they are kept free too: a compile on the
 sibling slows the timed loop as one on the core itself would. A backward
 on a GPU runs in autograd's device thread, which the timing pins beside
 its own (`autograd_threads`).
+
+The judge's own process (its lanes' threads, their comparisons and
+bookkeeping) moves off them too when it is KernelEvo's own, a command's
+(`claim_process`): with every child off the kept cores, those idle cores
+are where the scheduler puts a busy thread. A program that uses the judge
+as a library keeps its threads where it put them.
 """
 
 from __future__ import annotations
@@ -91,10 +97,26 @@ def siblings(core: int, root: str = "/sys/devices/system/cpu") -> set[int]:
     return found
 
 
-def keep_off_timing_cores(environ: Mapping[str, str] | None = None) -> set[int] | None:
-    """Move this process (its calling thread and the threads and processes it starts
-    later) off the cores kept for timing and their hyperthread siblings; the cores it
-    runs on now, or None if unchanged."""
+_claimed = False  # whether this process is a command's, every thread of it ours
+
+
+def claim_process() -> None:
+    """Say this process is KernelEvo's own (a command's): the judge moves every thread of
+    it off the cores it keeps for timing (parent/judge.py)."""
+    global _claimed
+    _claimed = True
+
+
+def process_claimed() -> bool:
+    return _claimed
+
+
+def keep_off_timing_cores(environ: Mapping[str, str] | None = None,
+                          every_thread: bool = False) -> set[int] | None:
+    """Move this process (its calling thread, and the threads and processes it starts
+    later; with `every_thread`, its other threads too) off the cores kept for timing and
+    their hyperthread siblings; the cores the calling thread runs on now, or None if
+    unchanged."""
     kept = {sibling for core in _kept(environ) for sibling in siblings(core)}
     if not kept or not hasattr(os, "sched_getaffinity"):
         return None
@@ -106,6 +128,13 @@ def keep_off_timing_cores(environ: Mapping[str, str] | None = None) -> set[int] 
         os.sched_setaffinity(0, rest)
     except OSError:  # a core set this process may not narrow: it runs where it did
         return None
+    for thread, _ in (_threads() if every_thread else []):
+        try:
+            mask = os.sched_getaffinity(thread)
+            if mask - kept and mask & kept:
+                os.sched_setaffinity(thread, mask - kept)
+        except OSError:  # ended meanwhile
+            pass
     return rest
 
 
@@ -119,20 +148,23 @@ def visible_gpu_ordinal(environ: dict[str, str] | None = None) -> int:
 def autograd_threads(tasks: str = "/proc/self/task") -> list[int]:
     """Native ids of this process's autograd device threads (torch names them pt_autograd_N):
     a backward on a GPU runs there, not in the thread that asked for it."""
+    return sorted(tid for tid, name in _threads(tasks) if name.startswith("pt_autograd"))
+
+
+def _threads(tasks: str = "/proc/self/task") -> list[tuple[int, str]]:
+    """(native id, name) of each of this process's threads; none where there is no /proc."""
     try:
         ids = os.listdir(tasks)
     except OSError:
         return []
     found = []
-    for tid in ids:
+    for tid in filter(str.isdigit, ids):
         try:
             with open(f"{tasks}/{tid}/comm") as comm:
-                name = comm.read().strip()
+                found.append((int(tid), comm.read().strip()))
         except OSError:  # ended meanwhile
             continue
-        if name.startswith("pt_autograd") and tid.isdigit():
-            found.append(int(tid))
-    return sorted(found)
+    return found
 
 
 @contextmanager

@@ -1,0 +1,134 @@
+"""How long a CUDA context takes to make when other processes make theirs, or hold theirs,
+or keep the cores busy: where a suite's 5 s contexts (0.4 s alone) come from.
+
+    python3 bench/cuda_init_load.py [--out DIR] [--counts 1,2,4,8,12] [--held 0,8,16]
+
+Every process imports torch first, then waits at a barrier (a file), so only
+the context is timed: `torch.cuda.init()`, one tensor on the device, a
+synchronise. Three settings:
+
+- at once: N processes make their contexts at the same moment, the cores idle;
+- busy cores: the same, with a busy loop on every core;
+- held: one process makes its context while M others hold theirs, idle.
+
+If the at-once times grow with N while the cores idle, the driver makes
+contexts one at a time (fewer contexts per verdict is the remedy); if they
+grow only with busy cores, it is the CPU (fewer processes at once); if they
+grow with contexts held, it is their number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+CHILD = r'''
+import os, sys, time, json
+import torch
+go, ready = sys.argv[1], sys.argv[2]
+open(ready, "w").close()
+while not os.path.exists(go):
+    time.sleep(0.001)
+started = time.perf_counter()
+torch.cuda.init()
+torch.empty(1, device="cuda")
+torch.cuda.synchronize()
+print(json.dumps({"context_s": time.perf_counter() - started}), flush=True)
+hold = float(sys.argv[3])
+time.sleep(hold)
+'''
+
+BUSY = "while True: pass"
+
+
+def _run_at_once(count: int, folder: Path, hold_s: float = 0.0) -> list[subprocess.Popen]:
+    """`count` children past their imports, waiting at the barrier, and the barrier's name."""
+    go = folder / f"go-{time.monotonic_ns()}"
+    children, readies = [], []
+    for index in range(count):
+        ready = folder / f"ready-{go.name}-{index}"
+        readies.append(ready)
+        children.append(subprocess.Popen([sys.executable, "-c", CHILD, str(go), str(ready),
+                                          str(hold_s)], stdout=subprocess.PIPE, text=True))
+    deadline = time.monotonic() + 120
+    while not all(r.exists() for r in readies) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.5)  # every import done, its threads settled
+    go.touch()
+    return children
+
+
+def _times(children: list[subprocess.Popen]) -> list[float]:
+    out = []
+    for child in children:
+        line = child.stdout.readline() if child.stdout else ""
+        if line.strip():
+            out.append(json.loads(line)["context_s"])
+    return out
+
+
+def at_once(count: int, folder: Path, busy: bool) -> dict:
+    burners = [subprocess.Popen([sys.executable, "-c", BUSY])
+               for _ in range(os.cpu_count() or 1)] if busy else []
+    try:
+        children = _run_at_once(count, folder)
+        times = _times(children)
+        for child in children:
+            child.wait(60)
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+    return {"setting": "busy cores" if busy else "at once", "processes": count,
+            "median_s": round(statistics.median(times), 3), "max_s": round(max(times), 3),
+            "times_s": [round(t, 3) for t in times]}
+
+
+def held(count: int, folder: Path) -> dict:
+    holders = _run_at_once(count, folder, hold_s=60.0) if count else []
+    try:
+        _times(holders)  # their contexts made
+        one = _run_at_once(1, folder)
+        times = _times(one)
+        one[0].wait(60)
+    finally:
+        for holder in holders:
+            holder.kill()
+            holder.wait()
+    return {"setting": "held", "processes": 1, "held": count,
+            "median_s": round(times[0], 3), "max_s": round(times[0], 3), "times_s": times}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("/tmp/cuda_init_load"))
+    parser.add_argument("--counts", default="1,2,4,8,12")
+    parser.add_argument("--held", default="0,8,16")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch)
+        for busy in (False, True):
+            for count in map(int, args.counts.split(",")):
+                rows.append(at_once(count, folder, busy))
+                print(json.dumps(rows[-1]), flush=True)
+        for count in map(int, args.held.split(",")):
+            rows.append(held(count, folder))
+            print(json.dumps(rows[-1]), flush=True)
+    (args.out / "cuda_init_load.json").write_text(json.dumps(rows, indent=1))
+    print("\n| setting | processes | contexts held | median s | max s |\n|---|---|---|---|---|")
+    for row in rows:
+        print(f"| {row['setting']} | {row['processes']} | {row.get('held', '')} | "
+              f"{row['median_s']} | {row['max_s']} |")
+
+
+if __name__ == "__main__":
+    main()
