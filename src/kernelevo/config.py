@@ -61,6 +61,12 @@ class TimingConfig:
     # Bounded: a job asking for 1e12 samples would time one contestant forever.
     min_samples: Annotated[int, Bound(1, MAX_SAMPLES)] = 20
     max_samples: Annotated[int, Bound(1, MAX_SAMPLES)] = 200
+    # The gpu measure stops once every contestant's median is known within
+    # this fraction of it (the median's 95 % notch, 1.57 IQR / sqrt(n)), after
+    # min_samples: a steady kernel needs no 200 samples, and each sample holds
+    # the GPU from a suite's other lanes (its timing was half the wall time of
+    # a suite on an H100, bench/RESULTS.md). 0: the samples target_ms asks.
+    gpu_precision: Annotated[float, Bound(0.0, 0.5)] = 0.01
     cuda_graph: bool = False
     baselines: tuple[Annotated[str, OneOf(BASELINES)], ...] = BASELINES
     # The measure that speedups, fast_p and the search's fitness use: call

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import math
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -316,7 +317,11 @@ def _gpu_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, 
     events: dict[str, list[tuple[int, float]]] = {name: [] for name in calls}
     # (round, set, event ms, tail ms) of every sample
     taken: dict[str, list[tuple[int, int, float, float]]] = {name: [] for name in calls}
-    for index in range(rotation.rounds(count, config.min_samples)):
+    rounds = rotation.rounds(count, config.min_samples)
+    # Every set once at least (the stress set's outputs are checked too), and
+    # min_samples on the counted ones, before the precision may end the rounds.
+    fewest = max(rotation.rounds(config.min_samples, config.min_samples), rotation.set_count)
+    for index in range(rounds):
         set_index = rotation.set_of(index)
         for name in _rotated(list(calls), index):
             if name not in calls or run.enough(name, 0, events[name], rotation):
@@ -327,6 +332,10 @@ def _gpu_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, 
             events[name].append((set_index, event_ms))
             taken[name].append((index, set_index, event_ms, tail_ms))
             run.drop(calls, name, after(name, "gpu", set_index, output))
+        if index + 1 >= fewest and index + 1 < rounds and precise(
+                [rotation.split(events[name])[0] for name in calls if name not in run.brief],
+                config.gpu_precision):
+            break  # each contestant's sample count is in its stats (n)
     if sampler.retaken or sampler.late:
         run.notes.append(
             f"gpu time: {sampler.retaken} sample(s) taken again with a longer hold (the host "
@@ -349,6 +358,23 @@ def _gpu_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, 
         for (index, set_index, _, _), ms in zip(counted[name], per_sample):
             run.keep_round("gpu", name, index, set_index, ms, rotation)
     return stats
+
+
+# The median's 95 % notch (McGill, Tukey and Larsen 1978): median +- 1.57 IQR / sqrt(n).
+_NOTCH = 1.57
+
+
+def precise(samples: list[list[float]], within: float) -> bool:
+    """Whether every list's median is known within `within` of it (its 95 % notch)."""
+    if within <= 0 or not samples:
+        return False
+    for times in samples:
+        if len(times) < 4:
+            return False
+        low, median, high = statistics.quantiles(times, n=4)
+        if _NOTCH * (high - low) / math.sqrt(len(times)) > within * median:
+            return False
+    return True
 
 
 def host_tail_ms(tails_ms: dict[str, list[float]]) -> float:
