@@ -49,10 +49,16 @@ def test_a_slow_first_call_and_one_slow_call_later_leave_a_quick_task_short() ->
     assert worker_timing.surely_short(call, call.sync)
 
 
-def test_a_call_far_too_slow_ends_the_estimate_at_once() -> None:
+def test_a_second_call_far_too_slow_ends_the_estimate() -> None:
     call = _Calls(0.0, 5 * LIMIT_S)
     assert not worker_timing.surely_short(call, call.sync)
-    assert call.count == 2
+    assert call.count == 3  # the set-up call, then two timed
+
+
+def test_one_call_far_too_slow_among_quick_ones_leaves_the_task_short() -> None:
+    # a quick call that met another lane's kernels on the GPU
+    call = _Calls(0.0, 5 * LIMIT_S, 0.0, 0.0, 0.0, 0.0)
+    assert worker_timing.surely_short(call, call.sync)
 
 
 class _Task:

@@ -95,18 +95,24 @@ def surely_short(call: Callable[[], Any], sync: Callable[[], None], calls: int =
     store (the GPU held alone, behind every candidate's timing) only delays
     the worker. Each call here is timed alone and synchronised, launch and
     wait included: the estimate errs long, toward timing them as before. The
-    fastest of `calls` counts; one call far too slow ends it.
+    fastest of `calls` counts; a second call far too slow ends it. One alone
+    does not: in a suite, other lanes' kernels share the GPU during the
+    warm-up, and a quick call that meets them waits for them. (On an H100, in
+    a suite's second pass, 10 level-1 tasks of 0.03-0.18 ms a call were still
+    timed for the store, 1.8-5.6 s of warm-up each; which of their calls was
+    slow was not recorded.)
     """
     limit_s = SURELY_SHORT_SHARE * STORED_MIN_MS / 1e3
     call()  # a first call's one-off set-up (handles, plans) is no call's time
     sync()
-    fastest = float("inf")
+    fastest, far_too_slow = float("inf"), 0
     for _ in range(calls):
         started = time.perf_counter()
         call()
         sync()
         elapsed = time.perf_counter() - started
-        if elapsed > 4 * limit_s:
+        far_too_slow += elapsed > 4 * limit_s
+        if far_too_slow == 2:
             return False
         fastest = min(fastest, elapsed)
     return fastest < limit_s
