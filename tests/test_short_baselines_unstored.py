@@ -41,6 +41,34 @@ def test_a_quick_call_is_surely_short_and_each_call_is_synchronised() -> None:
 def test_a_call_near_the_stored_minimum_is_not_short() -> None:
     call = _Calls(1.2 * LIMIT_S)
     assert not worker_timing.surely_short(call, call.sync)
+    assert call.count == 16 and call.syncs == 7  # the loop of ten, synchronised once
+
+
+class _Overlapped(_Calls):
+    """Lone calls wait for their end; back to back, each queues while the last runs."""
+
+    def __init__(self, lone: float, queued: float) -> None:
+        super().__init__(lone)
+        self.queued, self.pending = queued, False
+
+    def __call__(self) -> None:
+        self.seconds = [self.queued if self.pending else self.seconds[0]]
+        self.pending = True
+        super().__call__()
+
+    def sync(self) -> None:
+        super().sync()
+        self.pending = False
+
+
+def test_a_lone_call_slowed_by_its_launch_and_wait_is_decided_by_a_loop() -> None:
+    quick_in_a_loop = _Overlapped(lone=1.5 * LIMIT_S, queued=0.3 * LIMIT_S)
+    assert worker_timing.surely_short(quick_in_a_loop, quick_in_a_loop.sync)
+    slow_in_a_loop = _Overlapped(lone=1.5 * LIMIT_S, queued=1.2 * LIMIT_S)
+    assert not worker_timing.surely_short(slow_in_a_loop, slow_in_a_loop.sync)
+    far_too_slow = _Overlapped(lone=5 * LIMIT_S, queued=0.3 * LIMIT_S)
+    assert not worker_timing.surely_short(far_too_slow, far_too_slow.sync)
+    assert far_too_slow.count == 3  # no loop for a call that slow
 
 
 def test_a_slow_first_call_and_one_slow_call_later_leave_a_quick_task_short() -> None:
