@@ -347,6 +347,11 @@ def main() -> None:
     parser.add_argument("--one-per-task", action="store_true",
                         help="one honest solution per task (a published set's shape)")
     parser.add_argument("--only", nargs="*")
+    parser.add_argument("--cache", type=Path,
+                        help="the cache folder to judge with: the suite phase's (default: a "
+                        "new, empty one), and the again phase's when no suite phase runs "
+                        "before it in this command (a fresh pass and its second pass in two "
+                        "device calls on one machine)")
     parser.add_argument("--builds", default="ok,other,broken",
                         help="which builds the builds phase makes (ok, other, broken)")
     args = parser.parse_args()
@@ -364,15 +369,20 @@ def main() -> None:
         if phase == "builds":
             result["builds"] = builds_phase(tuple(args.builds.split(",")), args.out)
         elif phase == "suite":
+            if args.cache:
+                args.cache.mkdir(parents=True, exist_ok=True)
             result["suite"] = suite_phase(entries, tasks, solutions, args.out,
                                           args.suite_timeout_s, args.suite_args.split(),
-                                          problems)
+                                          problems, cache=str(args.cache) if args.cache else None)
             result["suite"]["args"] = args.suite_args
         elif phase == "again":  # the same set judged again on this machine (its caches warm)
+            cache = result.get("suite", {}).get("cache") or (str(args.cache) if args.cache
+                                                             else None)
+            if cache is None:
+                parser.error("the again phase needs the suite phase before it or --cache")
             result["again"] = suite_phase(entries, tasks, solutions, args.out,
                                           args.suite_timeout_s, args.suite_args.split(),
-                                          problems, cache=result["suite"]["cache"],
-                                          name="again")
+                                          problems, cache=cache, name="again")
         elif phase == "kb":
             result["kb"] = kb_phase(entries, problems, args.kb, args.out, args.kb_budget_s,
                                     args.kb_stratified, progress=args.out / "kb_partial.json")
