@@ -154,3 +154,56 @@ def test_a_call_sometimes_slow_on_the_host_gets_its_device_time_by_retaking_the_
     # an elementwise kernel on 64K floats: a few microseconds after the flush
     assert gpu.median_ms < 0.1 and gpu.iqr_ms < 0.05, gpu
     assert any(note.startswith("gpu time:") and "taken again" in note for note in run.notes)
+
+
+def test_a_steady_kernel_stops_sampling_early_and_reads_as_a_full_run_does():
+    """`gpu_precision`: a device-bound call's median is known within 1 % long before 200."""
+    import torch
+
+    from kernelevo.evaluate.child.timing import time_contestants
+
+    x = torch.randn(4096, 4096, device="cuda")
+    sets = [[x], [x.clone()], [x.clone()]]
+
+    def matmul(a):
+        return a @ a
+
+    def tanh(a):
+        return torch.tanh(a)
+
+    config = TimingConfig(target_ms=1e6)  # ask for every sample max_samples allows
+    with torch.no_grad():
+        early = time_contestants({"matmul": matmul, "tanh": tanh}, sets, config,
+                                 lambda *_: None).measures["gpu"]
+        full = time_contestants({"matmul": matmul, "tanh": tanh}, sets,
+                                TimingConfig(target_ms=1e6, gpu_precision=0.0),
+                                lambda *_: None).measures["gpu"]
+    for name in ("matmul", "tanh"):
+        assert full[name].samples == 200
+        assert early[name].samples < 200, (name, early[name])
+        assert early[name].median_ms == pytest.approx(full[name].median_ms, rel=0.03), name
+
+
+def test_a_one_stream_candidate_is_never_timed_to_device_idle():
+    """The settle event's delay is the host's: a one-stream call is its event time (a guard:
+    alone on a machine the host's delay stays under the threshold with the old rule too;
+    in a suite on an H100 it did not, tests/test_gpu_tail.py)."""
+    import torch
+
+    from kernelevo.evaluate.child.timing import time_contestants
+
+    x = torch.randn(256, 1024, device="cuda")
+    w = torch.randn(1024, 1024, device="cuda")
+    sets = [[x], [x.clone()]]
+
+    def gemm_then_tanh(a):  # l2_81's shape of work: a small GEMM, then an epilogue
+        return torch.tanh(torch.nn.functional.silu(a @ w) / 2)
+
+    def eager(a):
+        return torch.tanh(torch.nn.functional.silu(a @ w) / 2).clone()
+
+    with torch.no_grad():
+        run = time_contestants({"eager": eager, "candidate_0": gemm_then_tanh}, sets,
+                               TimingConfig(), lambda *_: None)
+    assert not run.flags, run.notes
+    assert run.measures["gpu"]["candidate_0"].method == "events"
