@@ -8,8 +8,10 @@
 One GPU run: `kernelevo suite` judges every pair below with default flags
 (the task files copied into DIR/tasks, the candidates into DIR/solutions),
 then `plain_timing.py` (../shared/tools/plain_timing.py, or --plain) times
-every pair `--runs` times, each pair in a fresh process, pass after pass (so
-a pair's plain runs lie minutes apart). Per task and measure (call against
+every pair `--runs` times, each pair in a fresh process (`--one`, as its own
+driver runs them), pass after pass (so a pair's plain runs lie minutes
+apart), the judge's host-speed loop timed in a process of its own right
+before each. Per task and measure (call against
 the plain loop, gpu against do_bench) it prints the judge's speedup over
 eager and its interval, the plain runs' median and range, whether the
 median lies inside the interval, whether the interval is no wider than the
@@ -129,23 +131,42 @@ def run_plain(plain: Path, staged: list[dict], runs: int, log: Path,
     `after_pass(by_stem)` runs after each pass, so a call cut by its limit
     keeps the passes done."""
     by_stem: dict[str, list[dict]] = {item["stem"]: [] for item in staged}
-    stems = {item["task"]: item["stem"] for item in staged}
-    args = [x for item in staged for x in (item["task"], item["candidate"])]
     with log.open("w") as sink:
         for index in range(runs):
             started = time.perf_counter()
-            done = subprocess.run([sys.executable, str(plain), *args], capture_output=True,
-                                  text=True, check=False)
-            sink.write(done.stdout + done.stderr)
-            for line in done.stdout.splitlines():
-                if line.startswith("{"):
-                    row = json.loads(line)
-                    by_stem[stems[row["task"]]].append(row)
+            for item in staged:
+                # As plain_timing.py's own driver runs each pair (`--one`, a fresh
+                # process), with the host's speed probed just before, as the judge
+                # probes it before each round of calls (host_speed.py).
+                host_us = host_probe_us()
+                done = subprocess.run([sys.executable, str(plain), "--one", item["task"],
+                                       item["candidate"]], capture_output=True, text=True,
+                                      check=False)
+                sink.write(done.stdout + done.stderr)
+                for line in done.stdout.splitlines():
+                    if line.startswith("{"):
+                        by_stem[item["stem"]].append({**json.loads(line),
+                                                      "host_probe_us": host_us})
             print(f"plain pass {index + 1}/{runs}: {time.perf_counter() - started:.0f} s",
                   flush=True)
             if after_pass is not None:
                 after_pass(by_stem)
     return by_stem
+
+
+PROBE = ("import statistics; from kernelevo.evaluate.child.host_speed import probe_us; "
+         "[probe_us() for _ in range(20)]; "
+         "print(statistics.median(probe_us() for _ in range(100)))")
+
+
+def host_probe_us() -> float | None:
+    """The judge's host-speed loop, timed in a fresh process of its own: its median in us."""
+    done = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True,
+                          check=False, env={**os.environ, "PYTHONPATH": str(HERE.parent / "src")})
+    try:
+        return float(done.stdout.strip())
+    except ValueError:
+        return None
 
 
 def compare(staged: list[dict], rows: list[dict], plain: dict[str, list[dict]]) -> list[dict]:
@@ -173,7 +194,9 @@ def compare(staged: list[dict], rows: list[dict], plain: dict[str, list[dict]]) 
                 plain_ref_ms=[r[f"{theirs}_ms_ref"] for r in runs],
                 plain_cand_ms=[r[f"{theirs}_ms_cand"] for r in runs],
                 host_spread=(row or {}).get("host_speed_spread") or "-",
-                timing_core=(row or {}).get("timing_core") or "-")
+                timing_core=(row or {}).get("timing_core") or "-",
+                judge_host_us=_number((row or {}).get("host_probe_us")),
+                plain_host_us=[r.get("host_probe_us") for r in runs])
             low, high = entry["interval"]
             entry["inside"] = low <= entry["plain_median"] <= high
             plain_width = entry["plain_range"][1] - entry["plain_range"][0]
@@ -210,12 +233,12 @@ def markdown(table: list[dict], facts: dict) -> str:
              f"{facts['plain_s']:.0f} s ({facts['runs']} runs per pair)", "",
              "| task | kind | measure | judge | judge interval | plain median | plain range "
              "| inside | width ok | eager ms (judge / plain) | candidate ms (judge / plain) "
-             "| host spread |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| host spread | host probe us (judge / plain) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for e in table:
         if "judge" not in e:
             lines.append(f"| {e['task']} | {e['kind']} | {e['measure']} | {e['verdict']} "
-                         "| - | - | - | - | - | - | - | - |")
+                         "| - | - | - | - | - | - | - | - | - |")
             continue
         lines.append(
             f"| {e['task']} | {e['kind']} | {e['measure']} | {e['judge']:.2f} | "
@@ -224,7 +247,7 @@ def markdown(table: list[dict], facts: dict) -> str:
             f"{'yes' if e['inside'] else 'NO'} | {'yes' if e['width_ok'] else 'NO'} | "
             f"{e['eager_ms']:.4f} / {statistics.median(e['plain_ref_ms']):.4f} | "
             f"{e['candidate_ms']:.4f} / {statistics.median(e['plain_cand_ms']):.4f} | "
-            f"{e.get('host_spread', '-')} |")
+            f"{e.get('host_spread', '-')} | {_probes(e)} |")
     scored = [e for e in table if "judge" in e]
     conv = [e for e in scored if e["kind"] == "conv"]
     short = [e for e in scored if e["measure"] == "call" and e["candidate_ms"] < 0.05]
@@ -251,6 +274,19 @@ def markdown(table: list[dict], facts: dict) -> str:
         lines.append(f"- pairs timed on a core kept free: "
                      f"{sum('kept free' in said for said in cores_said)}/{len(cores_said)} "
                      f"({cores_said[0]})")
+    probed = [e for e in scored if e["measure"] == "call" and e.get("judge_host_us")
+              and all(e.get("plain_host_us") or [None])]
+    if probed:
+        # the host's loop slower while the judge timed than while plain did, by row
+        slower = [e for e in probed
+                  if e["judge_host_us"] > 1.1 * statistics.median(e["plain_host_us"])]
+        ratios = [e["judge_host_us"] / statistics.median(e["plain_host_us"]) for e in probed]
+        lines.append(f"- call rows whose host probe read more than 10 % slower while the "
+                     f"judge timed than before the plain runs: {len(slower)}/{len(probed)} "
+                     f"(median ratio {statistics.median(ratios):.2f}); of those, both ms "
+                     f"within 10 % of plain: {sum(e['ms_ok'] for e in slower)}/{len(slower)}; "
+                     f"of the rest: {sum(e['ms_ok'] for e in probed if e not in slower)}/"
+                     f"{len(probed) - len(slower)}")
     gpu = [e for e in scored if "plain_kernel_bound" in e]
     if gpu:
         bound = [e for e in gpu if e["plain_kernel_bound"]]
@@ -260,6 +296,22 @@ def markdown(table: list[dict], facts: dict) -> str:
                      f"{len(bound)}; above it (launches or a cold L2 in do_bench): "
                      f"{sum(e['inside'] for e in hosted)}/{len(hosted)}")
     return "\n".join(lines) + "\n"
+
+
+def _probes(entry: dict) -> str:
+    """The host probe's medians, the judge's and each plain run's, as a table cell."""
+    mine, theirs = entry.get("judge_host_us"), [t for t in entry.get("plain_host_us") or [] if t]
+    if not mine and not theirs:
+        return "-"
+    return (f"{mine:.0f}" if mine else "-") + " / " + (", ".join(f"{t:.0f}" for t in theirs)
+                                                       or "-")
+
+
+def _number(said: Any) -> float | None:
+    try:
+        return float(said)
+    except (TypeError, ValueError):
+        return None
 
 
 def _percent(said: Any) -> float:

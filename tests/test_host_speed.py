@@ -76,3 +76,18 @@ def test_the_call_measure_probes_the_host_before_every_round() -> None:
     assert len(run.host_us) >= max(max(calls["eager"]), max(calls["candidate_0"])) + 1
     assert all(value > 0 for value in run.host_us)
     assert set(run.launch_bound) == {"eager", "candidate_0"}
+
+
+def test_a_verdict_gives_the_host_probes_median_so_runs_can_be_compared() -> None:
+    from types import SimpleNamespace
+
+    from kernelevo.config import EvalConfig
+    from kernelevo.evaluate.parent import outcome
+    from kernelevo.evaluate.shared.messages import Timing
+
+    judge = SimpleNamespace(device="cuda", config=EvalConfig())
+    said = outcome._environment(judge, Timing(measures={}, host_spread=0.12, host_us=912.4))
+    assert said["host_probe_us"] == "912" and said["host_speed_spread"] == "12.0%"
+    assert "host_probe_us" not in outcome._environment(judge, Timing(measures={}))
+    decoded = Timing.from_json(Timing(measures={}, host_us=912.4).to_json())
+    assert decoded.host_us == pytest.approx(912.4)  # it crosses the pipe

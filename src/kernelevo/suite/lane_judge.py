@@ -133,6 +133,7 @@ class TaskLane:
             baseline_source=source, flags=list(verdict.flags),
             timed_under=verdict.environment.get("timed_under"),
             host_speed_spread=verdict.environment.get("host_speed_spread"),
+            host_probe_us=verdict.environment.get("host_probe_us"),
             timing_core=verdict.environment.get("timing_core"), **waits,
             phases_s={k: round(v, 2) for k, v in verdict.phases_s.items()},
             measures=_by_measure(verdict), **self.extra)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import random
 import re
+import statistics
 import time
 from typing import Any, Callable, ContextManager, Sequence
 
@@ -273,6 +274,7 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any, job: Wor
         timing_s=timing_s, timing_steps=run.seconds, baselines=how, drift=ratios,
         stored_at=stored.measured_at if stored and probe else "",
         profile_s=time.perf_counter() - started, backend=backend, host_spread=spread,
+        host_us=statistics.median(run.host_us) if run.host_us else 0.0,
         timing_core=core_words(pinned),
         tampered=tuple(snapshot.tampered()), device_name=torch.cuda.get_device_name(0),
         versions={"torch": torch.__version__, "triton": _triton_version(),

@@ -275,6 +275,8 @@ def _environment(judge: JudgeHost, timing: Timing | None) -> dict[str, str]:
         if timing.backend:
             environment["timed_under"] = timing.backend
         environment["host_speed_spread"] = f"{timing.host_spread:.1%}"
+        if timing.host_us:  # the probe's median: a host this slow timed the calls
+            environment["host_probe_us"] = f"{timing.host_us:.0f}"
         if timing.timing_core:
             environment["timing_core"] = timing.timing_core
         environment["baselines"] = (f"stored at {timing.stored_at}" if timing.baselines == "stored"

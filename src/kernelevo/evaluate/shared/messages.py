@@ -358,8 +358,10 @@ class Timing(Message):
     stored_at: str = ""  # when the stored times were taken
     profile_s: float = 0.0
     backend: str = ""
-    # the host's speed spread while the calls were timed (host_speed.spread)
+    # the host's speed spread while the calls were timed (host_speed.spread), and
+    # the probes' median in microseconds (0: none taken)
     host_spread: float = 0.0
+    host_us: float = 0.0
     # the CPU core the timing ran on, in words (cores.core_words)
     timing_core: str = ""
     # candidate index -> measure -> baseline -> [low, high] of its speedup (timing.speedup_range)
