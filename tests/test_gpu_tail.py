@@ -49,8 +49,8 @@ def _run(monkeypatch, times: dict[str, list[tuple[float, float]]]):
 
 def test_a_host_delay_in_every_contestants_tail_is_not_read_as_work_after_the_end_event(
         monkeypatch) -> None:
-    # Session 25's l2_81: 19 us of events, and about 59 us of the host's delay in
-    # the candidate's tails and the baseline's alike.
+    # Session 25's l2_81: 19 us of events and a median tail of about 59 us, the
+    # host's (one stream); here the baseline's tails hold the same delay.
     run = _run(monkeypatch, {"eager": [(0.0365, 0.058), (0.0365, 0.060)],
                              "candidate_0": [(0.0191, 0.059), (0.0191, 0.061)]})
     gpu = run.measures["gpu"]
