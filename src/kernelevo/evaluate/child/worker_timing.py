@@ -92,23 +92,14 @@ def surely_short(call: Callable[[], Any], sync: Callable[[], None], calls: int =
                  loop: int = 10) -> bool:
     """Whether the probe baseline's `call` is far quicker than STORED_MIN_MS a call.
 
-    Stored times stand in only for baselines at least that slow in the call
-    measure (`_probe`); quicker ones are timed beside every candidate, so
-    timing them for the store (the GPU held alone, behind every candidate's
-    timing) only delays the worker. Each call here is first timed alone and
-    synchronised, launch and wait included: the estimate errs long, toward
-    timing them as before. The fastest of `calls` counts; a second call far
-    too slow ends it. One alone does not: in a suite, other lanes' kernels
-    share the GPU during the warm-up, and a quick call that meets them waits
-    for them. (On an H100, in a suite's second pass, 10 level-1 tasks of
-    0.03-0.18 ms a call were still timed for the store, 1.8-5.6 s of warm-up
-    each; which of their calls was slow was not recorded.) A fastest lone
-    call within 4x of the limit is decided by `loop` calls back to back,
-    synchronised once, as the call measure times them (the time `_probe`
-    compares): a lone call also waits for its launch and its end, which a
-    loop overlaps. (On a suite's first row, KernelBench's square matmul at
-    0.35 ms a call spent 2.9 s of its warm-up on the store; its lone calls'
-    times were not recorded.)
+    Stored times stand in only for baselines that slow in the call measure
+    (`_probe`): timing quicker ones for the store (the GPU held alone) only
+    delays the worker. Lone synchronised calls first (erring long); the
+    fastest counts, and a second one far too slow ends it (one alone may have
+    met other lanes' kernels on the GPU). A fastest lone call within 4x of
+    the limit is decided by `loop` calls back to back, synchronised once, as
+    the call measure times them. bench/RESULTS.md ("The suite against
+    KernelBench's harness") has the warm-ups this spares.
     """
     limit_s = SURELY_SHORT_SHARE * STORED_MIN_MS / 1e3
     call()  # a first call's one-off set-up (handles, plans) is no call's time
