@@ -1,6 +1,8 @@
 """Verdicts right in both directions: structured stress sets, PyTorch baselines, OOM, measures."""
 
+import base64
 import json
+import types
 
 import pytest
 import torch
@@ -192,6 +194,55 @@ def test_comparison_moves_to_the_cpu_when_the_gpu_is_full(monkeypatch):
     monkeypatch.setattr(worker_state, "_judge_on", judge_on)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
     assert worker_state.judge_candidate(State(), 0, {})[0] == "passed"
+    assert devices == ["cuda:0", "cpu"]
+
+
+def _mapped_tensor_whose_copy_fails(monkeypatch, error: Exception) -> dict:
+    """A well-formed description whose mapping works and whose copy to `device` raises."""
+    from torch.multiprocessing import reductions
+
+    class Mapped:
+        def to(self, device, copy=False):
+            raise error
+
+    monkeypatch.setattr(reductions, "rebuild_cuda_tensor", lambda *args: Mapped())
+    handle = base64.b64encode(b"h").decode()
+    return {"kind": "cuda", "items": {"set_0": [{
+        "dtype": "float32", "shape": [4], "stride": [1], "offset": 0, "device": 0,
+        "handle": handle, "size_bytes": 16, "offset_bytes": 0, "counter_handle": handle,
+        "counter_offset": 0, "event_handle": handle, "event_sync": False}]}}
+
+
+def test_a_full_gpu_while_copying_outputs_is_the_judges_and_not_tampering(monkeypatch):
+    """A suite on a fresh H100 read an honest kernel `harness_tampered`: the judge's copy of its
+    outputs ran out of memory while other lanes held the GPU (bench/RESULTS.md, session 26)."""
+    from kernelevo.evaluate.shared import transfer
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    full = _mapped_tensor_whose_copy_fails(
+        monkeypatch, torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 256.00 MiB"))
+    with pytest.raises(torch.OutOfMemoryError):
+        transfer.import_bundle(full, "cuda:0", None)
+    forged = _mapped_tensor_whose_copy_fails(monkeypatch, RuntimeError("invalid handle"))
+    with pytest.raises(transfer.TransferError, match="invalid handle"):
+        transfer.import_bundle(forged, "cuda:0", None)
+
+
+def test_the_references_outputs_are_kept_on_the_cpu_when_the_gpu_is_full(monkeypatch):
+    from kernelevo.evaluate.parent import oracle_run
+
+    devices = []
+
+    def import_bundle(bundle, device, gpu):
+        devices.append(device)
+        if device != "cpu":
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return {"set_0": [torch.ones(2)]}
+
+    judge = types.SimpleNamespace(compare_device="cuda:0", gpu_index=None)
+    monkeypatch.setattr(oracle_run, "import_bundle", import_bundle)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    assert oracle_run._reference_copy({}, judge)["set_0"][0].device.type == "cpu"
     assert devices == ["cuda:0", "cpu"]
 
 

@@ -65,6 +65,19 @@ def _check_trivial_answers(reference: ReferenceResult, device: str) -> Reference
         return reference
 
 
+def _reference_copy(bundle: Any, judge: JudgeHost) -> dict[str, list[Any]]:
+    """The reference's outputs, on the comparison's device or, short of its memory, the CPU.
+
+    Other lanes may hold the GPU's memory at that moment; the comparisons move
+    each tensor to their device as they go (analysis/decide.py).
+    """
+    try:
+        return import_bundle(bundle, judge.compare_device, judge.gpu_index)
+    except torch.cuda.OutOfMemoryError:
+        torch.cuda.empty_cache()
+        return import_bundle(bundle, "cpu", judge.gpu_index)
+
+
 class OracleRun:
     """Computes the reference in its own process; the judge keeps the outputs.
 
@@ -152,8 +165,7 @@ class OracleRun:
         if isinstance(message, Progress):
             self.judge.progress(message.phase)
         elif isinstance(message, Reference):
-            self._bundle = import_bundle(message.bundle, self.judge.compare_device,
-                                         self.judge.gpu_index)
+            self._bundle = _reference_copy(message.bundle, self.judge)
             return Granted()
         elif isinstance(message, OracleDone) and self._bundle is not None:
             # The last message: the worker may go on while this process exits.

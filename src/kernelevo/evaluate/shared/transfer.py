@@ -105,8 +105,8 @@ def _import_one(spec: Any, device: str, source_gpu: int | None) -> Any:
             _unb64(spec["counter_handle"]), _int(spec["counter_offset"]),
             _unb64(spec["event_handle"]), bool(spec["event_sync"]))
         return mapped.to(device, copy=True)
-    except TransferError:
-        raise
+    except (TransferError, torch.OutOfMemoryError):
+        raise  # out of memory: the judge's own copy, made again on the CPU by the caller
     except Exception as exc:  # a forged or stale handle is the child's fault, never ours
         raise TransferError(f"cannot map a tensor from the child: {type(exc).__name__}: {exc}")
 
