@@ -1,0 +1,148 @@
+"""Why one process's host runs 2x slower than the next one's: a busy neighbour core, or the process.
+
+    python bench/host_neighbours.py [--core 15] [--processes 12] --out DIR
+
+The same 20,000-addition loop as the judge's host probe
+(evaluate/child/host_speed.py), pinned to the timing core (default: the last
+allowed core), in two experiments:
+
+- **neighbours**: for every other allowed core, a spinning process pinned
+  there, and the probe's median on the timing core beside it, each against
+  the probe with nothing spinning just before. A core whose spinner slows the
+  timing core by far more than the others shares its physical core (a
+  hyperthread the virtual machine does not show as a sibling) or its cache.
+- **processes**: `--processes` fresh Python processes one after another on
+  the timing core, each timing the probe for 0.3 s, alternating with the
+  same long-lived process timing it for 0.3 s. If fresh processes read
+  bimodal while the long-lived one stays steady, the speed is the
+  process's (its memory's placement); if both move together, the machine's.
+
+Writes DIR/host_neighbours.json and prints a table of each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+PROBE_SECONDS = 0.3
+SETTLE_S = 0.1
+
+# The loop as a program of its own, for the fresh processes: prints its median in us.
+_FRESH = f"""
+import os, statistics, sys, time
+os.sched_setaffinity(0, {{int(sys.argv[1])}})
+def loop():
+    total = 0
+    for step in range(20000):
+        total += step
+    return total
+times, end = [], time.perf_counter() + {PROBE_SECONDS}
+while time.perf_counter() < end:
+    started = time.perf_counter()
+    loop()
+    times.append((time.perf_counter() - started) * 1e6)
+print(statistics.median(times))
+"""
+
+_SPIN = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True:\n    pass\n"
+
+
+def _loop() -> int:
+    total = 0
+    for step in range(20000):
+        total += step
+    return total
+
+
+def probe_us(seconds: float = PROBE_SECONDS) -> float:
+    """The loop's median time in us, timed back to back for `seconds` in this process."""
+    times, end = [], time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        started = time.perf_counter()
+        _loop()
+        times.append((time.perf_counter() - started) * 1e6)
+    return statistics.median(times)
+
+
+def neighbours(core: int, others: list[int]) -> list[dict]:
+    """Per other core: the probe alone, then beside a spinner there, and their ratio."""
+    rows = []
+    for other in others:
+        alone = probe_us()
+        spinner = subprocess.Popen([sys.executable, "-c", _SPIN, str(other)])
+        try:
+            time.sleep(SETTLE_S)
+            beside = probe_us()
+        finally:
+            spinner.kill()
+            spinner.wait()
+        rows.append({"core": other, "alone_us": round(alone, 1), "beside_us": round(beside, 1),
+                     "ratio": round(beside / alone, 3)})
+        print(f"spinner on {other:>3}: alone {alone:7.1f} us, beside {beside:7.1f} us, "
+              f"{beside / alone:5.2f}x", flush=True)
+    return rows
+
+
+def processes(core: int, count: int) -> list[dict]:
+    """Fresh processes' medians alternating with this long-lived process's."""
+    rows = []
+    for index in range(count):
+        done = subprocess.run([sys.executable, "-c", _FRESH, str(core)], capture_output=True,
+                              text=True, check=False)
+        try:
+            fresh = float(done.stdout.strip())
+        except ValueError:
+            fresh = float("nan")
+        kept = probe_us()
+        rows.append({"run": index, "fresh_us": round(fresh, 1), "kept_us": round(kept, 1)})
+        print(f"run {index:>2}: fresh process {fresh:7.1f} us, long-lived {kept:7.1f} us",
+              flush=True)
+    return rows
+
+
+def spread(values: list[float]) -> str:
+    values = [v for v in values if v == v]
+    return (f"median {statistics.median(values):.0f} us, min {min(values):.0f}, "
+            f"max {max(values):.0f} ({max(values) / min(values):.2f}x)") if values else "none"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--core", type=int, default=None,
+                        help="the core to probe (default: the last allowed one)")
+    parser.add_argument("--processes", type=int, default=12)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    allowed = sorted(os.sched_getaffinity(0))
+    core = allowed[-1] if args.core is None else args.core
+    if core not in allowed:
+        parser.error(f"core {core} is not allowed here ({allowed})")
+    os.sched_setaffinity(0, {core})
+    facts = {"core": core, "allowed": allowed, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+             "load": os.getloadavg()}
+    print(f"probing core {core} of {allowed}; load average {facts['load']}", flush=True)
+    near = neighbours(core, [c for c in allowed if c != core])
+    runs = processes(core, args.processes)
+    ratios = sorted(near, key=lambda row: row["ratio"], reverse=True)
+    summary = {
+        "slowest_neighbours": [f"{r['core']}: {r['ratio']:.2f}x" for r in ratios[:3]],
+        "other_neighbours_median_ratio": (round(statistics.median(r["ratio"] for r in ratios[1:]), 3)
+                                          if len(ratios) > 1 else None),
+        "fresh_processes": spread([r["fresh_us"] for r in runs]),
+        "long_lived_process": spread([r["kept_us"] for r in runs]),
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "host_neighbours.json").write_text(json.dumps(
+        {"facts": facts, "neighbours": near, "processes": runs, "summary": summary}, indent=1))
+    print("\n".join(f"- {key.replace('_', ' ')}: {value}" for key, value in summary.items()))
+
+
+if __name__ == "__main__":
+    main()
