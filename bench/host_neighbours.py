@@ -11,11 +11,17 @@ allowed core), in two experiments:
   the probe with nothing spinning just before. A core whose spinner slows the
   timing core by far more than the others shares its physical core (a
   hyperthread the virtual machine does not show as a sibling) or its cache.
-- **processes**: `--processes` fresh Python processes one after another on
-  the timing core, each timing the probe for 0.3 s, alternating with the
-  same long-lived process timing it for 0.3 s. If fresh processes read
-  bimodal while the long-lived one stays steady, the speed is the
-  process's (its memory's placement); if both move together, the machine's.
+- **processes**: `--processes` rounds, each of three probes of 0.3 s: a
+  fresh Python process started on the timing core; a fresh process started
+  on another core (each in turn), building a heap there as a worker does
+  before it moves onto the timing core, then moved there; and the same
+  long-lived process. If fresh processes read bimodal while the long-lived
+  one stays steady, the speed is the process's; if only the moved ones read
+  slow, it is where their memory was placed (the judge's worker starts off
+  the timing core and is pinned onto it to time); if all move together, the
+  machine's.
+
+The NUMA nodes the kernel shows and `lscpu` go into the facts.
 
 Writes DIR/host_neighbours.json and prints a table of each.
 """
@@ -37,6 +43,8 @@ SETTLE_S = 0.1
 # The loop as a program of its own, for the fresh processes: prints its median in us.
 _FRESH = f"""
 import os, statistics, sys, time
+os.sched_setaffinity(0, {{int(sys.argv[2])}})
+heap = [str(i) for i in range(300000)]  # a heap made where the process started
 os.sched_setaffinity(0, {{int(sys.argv[1])}})
 def loop():
     total = 0
@@ -90,21 +98,41 @@ def neighbours(core: int, others: list[int]) -> list[dict]:
     return rows
 
 
-def processes(core: int, count: int) -> list[dict]:
-    """Fresh processes' medians alternating with this long-lived process's."""
+def _fresh(core: int, started_on: int) -> float:
+    done = subprocess.run([sys.executable, "-c", _FRESH, str(core), str(started_on)],
+                          capture_output=True, text=True, check=False)
+    try:
+        return float(done.stdout.strip())
+    except ValueError:
+        return float("nan")
+
+
+def processes(core: int, others: list[int], count: int) -> list[dict]:
+    """Fresh processes on the timing core, fresh ones moved there, and this long-lived one."""
     rows = []
     for index in range(count):
-        done = subprocess.run([sys.executable, "-c", _FRESH, str(core)], capture_output=True,
-                              text=True, check=False)
-        try:
-            fresh = float(done.stdout.strip())
-        except ValueError:
-            fresh = float("nan")
-        kept = probe_us()
-        rows.append({"run": index, "fresh_us": round(fresh, 1), "kept_us": round(kept, 1)})
-        print(f"run {index:>2}: fresh process {fresh:7.1f} us, long-lived {kept:7.1f} us",
-              flush=True)
+        started_on = others[index % len(others)] if others else core
+        fresh, moved, kept = _fresh(core, core), _fresh(core, started_on), probe_us()
+        rows.append({"run": index, "fresh_us": round(fresh, 1), "moved_from": started_on,
+                     "moved_us": round(moved, 1), "kept_us": round(kept, 1)})
+        print(f"run {index:>2}: fresh {fresh:7.1f} us, moved from core {started_on:>3} "
+              f"{moved:7.1f} us, long-lived {kept:7.1f} us", flush=True)
     return rows
+
+
+def machine_facts() -> dict:
+    """NUMA nodes and their cores as the kernel shows them, and lscpu's text."""
+    nodes = {}
+    for node in sorted(Path("/sys/devices/system/node").glob("node[0-9]*")):
+        try:
+            nodes[node.name] = (node / "cpulist").read_text().strip()
+        except OSError:
+            continue
+    try:
+        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
+    except OSError:
+        lscpu = ""
+    return {"numa_nodes": nodes, "lscpu": lscpu}
 
 
 def spread(values: list[float]) -> str:
@@ -126,16 +154,19 @@ def main() -> None:
         parser.error(f"core {core} is not allowed here ({allowed})")
     os.sched_setaffinity(0, {core})
     facts = {"core": core, "allowed": allowed, "started": time.strftime("%Y-%m-%d %H:%M:%S"),
-             "load": os.getloadavg()}
-    print(f"probing core {core} of {allowed}; load average {facts['load']}", flush=True)
-    near = neighbours(core, [c for c in allowed if c != core])
-    runs = processes(core, args.processes)
+             "load": os.getloadavg(), **machine_facts()}
+    print(f"probing core {core} of {allowed}; load average {facts['load']}; "
+          f"NUMA nodes {facts['numa_nodes']}", flush=True)
+    others = [c for c in allowed if c != core]
+    near = neighbours(core, others)
+    runs = processes(core, others, args.processes)
     ratios = sorted(near, key=lambda row: row["ratio"], reverse=True)
     summary = {
         "slowest_neighbours": [f"{r['core']}: {r['ratio']:.2f}x" for r in ratios[:3]],
         "other_neighbours_median_ratio": (round(statistics.median(r["ratio"] for r in ratios[1:]), 3)
                                           if len(ratios) > 1 else None),
         "fresh_processes": spread([r["fresh_us"] for r in runs]),
+        "fresh_processes_moved_onto_the_core": spread([r["moved_us"] for r in runs]),
         "long_lived_process": spread([r["kept_us"] for r in runs]),
     }
     args.out.mkdir(parents=True, exist_ok=True)
