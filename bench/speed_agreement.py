@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import statistics
@@ -227,6 +228,25 @@ def _ms_agrees(mine: float, theirs: list[float]) -> bool:
     return abs(mine - middle) <= ABS_SLACK * middle or min(theirs) <= mine <= max(theirs)
 
 
+def host_follows(probed: list[dict]) -> tuple[float, float] | None:
+    """How closely each contestant's call ms (judge / plain) follow the host probe's ratio.
+
+    Pearson's correlation of the logarithms, over call rows with probes on
+    both sides; None for fewer than three rows or no spread to correlate.
+    """
+    if len(probed) < 3:
+        return None
+    host = [math.log(e["judge_host_us"] / statistics.median(e["plain_host_us"])) for e in probed]
+    found = []
+    for mine, theirs in (("eager_ms", "plain_ref_ms"), ("candidate_ms", "plain_cand_ms")):
+        ms = [math.log(e[mine] / statistics.median(e[theirs])) for e in probed]
+        try:
+            found.append(statistics.correlation(host, ms))
+        except statistics.StatisticsError:  # one of them constant
+            return None
+    return found[0], found[1]
+
+
 def markdown(table: list[dict], facts: dict) -> str:
     lines = [f"Speed agreement, {facts['date']}, {facts['gpu']}, torch {facts['torch']}, "
              f"triton {facts['triton']}; suite {facts['suite_s']:.0f} s, plain "
@@ -287,6 +307,11 @@ def markdown(table: list[dict], facts: dict) -> str:
                      f"within 10 % of plain: {sum(e['ms_ok'] for e in slower)}/{len(slower)}; "
                      f"of the rest: {sum(e['ms_ok'] for e in probed if e not in slower)}/"
                      f"{len(probed) - len(slower)}")
+        follows = host_follows(probed)
+        if follows:
+            lines.append(f"- host probe ratio (judge / plain) against each contestant's call ms "
+                         f"ratio, in logarithms: correlation {follows[0]:.2f} for eager, "
+                         f"{follows[1]:.2f} for the candidate, over {len(probed)} call rows")
     gpu = [e for e in scored if "plain_kernel_bound" in e]
     if gpu:
         bound = [e for e in gpu if e["plain_kernel_bound"]]
