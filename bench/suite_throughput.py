@@ -9,7 +9,8 @@ and bad, KernelBench levels 1 and 2), each problem shrunk as
 bench/kernelbench_batch.py does. Phases:
   suite   one `kernelevo suite DIR/tasks --solutions DIR/solutions` process,
           its caches empty at the start (CUDA builds cold); wall time, rows,
-          and each verdict against the manifest's expected reasons
+          and each verdict against the manifest's expected reasons, and
+          how busy the CPUs and the GPU were meanwhile (bench/machine_load.py)
   again   the same suite once more with the first one's cache folder (the
           same set judged a second time on this machine); needs `suite` first
   kb      KernelBench's harness, one fresh process per candidate
@@ -39,6 +40,7 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(ROOT / "bench"))
 
 from kernelbench_batch import CANDIDATES, load_entries, prepare  # noqa: E402
+from machine_load import MachineLoad, load_line  # noqa: E402
 from kernelevo.suite.time_spent import time_lines  # noqa: E402
 
 STOP_GRACE_S = 20  # for a suite stopped at its limit to write its summary, then killed
@@ -83,7 +85,7 @@ def suite_phase(entries: list[dict], tasks: Path, solutions: Path, out: Path,
     results = result_dir / "results.jsonl"
     first_row_s = None
     started = time.perf_counter()
-    with (out / f"{name}_log.txt").open("w") as log:
+    with (out / f"{name}_log.txt").open("w") as log, MachineLoad() as load:
         process = subprocess.Popen([sys.executable, "-m", "kernelevo.cli.app", "suite", str(tasks),
                                     "--solutions", str(solutions), "--out", str(result_dir), *extra],
                                    env=env, text=True, stdout=log, stderr=subprocess.STDOUT,
@@ -126,7 +128,7 @@ def suite_phase(entries: list[dict], tasks: Path, solutions: Path, out: Path,
     summary = result_dir / "suite.json"
     spent = json.loads(summary.read_text()).get("time_spent") if summary.is_file() else None
     return {"rc": rc, "wall_s": round(wall, 1), "judged": len(verdicts), "cache": cache,
-            "time_spent": spent,
+            "time_spent": spent, "load": load.summary(), "load_samples": load.samples,
             "first_row_s": None if first_row_s is None else round(first_row_s, 1),
             "per_hour": round(3600 * len(verdicts) / wall) if verdicts else None,
             "wrong": [v for v in verdicts if not v["right"]], "verdicts": verdicts}
@@ -402,6 +404,8 @@ def main() -> None:
         run, mix = result.get(name, {}), kb.get("per_hour_corpus_mix")
         if run.get("time_spent"):
             print(f"{name}: " + "\n".join(time_lines(run["time_spent"])))
+        if run.get("load"):
+            print(f"{name}: {load_line(run['load'])}")
         if run.get("per_hour") and mix:
             print(f"{name}: first row after {run['first_row_s']} s; against the harness on "
                   f"the same mix: {run['per_hour'] / mix:.2f}x")
