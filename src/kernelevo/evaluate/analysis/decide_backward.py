@@ -13,9 +13,10 @@ off the gradients must change.
 The kink rule. Where a gradient fails the elementwise test, it still passes
 when the reference is no nearer exact arithmetic than the candidate is to
 the reference: the reference's own gradient failed the same test against the
-same model's float64 gradient on some judged set (oracle_backward.py
-measures it), the candidate's relative L2 error is at most KINK_FACTOR times
-the reference's own, and its share of elements outside the tolerance at most
+same model's float64 gradient, or against its own runs on inputs moved as
+far as its own error allows, on some judged set (oracle_backward.py
+measures both), the candidate's relative L2 error is at most KINK_FACTOR
+times the reference's own, and its share of elements outside the tolerance at most
 KINK_FACTOR squared times the reference's. A kernel is held to the fp32
 reference's own error, as FlashAttention's tests hold theirs. Why: ReLU's
 derivative at a pre-activation within rounding of zero. On KernelBench
@@ -249,9 +250,9 @@ class _Check:
                          f"own error, not elementwise: {where}, {metrics.mismatch_fraction:.2%} "
                          f"of its elements outside the tolerance, relative L2 error "
                          f"{metrics.rel_l2_error:.3g} against the reference's own "
-                         f"{own.rel_l2_error:.3g} from its float64 gradient (up to "
-                         f"{KINK_FACTOR:g}x passes): the reference is not exact there either "
-                         "(a kink such as ReLU's at 0, or a cancellation)")
+                         f"{own.rel_l2_error:.3g} from its float64 gradient and its runs on "
+                         f"moved inputs (up to {KINK_FACTOR:g}x passes): the reference is not "
+                         "exact there either (a kink such as ReLU's at 0, or a cancellation)")
         return notes
 
 
@@ -266,11 +267,12 @@ def within_own_error(metrics: ErrorMetrics, own: OwnError) -> bool:
 def _own_said(own: OwnError) -> str:
     """What a failing gradient's message adds: the reference's own error, and what it allows."""
     if not own.inexact:
-        return (f"; the reference's own gradient passes the same test against float64 "
-                f"(relative L2 error {own.rel_l2_error:.3g}), so nothing beyond the tolerance "
-                "is allowed")
-    return (f"; the reference's own gradient misses float64 too (relative L2 error "
-            f"{own.rel_l2_error:.3g}, {own.mismatch_fraction:.2%} of elements outside the "
+        return (f"; the reference's own gradient passes the same test against float64 and its "
+                f"runs on moved inputs (relative L2 error {own.rel_l2_error:.3g}), so nothing "
+                "beyond the tolerance is allowed")
+    return (f"; the reference's own gradient misses float64 or its runs on moved inputs too "
+            f"(relative L2 error {own.rel_l2_error:.3g}, {own.mismatch_fraction:.2%} of "
+            f"elements outside the "
             f"tolerance), so a relative L2 error up to "
             f"{min(KINK_FACTOR * own.rel_l2_error, KINK_LIMIT):.3g} with up to "
             f"{min(KINK_FACTOR ** 2 * own.mismatch_fraction, 1.0):.2%} of elements outside "
