@@ -23,8 +23,8 @@ measured against the reference's as well: each lands as far from the
 reference as a kernel KINK_FACTOR times less exact than it may. Where a
 pre-activation lies within rounding of a ReLU's kink, whether the
 reference's one float64 comparison shows the flip is chance (on KernelBench
-level-2 task 76 about half a flip a set; a kernel summing in another order
-flips others): with these runs, a reference that is that sensitive shows it
+level-2 task 76 well under one flip a set; a kernel summing in another order
+flips others; bench/kink_rate.py): with these runs, a reference that is that sensitive shows it
 on most evaluations, not only on those where its own rounding happened to
 flip one. A perturbed run more than KINK_LIMIT off in relative L2 is not
 rounding (an input used as an index, say) and counts for nothing; one that
