@@ -2,6 +2,7 @@
 or keep the cores busy: where a suite's 5 s contexts (0.4 s alone) come from.
 
     python3 bench/cuda_init_load.py [--out DIR] [--counts 1,2,4,8,12] [--held 0,8,16]
+                                    [--running 0,2,6] [--churn 2,6]
 
 Every process imports torch first, then waits at a barrier (a file), so only
 the context is timed: `torch.cuda.init()`, one tensor on the device, a
@@ -9,12 +10,19 @@ synchronise. Three settings:
 
 - at once: N processes make their contexts at the same moment, the cores idle;
 - busy cores: the same, with a busy loop on every core;
-- held: one process makes its context while M others hold theirs, idle.
+- held: one process makes its context while M others hold theirs, idle;
+- running: the same beside M processes that keep the GPU busy with kernels
+  (back-to-back 2048^2 matmuls), as a suite's timing and checks do;
+- churn: the same beside M processes that allocate and free 256 MiB of
+  device memory in a loop (`cudaMalloc` and `cudaFree` through the caching
+  allocator's `empty_cache`), as a suite's references and copies do.
 
 If the at-once times grow with N while the cores idle, the driver makes
 contexts one at a time (fewer contexts per verdict is the remedy); if they
 grow only with busy cores, it is the CPU (fewer processes at once); if they
-grow with contexts held, it is their number.
+grow with contexts held, it is their number; with kernels running, the GPU's
+time-slicing between contexts; with memory churning, the driver's own locks
+(fewer allocations and frees while others start).
 """
 
 from __future__ import annotations
@@ -46,6 +54,27 @@ time.sleep(hold)
 '''
 
 BUSY = "while True: pass"
+
+# A process that makes its context, says so (the file `ready`), then keeps the
+# GPU busy in one way until killed: "kernels" or "churn".
+BACKGROUND = r'''
+import sys, time
+import torch
+ready, mode = sys.argv[1], sys.argv[2]
+torch.empty(1, device="cuda")
+torch.cuda.synchronize()
+a = torch.randn(2048, 2048, device="cuda")
+open(ready, "w").close()
+while True:
+    if mode == "kernels":
+        for _ in range(20):
+            a = torch.tanh(a @ a)
+        torch.cuda.synchronize()
+    else:
+        block = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+        del block
+        torch.cuda.empty_cache()
+'''
 
 
 def _run_at_once(count: int, folder: Path, hold_s: float = 0.0) -> list[subprocess.Popen]:
@@ -106,11 +135,42 @@ def held(count: int, folder: Path) -> dict:
             "median_s": round(times[0], 3), "max_s": round(times[0], 3), "times_s": times}
 
 
+def beside(mode: str, count: int, folder: Path) -> dict:
+    """One context made while `count` processes keep the GPU busy in `mode`; their own
+    loop's pace (iterations are not counted: the measured context is the figure)."""
+    background, readies = [], []
+    for index in range(count):
+        ready = folder / f"bg-{mode}-{time.monotonic_ns()}-{index}"
+        readies.append(ready)
+        background.append(subprocess.Popen([sys.executable, "-c", BACKGROUND, str(ready), mode]))
+    try:
+        deadline = time.monotonic() + 120
+        while not all(r.exists() for r in readies) and time.monotonic() < deadline:
+            if any(p.poll() is not None for p in background):
+                raise SystemExit(f"a background process ({mode}) ended before it was ready")
+            time.sleep(0.01)
+        time.sleep(1.0)  # every loop under way
+        times = []
+        for _ in range(3):
+            one = _run_at_once(1, folder)
+            times += _times(one)
+            one[0].wait(60)
+    finally:
+        for process in background:
+            process.kill()
+            process.wait()
+    return {"setting": mode, "processes": 1, "held": count,
+            "median_s": round(statistics.median(times), 3), "max_s": round(max(times), 3),
+            "times_s": [round(t, 3) for t in times]}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("/tmp/cuda_init_load"))
     parser.add_argument("--counts", default="1,2,4,8,12")
     parser.add_argument("--held", default="0,8,16")
+    parser.add_argument("--running", default="0,2,6", help="processes running kernels beside")
+    parser.add_argument("--churn", default="2,6", help="processes allocating and freeing beside")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
@@ -123,8 +183,12 @@ def main() -> None:
         for count in map(int, args.held.split(",")):
             rows.append(held(count, folder))
             print(json.dumps(rows[-1]), flush=True)
+        for mode, counts in (("kernels", args.running), ("churn", args.churn)):
+            for count in (int(c) for c in counts.split(",") if c):
+                rows.append(beside(mode, count, folder))
+                print(json.dumps(rows[-1]), flush=True)
     (args.out / "cuda_init_load.json").write_text(json.dumps(rows, indent=1))
-    print("\n| setting | processes | contexts held | median s | max s |\n|---|---|---|---|---|")
+    print("\n| setting | processes | contexts beside | median s | max s |\n|---|---|---|---|---|")
     for row in rows:
         print(f"| {row['setting']} | {row['processes']} | {row.get('held', '')} | "
               f"{row['median_s']} | {row['max_s']} |")
