@@ -14,12 +14,17 @@ allowed core), in two experiments:
 - **processes**: `--processes` rounds, each of three probes of 0.3 s: a
   fresh Python process started on the timing core; a fresh process started
   on another core (each in turn), building a heap there as a worker does
-  before it moves onto the timing core, then moved there; and the same
-  long-lived process. If fresh processes read bimodal while the long-lived
-  one stays steady, the speed is the process's; if only the moved ones read
-  slow, it is where their memory was placed (the judge's worker starts off
-  the timing core and is pinned onto it to time); if all move together, the
-  machine's.
+  before it moves onto the timing core, then moved there; a fresh process
+  with address-space randomisation off and a fixed hash seed (`fixed`); a
+  child forked from the long-lived process (as the judge's forkserver makes
+  its workers: the parent's layout, copied); and the same long-lived
+  process. If fresh processes read bimodal while the long-lived one stays
+  steady, the speed is the process's; if the fixed ones then read steady
+  too, it is where the address layout fell (code and data aliasing in the
+  caches and branch predictors), and forked children share their parent's;
+  if only the moved ones read slow, it is where their memory was placed (the
+  judge's worker starts off the timing core and is pinned onto it to time);
+  if all move together, the machine's.
 
 The NUMA nodes the kernel shows and `lscpu` go into the facts.
 
@@ -29,6 +34,7 @@ Writes DIR/host_neighbours.json and prints a table of each.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import statistics
@@ -58,6 +64,8 @@ while time.perf_counter() < end:
     times.append((time.perf_counter() - started) * 1e6)
 print(statistics.median(times))
 """
+
+_ADDR_NO_RANDOMIZE = 0x0040000  # personality(2): this process's children get a fixed layout
 
 _SPIN = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True:\n    pass\n"
 
@@ -98,25 +106,59 @@ def neighbours(core: int, others: list[int]) -> list[dict]:
     return rows
 
 
-def _fresh(core: int, started_on: int) -> float:
+def _fixed_layout() -> None:
+    """In the child before it runs Python: no address-space randomisation from here on."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.personality(ctypes.c_ulong(_ADDR_NO_RANDOMIZE)) == -1:
+        os._exit(3)
+
+
+def _fresh(core: int, started_on: int, fixed: bool = False) -> float:
+    environment = {**os.environ, "PYTHONHASHSEED": "0"} if fixed else None
     done = subprocess.run([sys.executable, "-c", _FRESH, str(core), str(started_on)],
-                          capture_output=True, text=True, check=False)
+                          capture_output=True, text=True, check=False, env=environment,
+                          preexec_fn=_fixed_layout if fixed else None)
     try:
         return float(done.stdout.strip())
     except ValueError:
         return float("nan")
 
 
+def _forked(core: int) -> float:
+    """The probe in a child forked from this process, as a forkserver's worker runs."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: pinned where the parent is, its layout the parent's
+        os.close(read)
+        try:
+            os.sched_setaffinity(0, {core})
+            os.write(write, str(probe_us()).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        said = pipe.read()
+    os.waitpid(pid, 0)
+    try:
+        return float(said)
+    except ValueError:
+        return float("nan")
+
+
 def processes(core: int, others: list[int], count: int) -> list[dict]:
-    """Fresh processes on the timing core, fresh ones moved there, and this long-lived one."""
+    """Fresh processes on the timing core, fresh ones moved there, fresh ones with a fixed
+    address layout, children forked from this long-lived process, and this process."""
     rows = []
     for index in range(count):
         started_on = others[index % len(others)] if others else core
-        fresh, moved, kept = _fresh(core, core), _fresh(core, started_on), probe_us()
+        fresh, moved = _fresh(core, core), _fresh(core, started_on)
+        fixed, forked, kept = _fresh(core, core, fixed=True), _forked(core), probe_us()
         rows.append({"run": index, "fresh_us": round(fresh, 1), "moved_from": started_on,
-                     "moved_us": round(moved, 1), "kept_us": round(kept, 1)})
+                     "moved_us": round(moved, 1), "fixed_us": round(fixed, 1),
+                     "forked_us": round(forked, 1), "kept_us": round(kept, 1)})
         print(f"run {index:>2}: fresh {fresh:7.1f} us, moved from core {started_on:>3} "
-              f"{moved:7.1f} us, long-lived {kept:7.1f} us", flush=True)
+              f"{moved:7.1f} us, fixed layout {fixed:7.1f} us, forked {forked:7.1f} us, "
+              f"long-lived {kept:7.1f} us", flush=True)
     return rows
 
 
@@ -167,6 +209,8 @@ def main() -> None:
                                           if len(ratios) > 1 else None),
         "fresh_processes": spread([r["fresh_us"] for r in runs]),
         "fresh_processes_moved_onto_the_core": spread([r["moved_us"] for r in runs]),
+        "fresh_processes_with_a_fixed_layout": spread([r["fixed_us"] for r in runs]),
+        "children_forked_from_the_long_lived_one": spread([r["forked_us"] for r in runs]),
         "long_lived_process": spread([r["kept_us"] for r in runs]),
     }
     args.out.mkdir(parents=True, exist_ok=True)
