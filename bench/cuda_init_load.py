@@ -88,6 +88,8 @@ def _run_at_once(count: int, folder: Path, hold_s: float = 0.0) -> list[subproce
                                           str(hold_s)], stdout=subprocess.PIPE, text=True))
     deadline = time.monotonic() + 120
     while not all(r.exists() for r in readies) and time.monotonic() < deadline:
+        if any(child.poll() is not None for child in children):
+            raise SystemExit("a child ended before its torch import was done: is there a GPU?")
         time.sleep(0.01)
     time.sleep(0.5)  # every import done, its threads settled
     go.touch()
@@ -100,6 +102,8 @@ def _times(children: list[subprocess.Popen]) -> list[float]:
         line = child.stdout.readline() if child.stdout else ""
         if line.strip():
             out.append(json.loads(line)["context_s"])
+    if not out:
+        raise SystemExit("no child made a CUDA context (their errors are above)")
     return out
 
 

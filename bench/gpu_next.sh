@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# The rows of bench/GPU_NEXT.md, one device call each (< 10 min), so a call is
+# one short command and its files come back packed:
+#
+#   device run, carry [".kb0", ".plain"]:        bash bench/gpu_next.sh probes
+#   device run, carry [".kb"]:                   bash bench/gpu_next.sh suite-fresh
+#   device run, same warm machine, carry [".kb"]: bash bench/gpu_next.sh suite-again
+#   device run, carry [".kb", ".whl"]:           bash bench/gpu_next.sh harness
+#   device run, carry [".kb"]:                   bash bench/gpu_next.sh train
+#
+# probes: the host's speed by process (host_neighbours.py), CUDA contexts beside
+#   other processes' kernels and memory churn (cuda_init_load.py), then the six
+#   doubtful agreement pairs with three plain runs each (speed_agreement.py).
+# suite-fresh / suite-again: `kernelevo suite --verbose` on one solution per task,
+#   the cache folder /tmp/ke-s empty for the first (a fresh machine) and kept for
+#   the second (SUITE_ARGS: more flags, e.g. "--verbose --lanes 8").
+# harness: KernelBench's own harness on the same mix, stratified, within 540 s.
+# train: the KernelBench training candidates judged one at a time on the GPU, the
+#   layernorm example's training agreement, and the kink rule's pass rate.
+#
+# Each row writes $OUT/<row>.tgz (what there is when its limit comes too) and
+# $OUT/<row>.txt, the lines worth reading first.
+set -u
+cd "$(dirname "$0")/.."
+export PYTHONUNBUFFERED=1 PYTHONPATH=src
+OUT=${OUT:-/tmp/gpu_next}
+row=${1:-}
+case "$row" in
+probes|suite-fresh|suite-again|harness|train) ;;
+*) echo "usage: bash bench/gpu_next.sh probes|suite-fresh|suite-again|harness|train" >&2; exit 2 ;;
+esac
+work=/tmp/gpu_next_$row
+mkdir -p "$OUT" "$work"
+notes="$OUT/$row.txt"
+started=$(date +%s)
+stamp() { echo "[$(( $(date +%s) - started )) s] $*" | tee -a "$notes"; }
+pack() { tar czf "/tmp/$row.tgz" --exclude='*.db' --exclude='*.db-wal' --exclude='tasks' \
+             --exclude='solutions' --exclude='problems' -C /tmp "gpu_next_$row" 2>/dev/null \
+         && mv "/tmp/$row.tgz" "$OUT/$row.tgz"; }
+(while sleep 30; do pack; done) & packer=$!
+trap 'kill $packer 2>/dev/null; pack' EXIT
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$notes" 2>&1
+
+case "$row" in
+probes)
+    stamp "host_neighbours"
+    timeout 120 python3 bench/host_neighbours.py --out "$work/hn" > "$work/hn.log" 2>&1
+    stamp "host_neighbours exit $?"; grep -E "^- " "$work/hn.log" | tee -a "$notes"
+    stamp "cuda_init_load"
+    timeout 180 python3 bench/cuda_init_load.py --counts 1,12 --held 0 --running 0,2,6 \
+        --churn 2,6 --out "$work/ctx" > "$work/ctx.log" 2>&1
+    stamp "cuda_init_load exit $?"; grep -E "^\|" "$work/ctx.log" | tee -a "$notes"
+    stamp "speed agreement"
+    timeout 270 python3 bench/speed_agreement.py --kb .kb0 --out "$work/agree" \
+        --plain .plain/plain_timing.py --runs 3 --only l2_57,l1_29,l2_12,l2_86,l1_19,l2_81 \
+        > "$work/agree.log" 2>&1
+    stamp "speed agreement exit $?"; grep -E "^- " "$work/agree/agreement.md" 2>/dev/null | tee -a "$notes"
+    ;;
+suite-fresh|suite-again)
+    phase=${row#suite-}
+    [ "$phase" = fresh ] && rm -rf /tmp/ke-s
+    stamp "suite, $phase"
+    timeout 585 python3 bench/suite_throughput.py --kb .kb --out "$work/run" --one-per-task \
+        --phases "$( [ "$phase" = fresh ] && echo suite || echo again )" --cache /tmp/ke-s \
+        --suite-timeout-s 550 --suite-args="${SUITE_ARGS:---verbose}" > "$work/run.log" 2>&1
+    stamp "suite exit $?"; tail -12 "$work/run.log" | tee -a "$notes"
+    ;;
+harness)
+    bash bench/kernelbench/setup_device.sh > "$work/setup.log" 2>&1
+    stamp "harness"
+    timeout 585 python3 bench/suite_throughput.py --kb .kb --out "$work/kb" --one-per-task \
+        --phases kb --kb-stratified --kb-budget-s 480 > "$work/kb.log" 2>&1
+    stamp "harness exit $?"; tail -6 "$work/kb.log" | tee -a "$notes"
+    ;;
+train)
+    stamp "validate the training candidates, one at a time"
+    KERNELBENCH_DIR=.kb timeout 300 python3 bench/kernelbench/validate_cpu.py --device gpu \
+        --jobs 1 --only __train_ --out "$work/gpu_validation.json" > "$work/validate.log" 2>&1
+    stamp "validate exit $?"; tail -16 "$work/validate.log" | tee -a "$notes"
+    stamp "training agreement"
+    timeout 150 python3 bench/training_agreement.py --out "$work/train" --runs 2 \
+        > "$work/train.log" 2>&1
+    stamp "training agreement exit $?"; tail -8 "$work/train.log" | tee -a "$notes"
+    stamp "kink rate"
+    timeout 120 python3 bench/kink_rate.py --trials 40 --out "$work/kink" > "$work/kink.log" 2>&1
+    stamp "kink rate exit $?"; tail -4 "$work/kink.log" | tee -a "$notes"
+    ;;
+esac
+stamp "done"
