@@ -9,11 +9,13 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 import torch
 
 from kernelevo.config import TimingConfig
 from kernelevo.evaluate.child.baselines import CompiledInAModel, InAModel
-from kernelevo.evaluate.child.timing_backward import DIFFERENCE_METHOD, time_backward
+from kernelevo.evaluate.child.timing import TimingRun, speedup_range, summarize
+from kernelevo.evaluate.child.timing_backward import DIFFERENCE_METHOD, _difference, time_backward
 from kernelevo.evaluate.shared import inputs as task_inputs
 from tests.conftest import ROOT
 
@@ -46,7 +48,15 @@ def test_the_example_gets_train_and_backward_measures_for_candidate_eager_and_co
     assert timing.dropped == {}, timing.dropped
     for measure in ("train_gpu", "train_call", "backward_gpu", "backward_call"):
         stats = timing.measures[measure]
-        assert set(stats) == {"eager", "compile", "candidate_0"}, measure
+        expected = {"eager", "compile", "candidate_0"}
+        if measure.startswith("backward") and "compile" not in stats:
+            # compile's backward is train minus forward: on a busy machine those two calls'
+            # noise can hide it, and then it is left out with a note, never read as zero
+            assert any(note.startswith(f"backward: compile: train minus forward with grad was "
+                                       f"not above zero") and measure.split("_")[1] in note
+                       for note in timing.notes), timing.notes
+            expected.discard("compile")
+        assert set(stats) == expected, measure
         for name, values in stats.items():
             assert values["median_ms"] > 0 and values["samples"] >= 4, (measure, name)
         # paired rounds for the speedup's interval, on the counted sets only
@@ -55,7 +65,9 @@ def test_the_example_gets_train_and_backward_measures_for_candidate_eager_and_co
     # compiled backward donates its buffers and refuses to, so it is train minus forward
     assert timing.methods == {"eager": "replayed graph", "compile": DIFFERENCE_METHOD,
                               "candidate_0": "replayed graph"}
-    assert timing.measures["backward_gpu"]["compile"]["method"] == DIFFERENCE_METHOD
+    assert all(stats["compile"]["method"] == DIFFERENCE_METHOD
+               for measure, stats in timing.measures.items()
+               if measure.startswith("backward") and "compile" in stats)
     assert any(note.startswith("compile: its graph refuses a second backward")
                and "donated buffers" in note for note in timing.notes)
 
@@ -180,3 +192,37 @@ def test_the_workers_step_gives_speedup_intervals_from_paired_rounds():
         assert low <= high
     # eager's backward sleeps 4 ms, the candidate's not at all: the whole interval is above 1
     assert ranges["0"]["backward_gpu"]["eager"][0] > 1.0
+
+
+def _differenced(train: list[float], forward: list[float]):
+    """A timing run of one contestant timed as train and forward with grad, differenced."""
+    rounds = {"call": {"candidate_0": dict(enumerate(train)),
+                       "candidate_0/forward": dict(enumerate(forward))}}
+    run = TimingRun(measures={"call": {"candidate_0": summarize(train, "loop"),
+                                       "candidate_0/forward": summarize(forward, "loop")}},
+                    rounds=rounds)
+    _difference(run, "candidate_0")
+    return run
+
+
+def test_a_backward_lost_in_the_noise_is_left_out_and_said_not_read_as_zero():
+    # train minus forward above zero in 2 of 6 rounds: the old median was 0.0 ms
+    run = _differenced([1.0, 1.1, 0.9, 1.0, 1.2, 1.0], [1.05, 1.0, 1.0, 1.1, 1.0, 1.02])
+    assert "candidate_0" not in run.measures["call"]
+    assert "candidate_0/forward" not in run.measures["call"]
+    assert run.rounds["call"] == {}
+    assert any("not above zero in 4 of 6 rounds of call time" in note for note in run.notes)
+
+
+def test_a_few_rounds_within_the_noise_widen_the_interval_without_a_zero():
+    train = [2.0, 2.1, 1.9, 2.0, 0.95, 2.05]
+    run = _differenced(train, [1.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+    rounds = run.rounds["call"]["candidate_0"]
+    assert min(rounds.values()) == pytest.approx(0.9)  # the round below zero: the least above
+    stats = run.measures["call"]["candidate_0"]
+    assert stats.method == DIFFERENCE_METHOD and stats.median_ms == pytest.approx(1.0)
+    assert not run.notes
+    eager = {r: 3.0 for r in rounds}
+    # every round's speedup is finite: none divides by a zero backward
+    low, high = speedup_range(summarize(list(eager.values()), "loop"), stats, eager, rounds)
+    assert 0 < low < 3.0 < high < float("inf")

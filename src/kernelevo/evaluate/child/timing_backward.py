@@ -282,16 +282,35 @@ class _Shared:
 
 
 def _difference(run: TimingRun, name: str) -> None:
-    """`name`'s times become train minus forward with grad, round by round."""
+    """`name`'s times become train minus forward with grad, round by round.
+
+    A round whose difference is not above zero could not tell the backward
+    from the two calls' own noise. Where that is half the rounds or more, the
+    measure has no backward time for `name` (a note says so): a median of
+    zero would read as a backward that costs nothing, and a speedup over it
+    as zero or infinite. Fewer such rounds count as the smallest difference
+    above zero seen, so no round's speedup divides by zero; they widen the
+    interval, as they should.
+    """
     forward = name + _FORWARD
     for measure, by_name in run.rounds.items():
-        own, other = by_name.get(name, {}), by_name.pop(forward, {})
-        common = sorted(set(own) & set(other))
-        by_name[name] = {r: max(own[r] - other[r], 0.0) for r in common}
-        if name in run.measures.get(measure, {}) and common:
-            run.measures[measure][name] = summarize(list(by_name[name].values()),
-                                                    DIFFERENCE_METHOD)
-        run.measures.get(measure, {}).pop(forward, None)
+        own, other = by_name.pop(name, {}), by_name.pop(forward, {})
+        stats = run.measures.get(measure, {})
+        stats.pop(forward, None)
+        differences = {r: own[r] - other[r] for r in sorted(set(own) & set(other))}
+        above = [value for value in differences.values() if value > 0]
+        if name not in stats:
+            continue
+        if 2 * len(above) <= len(differences):
+            del stats[name]  # its train time, never to be read as its backward's
+            run.notes.append(
+                f"{name}: train minus forward with grad was not above zero in "
+                f"{len(differences) - len(above)} of {len(differences)} rounds of {measure} "
+                f"time (the backward within the two calls' noise): no {measure} time for its "
+                "backward alone")
+            continue
+        by_name[name] = {r: max(value, min(above)) for r, value in differences.items()}
+        stats[name] = summarize(list(by_name[name].values()), DIFFERENCE_METHOD)
     run.dropped.pop(forward, None)
 
 
