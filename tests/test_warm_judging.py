@@ -184,6 +184,13 @@ def test_a_standby_session_judges_the_next_candidate_alike_and_holds_no_gate_whi
     # The second worker was up before its candidate came, its reference drawn.
     assert second.phases_s["worker_start"] < 0.5
     assert second.phases_s["reference_wait"] < 0.5
+    # and the evaluation's path says so: it waited on its checks, not on a warm-up
+    for verdict in (first, second):
+        path = {k: v for k, v in verdict.phases_s.items() if k.startswith("path_")}
+        assert {"path_warmup_left", "path_checks", "path_to_exit"} <= set(path), path
+        assert sum(path.values()) <= verdict.phases_s["total"]
+    assert second.phases_s["path_warmup_left"] < 0.5
+    assert first.phases_s["path_warmup_left"] > second.phases_s["path_warmup_left"]
     assert first.errors is not None and second.errors is not None
 
 

@@ -30,6 +30,18 @@ PHASE_GROUPS: dict[str, tuple[str, ...]] = {
     "process exits": ("exit", "oracle_exit"),
 }
 
+# A row's path on its lane, in turn (evaluate/parent/session.py's PATH): what
+# each row waited on, so these add up to the rows' wall time (with "the rest":
+# static checks, build waits, the re-check's verdicts, the judge's own work).
+PATH_GROUPS: dict[str, str] = {
+    "the worker's warm-up left": "path_warmup_left",
+    "checks": "path_checks",
+    "the GPU's timing gate": "path_gate_wait",
+    "timing": "path_timing",
+    "profile and process exits": "path_to_exit",
+    "the re-check at other sizes": "shape_variation",
+}
+
 
 @dataclass
 class LaneStats:
@@ -68,6 +80,10 @@ def time_spent(rows: list[dict[str, Any]], record: Any, wall_s: float) -> dict[s
         "waits for a run alone": round(sum(row.get("alone_wait_s") or 0.0 for row in rows), 2),
         "idle at the end": round(sum(max(0.0, wall_s - end) for end in ends), 2),
     }
+    path = {name: round(sum(_phase(row, (key,)) for row in rows), 2)
+            for name, key in PATH_GROUPS.items()}
+    path["the rest"] = round(sum(max(0.0, (row.get("wall_s") or 0.0) - sum(
+        _phase(row, (key,)) for key in PATH_GROUPS.values())) for row in rows), 2)
     first = next(iter(rows), None)
     return {
         "wall_s": round(wall_s, 2), "lanes": len(record.lanes), "rows": len(rows),
@@ -77,7 +93,7 @@ def time_spent(rows: list[dict[str, Any]], record: Any, wall_s: float) -> dict[s
         "first_row": None if first is None else {
             "task": first["task"], "sample": first["sample"], "wall_s": first.get("wall_s"),
             "phases_s": first.get("phases_s", {})},
-        "phases_s": phases, "lane_waits_s": lanes,
+        "phases_s": phases, "path_s": path, "lane_waits_s": lanes,
         "per_lane": [{"lane": lane.lane, "gpu_index": lane.gpu_index, "rows": lane.rows,
                       "memory_wait_s": round(lane.memory_wait_s, 2),
                       "head_start_wait_s": round(lane.head_start_wait_s, 2),
@@ -96,15 +112,27 @@ def time_lines(spent: dict[str, Any]) -> list[str]:
              f"{spent['rows']} rows judged ({spent['rows_wall_s']:.0f} s of lane time)"]
     first = spent.get("first_row")
     if first is not None and spent.get("first_row_s") is not None:
-        top = sorted(((_short(k), v) for k, v in first["phases_s"].items() if k != "total"),
-                     key=lambda item: -item[1])[:4]
+        grouped: dict[str, float] = {}
+        for key, seconds in first["phases_s"].items():
+            if key != "total" and "path_" not in key:
+                grouped[_short(key)] = grouped.get(_short(key), 0.0) + seconds
+        top = sorted(grouped.items(), key=lambda item: -item[1])[:4]
         parts = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in top if seconds >= 0.05)
+        path = ", ".join(f"{name} {first['phases_s'][key]:.1f} s"
+                         for name, key in PATH_GROUPS.items()
+                         if first["phases_s"].get(key, 0.0) >= 0.05)
         lines.append(f"  first row after {spent['first_row_s']:.1f} s: {first['task']} "
-                     f"sample {first['sample']}" + (f" ({parts})" if parts else ""))
+                     f"sample {first['sample']}" + (f" ({parts})" if parts else "")
+                     + (f"; its path: {path}" if path else ""))
     shown = [(name, seconds) for name, seconds in spent["phases_s"].items() if seconds > 0]
     if shown:
         lines.append("  verdicts' phases, summed over the rows (they overlap): "
                      + ", ".join(f"{name} {seconds:.1f} s" for name, seconds in shown))
+    path = spent.get("path_s") or {}
+    if spent["rows"] and any(path.values()):
+        lines.append("  a row's path on its lane, mean seconds (these add up to its wall time): "
+                     + ", ".join(f"{name} {seconds / spent['rows']:.2f}"
+                                 for name, seconds in path.items()))
     lines.append("  lanes' own waits: " + ", ".join(
         f"{name} {seconds:.1f} s" for name, seconds in spent["lane_waits_s"].items()))
     return lines

@@ -97,6 +97,8 @@ class Session:
         self._timing_baselines = False  # told to time the baselines for the store
         self._yielded_s: float | None = None
         self._last_message = time.monotonic()
+        # When the caller's wait passed each milestone (PATH), from `run()` on
+        self._marks: dict[str, float] = {}
         # A message from the worker that was JSON but not one of the harness's own
         # (a candidate writing to the channel): the job ends with that verdict.
         self.malformed: str | None = None
@@ -121,6 +123,7 @@ class Session:
     def run(self, candidates: list[Candidate]) -> list[Verdict]:
         """Hand the candidates to the worker and wait for their verdicts."""
         self.state = WorkerState(self.judge, candidates, self.oracle, self.time_them)
+        self._marks["given"] = time.monotonic()
         self._given.set()
         try:
             for thread in self._threads:
@@ -128,6 +131,8 @@ class Session:
         except BaseException:  # interrupted (Ctrl-C, SIGTERM): the children go now
             self.kill()
             raise
+        self._marks["done"] = time.monotonic()
+        self.state.phases.update(path_phases(self._marks))
         if self.error is not None:
             raise self.error
         if self.malformed is not None:
@@ -240,6 +245,7 @@ class Session:
         if self.state is None:
             return None  # progress of a warm-up nobody waits for yet
         if isinstance(message, Timed):  # timing done; profiling next: checks elsewhere may run
+            self._marks.setdefault("timed", time.monotonic())
             self._wait_for(self.hold.shared)
             self.past_timing.set()
             return Granted()
@@ -248,12 +254,14 @@ class Session:
             self.judge.baseline_store.discard(self.judge.baseline_key)  # the next worker re-times
         reply = self.state.on_message(message)
         if isinstance(message, Checked) and isinstance(reply, TimeThese):
+            self._marks.setdefault("checked", time.monotonic())
             self.hold.release()
             self._call_ahead("checked")
             # Timing runs alone on the GPU. A CPU worker times nothing: waiting
             # for the gate there only made a job wait out a hung one beside it.
             if reply.time and self.judge.device == "cuda":
                 self.state.phases["gate_wait"] = self._wait_for(self.hold.exclusive)
+                self._marks.setdefault("gate", time.monotonic())
                 self.state.phases.update(self._waited_on(self.hold.waited_on))
             else:
                 self.past_timing.set()
@@ -309,8 +317,32 @@ class Session:
             return Abort()
         self.hold.shared()
         self.deadline.restart(self.judge.config.timeout_s)
+        self._marks.setdefault("ready", time.monotonic())
         return dataclasses.replace(reply, candidates=tuple(
             {"source": c.source, "backend": c.backend} for c in self.state.candidates))
+
+
+# The milestones of an evaluation as its caller waits for it, in order: the
+# candidates given, the worker warm and handed them, their checks done, the GPU
+# held alone, the timing done, both processes ended. The time between two
+# milestones that were passed is a phase of the caller's path (a suite lane's
+# row): what the evaluation waited on, where the verdict's other phases are
+# the processes' own work, which overlaps.
+PATH = (("given", ""), ("ready", "path_warmup_left"), ("checked", "path_checks"),
+        ("gate", "path_gate_wait"), ("timed", "path_timing"), ("done", "path_to_exit"))
+
+
+def path_phases(marks: dict[str, float]) -> dict[str, float]:
+    """Seconds between each milestone passed and the one before it (PATH's names)."""
+    phases: dict[str, float] = {}
+    last = None
+    for mark, name in PATH:
+        if mark not in marks:
+            continue
+        if last is not None:
+            phases[name] = round(max(0.0, marks[mark] - last), 4)
+        last = marks[mark]
+    return phases
 
 
 class _Yield:

@@ -1,0 +1,38 @@
+"""A row's path on its lane: the phases an evaluation's caller waited on, adding up to its wall."""
+
+from __future__ import annotations
+
+from kernelevo.evaluate.parent.session import path_phases
+from kernelevo.suite.time_spent import LaneRecord, time_lines, time_spent
+
+
+def test_each_milestone_passed_ends_a_phase_and_a_missing_one_folds_into_the_next():
+    marks = {"given": 10.0, "ready": 10.5, "checked": 13.0, "gate": 14.5, "timed": 15.25,
+             "done": 16.0}
+    assert path_phases(marks) == {"path_warmup_left": 0.5, "path_checks": 2.5,
+                                  "path_gate_wait": 1.5, "path_timing": 0.75,
+                                  "path_to_exit": 0.75}
+    # no GPU: no gate and no timing; the time after the checks is the path to the exit
+    assert path_phases({"given": 0.0, "ready": 2.0, "checked": 5.0, "done": 5.5}) == {
+        "path_warmup_left": 2.0, "path_checks": 3.0, "path_to_exit": 0.5}
+    # a candidate that failed its checks sends no Checked to time: ready to the end
+    assert path_phases({"given": 0.0, "ready": 0.25, "done": 1.0}) == {
+        "path_warmup_left": 0.25, "path_to_exit": 0.75}
+    assert path_phases({}) == {}
+
+
+def test_the_suite_account_sums_the_path_and_what_the_session_did_not_cover():
+    rows = [{"task": "a", "sample": 0, "wall_s": 10.0,
+             "phases_s": {"path_warmup_left": 1.0, "path_checks": 3.0, "path_gate_wait": 2.0,
+                          "path_timing": 1.0, "path_to_exit": 1.5, "shape_variation": 0.5,
+                          "worker_start": 7.0}},
+            {"task": "b", "sample": 0, "wall_s": 4.0,
+             "phases_s": {"path_warmup_left": 0.0, "path_checks": 2.0, "path_to_exit": 1.0}}]
+    spent = time_spent(rows, LaneRecord(), 14.0)
+    assert spent["path_s"] == {"the worker's warm-up left": 1.0, "checks": 5.0,
+                               "the GPU's timing gate": 2.0, "timing": 1.0,
+                               "profile and process exits": 2.5,
+                               "the re-check at other sizes": 0.5, "the rest": 2.0}
+    assert sum(spent["path_s"].values()) == sum(row["wall_s"] for row in rows)
+    line = next(line for line in time_lines(spent) if "path on its lane" in line)
+    assert "checks 2.50" in line and "the rest 1.00" in line
