@@ -118,12 +118,12 @@ def time_lines(spent: dict[str, Any]) -> list[str]:
                 grouped[_short(key)] = grouped.get(_short(key), 0.0) + seconds
         top = sorted(grouped.items(), key=lambda item: -item[1])[:4]
         parts = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in top if seconds >= 0.05)
-        path = ", ".join(f"{name} {first['phases_s'][key]:.1f} s"
+        steps = ", ".join(f"{name} {first['phases_s'][key]:.1f} s"
                          for name, key in PATH_GROUPS.items()
                          if first["phases_s"].get(key, 0.0) >= 0.05)
         lines.append(f"  first row after {spent['first_row_s']:.1f} s: {first['task']} "
                      f"sample {first['sample']}" + (f" ({parts})" if parts else "")
-                     + (f"; its path: {path}" if path else ""))
+                     + (f"; its path: {steps}" if steps else ""))
     shown = [(name, seconds) for name, seconds in spent["phases_s"].items() if seconds > 0]
     if shown:
         lines.append("  verdicts' phases, summed over the rows (they overlap): "
