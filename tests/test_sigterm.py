@@ -124,3 +124,27 @@ def test_sigterm_ends_an_evolve_run_as_interrupted_and_kills_its_children(tmp_pa
         assert [e.payload["signal"] for e in store.events("interrupted")] == ["SIGTERM"]
         # Calls cut off by the signal are settled with their worst case, not left open.
         assert store.llm_calls() and not store.interrupted_llm_calls()
+
+
+def test_a_stop_asked_inside_a_deferred_section_comes_once_it_is_left():
+    from kernelevo.run.signals import Terminated, interrupts_deferred, sigterm_as_interrupt
+
+    steps = []
+    with sigterm_as_interrupt():
+        with pytest.raises(Terminated):
+            with interrupts_deferred():
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.05)  # a handler would have run by now
+                steps.append("written")
+                steps.append("counted")
+            steps.append("after")  # never: the stop comes as the section ends
+        with pytest.raises(KeyboardInterrupt):
+            with interrupts_deferred():
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)
+                steps.append("both")
+        # the handlers are the ones from before: SIGTERM raises at once again
+        with pytest.raises(Terminated):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)
+    assert steps == ["written", "counted", "both"]

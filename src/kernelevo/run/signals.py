@@ -48,3 +48,30 @@ def on_sigterm(action: Callable[[int, FrameType | None], object]) -> Iterator[No
 def sigterm_as_interrupt() -> AbstractContextManager[None]:
     """While inside, SIGTERM raises `Terminated` (a KeyboardInterrupt) in the main thread."""
     return on_sigterm(raise_terminated)
+
+
+@contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """While inside, Ctrl-C and SIGTERM wait; one that came is delivered on leaving.
+
+    For steps that must happen together or not at all (a suite's row written
+    to its results and counted in its account): interrupted between the two,
+    the account missed a row the file held. Outside the main thread, where
+    signals are not handled, this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[int] = []
+    kinds = (signal.SIGINT, signal.SIGTERM)
+    previous = {kind: signal.getsignal(kind) for kind in kinds}
+    for kind in kinds:
+        signal.signal(kind, lambda signum, frame: came.append(signum))
+    try:
+        yield
+    finally:
+        for kind in kinds:
+            signal.signal(kind, previous[kind])
+        for signum in dict.fromkeys(came):  # each kind once, in the order they came
+            signal.raise_signal(signum)
+

@@ -19,6 +19,7 @@ from typing import Any, Callable, Generator
 from kernelevo.config import EvalConfig
 from kernelevo.errors import KernelEvoError, TaskError
 from kernelevo.evaluate.parent.baseline_store import BaselineStore, gpu_model
+from kernelevo.run.signals import interrupts_deferred
 from kernelevo.schema import settings_to_dict
 from kernelevo.suite.eta import Eta
 from kernelevo.suite.evolve import SearchBudget, evolve_task
@@ -110,8 +111,9 @@ def run_suite(plan: SuitePlan, progress: Progress | None = None) -> SuiteResult:
                   lanes[1] * max(1, len(plan.gpus)))
         rows = _judge_jobs(plan, jobs, store, gpu, lanes, record)
         for row in rows:
-            _append(plan.out, row)
-            judged.append(row)
+            with interrupts_deferred():  # a row in the file is a row in the account
+                _append(plan.out, row)
+                judged.append(row)
             count += 1
             eta.finished(row)
             left = eta.text()
