@@ -59,11 +59,12 @@ probes)
 suite-fresh|suite-again)
     phase=${row#suite-}
     [ "$phase" = fresh ] && rm -rf /tmp/ke-s
-    stamp "suite, $phase"
+    stamp "suite, $phase; /dev/shm holds $(ls /dev/shm | wc -l) entries"
     timeout 585 python3 bench/suite_throughput.py --kb .kb --out "$work/run" --one-per-task \
         --phases "$( [ "$phase" = fresh ] && echo suite || echo again )" --cache /tmp/ke-s \
         --suite-timeout-s 550 --suite-args="${SUITE_ARGS:---verbose}" > "$work/run.log" 2>&1
-    stamp "suite exit $?"; tail -12 "$work/run.log" | tee -a "$notes"
+    stamp "suite exit $?; /dev/shm holds $(ls /dev/shm | wc -l) entries (semaphores left by jobs?)"
+    tail -12 "$work/run.log" | tee -a "$notes"
     ;;
 harness)
     bash bench/kernelbench/setup_device.sh > "$work/setup.log" 2>&1
