@@ -57,14 +57,16 @@ def interrupts_deferred() -> Iterator[None]:
     For steps that must happen together or not at all (a suite's row written
     to its results and counted in its account): interrupted between the two,
     the account missed a row the file held. Outside the main thread, where
-    signals are not handled, this does nothing.
+    signals are not handled, or where a handler was set outside Python (it
+    could not be put back), this does nothing.
     """
-    if threading.current_thread() is not threading.main_thread():
+    kinds = (signal.SIGINT, signal.SIGTERM)
+    previous = {kind: signal.getsignal(kind) for kind in kinds}
+    # None: a handler set outside Python, which could not be put back afterwards
+    if threading.current_thread() is not threading.main_thread() or None in previous.values():
         yield
         return
     came: list[int] = []
-    kinds = (signal.SIGINT, signal.SIGTERM)
-    previous = {kind: signal.getsignal(kind) for kind in kinds}
     for kind in kinds:
         signal.signal(kind, lambda signum, frame: came.append(signum))
     try:
@@ -74,4 +76,3 @@ def interrupts_deferred() -> Iterator[None]:
             signal.signal(kind, previous[kind])
         for signum in dict.fromkeys(came):  # each kind once, in the order they came
             signal.raise_signal(signum)
-
