@@ -33,6 +33,8 @@ work=/tmp/gpu_next_$row
 mkdir -p "$OUT" "$work"
 notes="$OUT/$row.txt"
 started=$(date +%s)
+# /dev/shm's entries by the start of their names (digits dropped): what a job may leave
+shm() { ls /dev/shm | sed 's/[0-9a-f]\{6,\}.*//; s/[0-9_.-]*$//' | sort | uniq -c | sort -rn | head -5 | tr '\n' ' '; }
 stamp() { echo "[$(( $(date +%s) - started )) s] $*" | tee -a "$notes"; }
 pack() { tar czf "/tmp/$row.tgz" --exclude='*.db' --exclude='*.db-wal' --exclude='tasks' \
              --exclude='solutions' --exclude='problems' -C /tmp "gpu_next_$row" 2>/dev/null \
@@ -59,11 +61,11 @@ probes)
 suite-fresh|suite-again)
     phase=${row#suite-}
     [ "$phase" = fresh ] && rm -rf /tmp/ke-s
-    stamp "suite, $phase; /dev/shm holds $(ls /dev/shm | wc -l) entries"
+    stamp "suite, $phase; /dev/shm holds $(ls /dev/shm | wc -l) entries: $(shm)"
     timeout 585 python3 bench/suite_throughput.py --kb .kb --out "$work/run" --one-per-task \
         --phases "$( [ "$phase" = fresh ] && echo suite || echo again )" --cache /tmp/ke-s \
         --suite-timeout-s 550 --suite-args="${SUITE_ARGS:---verbose}" > "$work/run.log" 2>&1
-    stamp "suite exit $?; /dev/shm holds $(ls /dev/shm | wc -l) entries (semaphores left by jobs?)"
+    stamp "suite exit $?; /dev/shm holds $(ls /dev/shm | wc -l) entries: $(shm)"
     tail -12 "$work/run.log" | tee -a "$notes"
     ;;
 harness)

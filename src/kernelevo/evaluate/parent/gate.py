@@ -17,6 +17,9 @@ A wait can be given up (`give_up`, polled): a job killed or a process
 stopping must not sit behind another job's hold, nor keep a lane or a
 shutdown waiting on it. A timing phase's wait comes back with who held the
 GPU meanwhile, and how long (by the holders' labels), for its verdict's phases.
+A timing phase that waits LONG_WAIT_S logs who holds the GPU then, each
+holder with its state (a standby warming up, a job's checks): a wait that
+long is a cycle or a stuck holder, and the log names it.
 """
 
 from __future__ import annotations
@@ -27,8 +30,14 @@ from collections import defaultdict
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
+from kernelevo.logs import get_logger
+
 GiveUp = Callable[[], bool]
 _POLL_S = 0.1  # how often a wait that may be given up looks again
+# A timing phase's wait this long is logged with the holders of the moment
+# (a suite's timings wait 1-6 s on average: bench/RESULTS.md).
+LONG_WAIT_S = 30.0
+_log = get_logger(__name__)
 
 _gates: dict[str, "GpuGate"] = {}
 _gates_lock = threading.Lock()
@@ -50,6 +59,7 @@ class GpuGate:
         # The shared holders' labels and since when they hold, by owner; and,
         # for each timing phase waiting, the seconds each label held meanwhile.
         self._holding: dict[int, tuple[str, float]] = {}
+        self._owners: dict[int, object] = {}  # the shared holders, asked their state
         self._ledgers: list[tuple[float, dict[str, float]]] = []
 
     def acquire_shared(self, give_up: GiveUp | None = None, owner: object = None,
@@ -59,6 +69,7 @@ class GpuGate:
                 self._wait(give_up)
             self._shared += 1
             self._holding[id(owner)] = (label, time.monotonic())
+            self._owners[id(owner)] = owner
 
     def release_shared(self, owner: object = None) -> None:
         with self._condition:
@@ -66,6 +77,7 @@ class GpuGate:
                 raise RuntimeError("release_shared without a shared hold")
             self._shared -= 1
             label, since = self._holding.pop(id(owner), ("other", time.monotonic()))
+            self._owners.pop(id(owner), None)
             now = time.monotonic()
             for started, ledger in self._ledgers:
                 ledger[label] += now - max(since, started)
@@ -83,10 +95,16 @@ class GpuGate:
             self._writers_waiting += 1
             self._urgent_waiting += int(urgent)
             self._ledgers.append(entry)
+            logged = False
             try:
                 while (self._exclusive or self._shared
                        or (not urgent and self._urgent_waiting)):
-                    self._wait(give_up)
+                    self._wait(give_up, LONG_WAIT_S)
+                    if not logged and time.monotonic() - entry[0] >= LONG_WAIT_S:
+                        logged = True
+                        _log.warning("a timing phase has waited %.0f s for the GPU; it is held "
+                                     "by: %s", time.monotonic() - entry[0],
+                                     "; ".join(self._holders_now()) or "a timing phase")
             finally:
                 self._writers_waiting -= 1
                 self._urgent_waiting -= int(urgent)
@@ -97,10 +115,19 @@ class GpuGate:
             self._exclusive = True
         return dict(entry[1])
 
-    def _wait(self, give_up: GiveUp | None) -> None:
+    def _holders_now(self) -> list[str]:
+        """Each shared holder (condition held): its label, seconds held, and its state."""
+        now, shown = time.monotonic(), []
+        for key, (label, since) in self._holding.items():
+            about = getattr(self._owners.get(key), "about", None)
+            state = about() if callable(about) else ""
+            shown.append(f"{label} for {now - since:.0f} s" + (f" ({state})" if state else ""))
+        return shown
+
+    def _wait(self, give_up: GiveUp | None, longest_s: float | None = None) -> None:
         """One wait on the condition (held); raises GateAbandoned once `give_up()` is true."""
         if give_up is None:
-            self._condition.wait()
+            self._condition.wait(longest_s)
             return
         if give_up():
             raise GateAbandoned("gave up waiting for the GPU: the job was stopped")
@@ -136,6 +163,8 @@ class Hold:
         self.give_up = give_up
         self.label = label
         self.state = "none"
+        # What the holder is doing, for a timing that waits long on it (set by its owner)
+        self.about: Callable[[], str] | None = None
         # Who held the GPU while the last exclusive hold was waited for: {label: seconds}.
         self.waited_on: dict[str, float] = {}
 

@@ -92,6 +92,7 @@ class Session:
         self.oracle = OracleRun(judge, task, self.scratch / "oracle",
                                  Hold(gate, self.abandoned, f"{label}:oracle"), self._yield)
         self.hold = Hold(gate, self.abandoned, f"{label}:worker")
+        self.hold.about = self.oracle.hold.about = self._about
         self._closed = False
         self._ready_heard = False  # from the worker's Ready on, its candidates may run
         self._timing_baselines = False  # told to time the baselines for the store
@@ -114,6 +115,15 @@ class Session:
     def abandoned(self) -> bool:
         """Whether this session's waits should give up: it was killed or the process stops."""
         return self.killed.is_set() or stopping()
+
+    def _about(self) -> str:
+        """What this session is doing, for the log of a timing that waits long on its hold."""
+        doing = ("killed" if self.killed.is_set() else "judging its candidates"
+                 if self._given.is_set() and self.state is not None
+                 else "warm, waiting for candidates" if self.warm.is_set()
+                 else "warming up, not yet given candidates")
+        return (f"task {self.task.name}, {doing}"
+                + (", past its timing" if self.past_timing.is_set() else ""))
 
     def alive(self) -> bool:
         """Whether the worker still waits for candidates (it may have died waiting)."""
