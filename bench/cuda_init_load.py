@@ -127,7 +127,8 @@ def at_once(count: int, folder: Path, busy: bool) -> dict:
 def held(count: int, folder: Path) -> dict:
     holders = _run_at_once(count, folder, hold_s=60.0) if count else []
     try:
-        _times(holders)  # their contexts made
+        if holders:
+            _times(holders)  # their contexts made (none held: nothing to wait for)
         one = _run_at_once(1, folder)
         times = _times(one)
         one[0].wait(60)
