@@ -67,6 +67,8 @@ suite-fresh|suite-again)
         --suite-timeout-s 550 --suite-args="${SUITE_ARGS:---verbose}" > "$work/run.log" 2>&1
     stamp "suite exit $?; /dev/shm holds $(ls /dev/shm | wc -l) entries: $(shm)"
     tail -12 "$work/run.log" | tee -a "$notes"
+    # a timing that waited 30 s for the GPU names the gate's holders (evaluate/parent/gate.py)
+    grep -h "has waited" "$work"/run/*_log.txt 2>/dev/null | head -6 | tee -a "$notes"
     ;;
 harness)
     bash bench/kernelbench/setup_device.sh > "$work/setup.log" 2>&1
