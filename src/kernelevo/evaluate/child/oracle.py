@@ -250,11 +250,7 @@ def _check_deterministic(model: Any, module: Any, job: OracleJob,
     again, _ = _run_set(model, module, job.seeds[0], device, dtype,
                         job.variants[0], reseed=job.seeds[-1] ^ 0x5DEECE66D)
     for position, (a, b) in enumerate(zip(first, again)):
-        if a.is_floating_point():
-            same = torch.allclose(a.double(), b.double(), rtol=1e-6, atol=1e-7, equal_nan=True)
-        else:
-            same = torch.equal(a, b)
-        if not same:
+        if not _rerun_same(a, b):
             raise TaskProblem(f"the reference is not deterministic: output {position} differs "
                               "between two runs on the same inputs (seed its randomness or "
                               "remove it from forward)")
@@ -294,3 +290,18 @@ def _tolerance(output: torch.Tensor, module: Any, job: OracleJob) -> tuple[float
 def _float_attr(module: Any, name: str) -> float | None:
     value = getattr(module, name, None)
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _rerun_same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two runs' outputs agree to float64 rounding, compared a chunk at a time:
+    whole float64 copies of a 1.6 G element output took 12 GiB each (KernelBench level
+    1's resized tasks, whose backward then ran out of memory on an 80 GB H100)."""
+    if a.shape != b.shape:
+        return False
+    if not a.is_floating_point():
+        return torch.equal(a, b)
+    flat_a, flat_b = a.reshape(-1), b.reshape(-1)
+    return all(torch.allclose(flat_a[start:start + _SAME_CHUNK].double(),
+                              flat_b[start:start + _SAME_CHUNK].double(),
+                              rtol=1e-6, atol=1e-7, equal_nan=True)
+               for start in range(0, flat_a.numel(), _SAME_CHUNK))

@@ -189,7 +189,7 @@ def is_distribution(tensor: torch.Tensor) -> bool:
         return False
     if bool((tensor < 0).any()) or bool((tensor > 1).any()):
         return False
-    sums = tensor.double().sum(dim=-1)
+    sums = tensor.sum(dim=-1, dtype=torch.float64)  # no float64 copy of the whole tensor
     return bool(((sums - 1).abs() < 1e-3).all())
 
 
