@@ -214,8 +214,8 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any, job: Wor
                                     trained_at, unhooked) if job.backward else None)
     timing_s = time.perf_counter() - started
     # Profiled after timing, so no profiler state can touch a timed call. The
-    # judge answers once other judges' checks may share the GPU again (a
-    # profile needs no GPU to itself, only no timing beside it). Records the
+    # judge answers at once, its hold on the GPU shared from then on (a profile
+    # needs no GPU to itself, only no timing beside it). Records the
     # profiler loses are caught by the launch count (outcome.unrecorded_note).
     channel.ask(Timed())
     started = time.perf_counter()

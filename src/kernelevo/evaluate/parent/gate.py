@@ -133,6 +133,23 @@ class GpuGate:
             raise GateAbandoned("gave up waiting for the GPU: the job was stopped")
         self._condition.wait(_POLL_S)
 
+    def downgrade(self, owner: object = None, label: str = "other") -> None:
+        """From the exclusive hold to a shared one, without letting go in between.
+
+        A timing phase's process profiles next: no timing may run beside that,
+        but it need not wait behind the timings queued meanwhile either (they
+        go first when a hold is released and asked for again), only they wait
+        for it now, as for any shared holder.
+        """
+        with self._condition:
+            if not self._exclusive:
+                raise RuntimeError("downgrade without the exclusive hold")
+            self._exclusive = False
+            self._shared += 1
+            self._holding[id(owner)] = (label, time.monotonic())
+            self._owners[id(owner)] = owner
+            self._condition.notify_all()
+
     def release_exclusive(self) -> None:
         with self._condition:
             if not self._exclusive:
@@ -177,6 +194,14 @@ class Hold:
         self.release()
         self.waited_on = self.gate.acquire_exclusive(self.give_up, urgent)
         self.state = "exclusive"
+
+    def downgrade(self) -> None:
+        """Exclusive to shared at once (GpuGate.downgrade); any other state: `shared()`."""
+        if self.state != "exclusive":
+            self.shared()
+            return
+        self.gate.downgrade(self, self.label)
+        self.state = "shared"
 
     def release(self) -> None:
         if self.state == "shared":

@@ -1,4 +1,5 @@
-"""A timing phase that waits long for the GPU says who holds it, and what each holder does."""
+"""The GPU's gate: a timing that waits long says who holds the GPU; a timing done goes to
+a shared hold at once, not behind the timings queued meanwhile."""
 
 from __future__ import annotations
 
@@ -68,3 +69,61 @@ def test_a_sessions_hold_says_whether_it_judges_or_warms_up(given):
     said = session._about()
     assert said == ("task level2_71, judging its candidates" if given
                     else "task level2_71, warming up, not yet given candidates")
+
+
+def _waiting(target, *args) -> threading.Thread:
+    thread = threading.Thread(target=target, args=args, daemon=True)
+    thread.start()
+    time.sleep(0.2)
+    return thread
+
+
+def test_a_timing_done_holds_the_gpu_shared_at_once_while_another_timing_waits():
+    gate = GpuGate()
+    done = Hold(gate, label="1:task:worker")
+    done.exclusive()
+    queued = Hold(gate, label="2:task:worker")
+    waiting = _waiting(queued.exclusive)
+    assert waiting.is_alive()
+    started = time.monotonic()
+    done.downgrade()  # no wait: the queued timing would go first were the hold asked again
+    assert time.monotonic() - started < 0.1 and done.state == "shared"
+    assert gate.holders() == (1, False)
+    time.sleep(0.2)
+    assert waiting.is_alive()  # the queued timing waits for the profile's shared hold
+    newcomer = Hold(gate, label="3:task:oracle")
+    entering = _waiting(newcomer.shared)
+    assert entering.is_alive()  # and no new shared holder goes before it
+    done.release()
+    waiting.join(5)
+    assert not waiting.is_alive() and queued.state == "exclusive"
+    assert entering.is_alive()
+    queued.release()
+    entering.join(5)
+    assert newcomer.state == "shared"
+    newcomer.release()
+    assert gate.holders() == (0, False)
+
+
+def test_the_wait_of_a_timing_behind_a_downgraded_hold_is_counted_by_its_label():
+    gate = GpuGate()
+    done = Hold(gate, label="1:task:worker")
+    done.exclusive()
+    queued = Hold(gate, label="2:task:worker")
+    waiting = _waiting(queued.exclusive)
+    done.downgrade()
+    time.sleep(0.2)
+    done.release()
+    waiting.join(5)
+    assert queued.waited_on.get("1:task:worker", 0.0) >= 0.15
+    queued.release()
+
+
+def test_downgrading_a_hold_that_is_not_exclusive_takes_a_shared_one():
+    gate = GpuGate()
+    hold = Hold(gate)
+    hold.downgrade()
+    assert hold.state == "shared" and gate.holders() == (1, False)
+    hold.release()
+    with pytest.raises(RuntimeError, match="without the exclusive hold"):
+        gate.downgrade()
