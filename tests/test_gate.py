@@ -10,7 +10,7 @@ import time
 import pytest
 
 from kernelevo.evaluate.parent import gate as gate_module
-from kernelevo.evaluate.parent.gate import GpuGate, Hold
+from kernelevo.evaluate.parent.gate import GateAbandoned, GpuGate, Hold
 
 
 def test_a_long_timing_wait_logs_each_holder_with_its_state(monkeypatch, caplog):
@@ -127,3 +127,36 @@ def test_downgrading_a_hold_that_is_not_exclusive_takes_a_shared_one():
     hold.release()
     with pytest.raises(RuntimeError, match="without the exclusive hold"):
         gate.downgrade()
+
+
+def test_a_stopped_job_takes_no_new_hold_even_one_free_at_once():
+    gate = GpuGate()
+    stopped = threading.Event()
+    stopped.set()
+    hold = Hold(gate, give_up=stopped.is_set, label="4:recheck:worker")
+    with pytest.raises(GateAbandoned):
+        hold.shared()
+    with pytest.raises(GateAbandoned):
+        hold.exclusive()
+    assert gate.holders() == (0, False) and hold.state == "none"
+    with pytest.raises(GateAbandoned):  # no writer left counted as waiting either
+        gate.acquire_exclusive(stopped.is_set)
+    timing = Hold(gate)
+    timing.exclusive()  # nothing stands in its way
+    assert timing.state == "exclusive"
+    timing.release()
+
+
+def test_a_discarded_session_answers_no_more_messages_so_its_jobs_and_holds_end():
+    from kernelevo.evaluate.parent.session import Session
+
+    session = Session.__new__(Session)  # only what discard() and _on_message touch
+    session._closed, session._discarded = False, False
+    session.killed = threading.Event()
+    killed = []
+    session.kill = lambda: killed.append(True)  # type: ignore[method-assign]
+    session.close = lambda: None  # type: ignore[method-assign]
+    session.discard()
+    assert killed and session._discarded
+    with pytest.raises(GateAbandoned, match="discarded"):
+        session._on_message({"kind": "checked_candidate"})

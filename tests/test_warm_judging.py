@@ -11,7 +11,7 @@ import pytest
 from kernelevo.candidate import load_candidate
 from kernelevo.config import EvalConfig
 from kernelevo.errors import ConfigError, EnvironmentProblem
-from kernelevo.evaluate.parent.gate import GpuGate, Hold, gate_for
+from kernelevo.evaluate.parent.gate import GateAbandoned, GpuGate, Hold, gate_for
 from kernelevo.evaluate.parent.judge import Judge
 from kernelevo.evaluate.protocol import JudgeJob, JudgeLike
 from kernelevo.evaluate.remote.client import ServiceJudge, find_service, request
@@ -301,6 +301,7 @@ def test_a_warm_up_compiles_without_the_gpu_and_a_candidate_cannot_drop_the_hold
         for thread in session._threads:  # gone, with their own releases of the hold
             thread.join(60)
         session._ready_heard = False  # its worker may have reached Ready before it died
+        session.killed.clear()  # a killed session takes no hold: the answers are tested alive
         assert session._answer(Gpu(brief=True)) is not None
         assert session.hold.state == "shared" and gate.holders() == (1, False)
         session._answer(CpuWork())  # the compile: no hold
@@ -313,6 +314,9 @@ def test_a_warm_up_compiles_without_the_gpu_and_a_candidate_cannot_drop_the_hold
         assert session._yielded_s is not None and session._yielded_s >= 0.4
         session.kill()  # so Ready is answered with Abort at once, not after a wait for work
         session._answer(Ready())
+        with pytest.raises(GateAbandoned):
+            session.hold.shared()  # killed: no new hold, even with the GPU free
+        session.killed.clear()
         session.hold.shared()  # as a worker given candidates holds it
         session._answer(CpuWork())  # from a candidate's code: ignored
         assert session.hold.state == "shared" and gate.holders() == (1, False)

@@ -65,6 +65,7 @@ class GpuGate:
     def acquire_shared(self, give_up: GiveUp | None = None, owner: object = None,
                        label: str = "other") -> None:
         with self._condition:
+            self._check(give_up)  # a stopped job takes no new hold, even one free at once
             while self._exclusive or self._writers_waiting:
                 self._wait(give_up)
             self._shared += 1
@@ -92,6 +93,7 @@ class GpuGate:
         """
         entry: tuple[float, dict[str, float]] = (time.monotonic(), defaultdict(float))
         with self._condition:
+            self._check(give_up)
             self._writers_waiting += 1
             self._urgent_waiting += int(urgent)
             self._ledgers.append(entry)
@@ -123,6 +125,11 @@ class GpuGate:
             state = about() if callable(about) else ""
             shown.append(f"{label} for {now - since:.0f} s" + (f" ({state})" if state else ""))
         return shown
+
+    @staticmethod
+    def _check(give_up: GiveUp | None) -> None:
+        if give_up is not None and give_up():
+            raise GateAbandoned("gave up waiting for the GPU: the job was stopped")
 
     def _wait(self, give_up: GiveUp | None, longest_s: float | None = None) -> None:
         """One wait on the condition (held); raises GateAbandoned once `give_up()` is true."""

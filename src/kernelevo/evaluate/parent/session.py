@@ -31,7 +31,7 @@ from typing import Any, Callable
 from kernelevo.candidate import Candidate
 from kernelevo.errors import MessageError
 from kernelevo.evaluate.child.worker import run_worker
-from kernelevo.evaluate.parent.gate import Hold, gate_for
+from kernelevo.evaluate.parent.gate import GateAbandoned, Hold, gate_for
 from kernelevo.evaluate.parent.host import JudgeHost
 from kernelevo.evaluate.parent.oracle_run import OracleRun, wait_for
 from kernelevo.evaluate.parent.outcome import build_verdicts
@@ -94,6 +94,7 @@ class Session:
         self.hold = Hold(gate, self.abandoned, f"{label}:worker")
         self.hold.about = self.oracle.hold.about = self._about
         self._closed = False
+        self._discarded = False  # nobody waits for its verdicts (discard())
         self._ready_heard = False  # from the worker's Ready on, its candidates may run
         self._timing_baselines = False  # told to time the baselines for the store
         self._yielded_s: float | None = None
@@ -143,13 +144,13 @@ class Session:
             raise
         self._marks["done"] = time.monotonic()
         self.state.phases.update(path_phases(self._marks))
-        if self.error is not None:
-            raise self.error
-        if self.malformed is not None:
+        if self.malformed is not None:  # whatever failed after it: the session was killed
             return [verdict_for("harness_tampered", "the worker's channel to the judge carried "
                                 f"a message the harness never sends ({self.malformed}): "
                                 "something in the candidate's process wrote to it")
                     for _ in candidates]
+        if self.error is not None:
+            raise self.error
         if self.oracle.error is not None:
             raise self.oracle.error
         assert self.result is not None
@@ -165,9 +166,16 @@ class Session:
         self.oracle.deadline.kill()
 
     def discard(self) -> None:
-        """End a session nobody needs: killed now, closed in a thread (its processes go)."""
+        """End a session nobody needs: killed now, closed in a thread (its processes go).
+
+        From now on it answers no message of its children: the next one ends
+        its jobs, and its holds on the GPU go with them (a discarded re-check
+        still comparing a candidate's outputs kept a shared hold, and the
+        timings waiting on it, until that work was done).
+        """
         if self._closed:
             return
+        self._discarded = True
         self.kill()
         threading.Thread(target=self.close, name="kernelevo-discard-session", daemon=True).start()
 
@@ -213,6 +221,8 @@ class Session:
             self.past_timing.set()
 
     def _on_message(self, raw: dict[str, Any]) -> dict[str, Any] | None:
+        if self._discarded:
+            raise GateAbandoned("the session was discarded: nobody waits for its verdicts")
         self._last_message = time.monotonic()
         try:
             message = decode(raw, WORKER_KINDS)
