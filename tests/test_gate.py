@@ -62,6 +62,7 @@ def test_a_sessions_hold_says_whether_it_judges_or_warms_up(given):
     session.killed, session._given, session.warm = (threading.Event(), threading.Event(),
                                                     threading.Event())
     session.past_timing = threading.Event()
+    session._discarded = False
     session.state = object() if given else None
     if given:
         session._given.set()

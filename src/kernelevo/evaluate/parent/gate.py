@@ -136,8 +136,7 @@ class GpuGate:
         if give_up is None:
             self._condition.wait(longest_s)
             return
-        if give_up():
-            raise GateAbandoned("gave up waiting for the GPU: the job was stopped")
+        self._check(give_up)
         self._condition.wait(_POLL_S)
 
     def downgrade(self, owner: object = None, label: str = "other") -> None:

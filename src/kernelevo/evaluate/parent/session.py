@@ -119,7 +119,8 @@ class Session:
 
     def _about(self) -> str:
         """What this session is doing, for the log of a timing that waits long on its hold."""
-        doing = ("killed" if self.killed.is_set() else "judging its candidates"
+        doing = ("discarded" if self._discarded else "killed" if self.killed.is_set()
+                 else "judging its candidates"
                  if self._given.is_set() and self.state is not None
                  else "warm, waiting for candidates" if self.warm.is_set()
                  else "warming up, not yet given candidates")
