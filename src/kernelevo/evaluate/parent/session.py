@@ -170,9 +170,9 @@ class Session:
         """End a session nobody needs: killed now, closed in a thread (its processes go).
 
         From now on it answers no message of its children: the next one ends
-        its jobs, and its holds on the GPU go with them (a discarded re-check
-        still comparing a candidate's outputs kept a shared hold, and the
-        timings waiting on it, until that work was done).
+        its jobs, and its holds on the GPU go with them (killed, a session
+        kept answering, and its shared hold kept the timings waiting, until
+        its jobs ended).
         """
         if self._closed:
             return
