@@ -4,6 +4,7 @@ a shared hold at once, not behind the timings queued meanwhile."""
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 
@@ -34,9 +35,10 @@ def test_a_long_timing_wait_logs_each_holder_with_its_state(monkeypatch, caplog)
     timing.release()
     logged = [r.getMessage() for r in caplog.records if "waited" in r.getMessage()]
     assert len(logged) == 1, logged  # once per wait, not once per poll
-    assert "7:recheck:worker for 0 s (task level1_19, warming up, not yet given candidates)" \
-        in logged[0]
-    assert "8:task:oracle for 0 s" in logged[0] and "8:task:oracle for 0 s (" not in logged[0]
+    # seconds held round to 0 or 1 with the waiter's wake-up on a loaded machine
+    assert re.search(r"7:recheck:worker for \d+ s \(task level1_19, warming up, not yet given "
+                     r"candidates\)", logged[0]), logged[0]
+    assert re.search(r"8:task:oracle for \d+ s(;|$)", logged[0]), logged[0]
 
 
 def test_a_short_timing_wait_logs_nothing(caplog):
