@@ -90,7 +90,7 @@ def test_a_timing_done_holds_the_gpu_shared_at_once_while_another_timing_waits()
     assert waiting.is_alive()
     started = time.monotonic()
     done.downgrade()  # no wait: the queued timing would go first were the hold asked again
-    assert time.monotonic() - started < 0.1 and done.state == "shared"
+    assert time.monotonic() - started < 1.0 and done.state == "shared"
     assert gate.holders() == (1, False)
     time.sleep(0.2)
     assert waiting.is_alive()  # the queued timing waits for the profile's shared hold
