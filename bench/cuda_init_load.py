@@ -3,6 +3,7 @@ or keep the cores busy: where a suite's 5 s contexts (0.4 s alone) come from.
 
     python3 bench/cuda_init_load.py [--out DIR] [--counts 1,2,4,8,12] [--held 0,8,16]
                                     [--running 0,2,6] [--churn 2,6]
+    python3 bench/cuda_init_load.py --sample-every 10 --for 560 --out DIR   # beside a suite
 
 Every process imports torch first, then waits at a barrier (a file), so only
 the context is timed: `torch.cuda.init()`, one tensor on the device, a
@@ -23,6 +24,13 @@ grow only with busy cores, it is the CPU (fewer processes at once); if they
 grow with contexts held, it is their number; with kernels running, the GPU's
 time-slicing between contexts; with memory churning, the driver's own locks
 (fewer allocations and frees while others start).
+
+`--sample-every S` runs none of these: it starts one bare process every S
+seconds (its torch import done first, as above) and writes each context's
+time with the moment it began to `samples.jsonl`, until `--for` seconds
+have passed or it is killed. Run beside `kernelevo suite`, it tells whether
+any process's context is slow under the suite's load (the driver or the
+GPU) or only the judge's workers' (their own process: cores, sandbox).
 """
 
 from __future__ import annotations
@@ -169,6 +177,23 @@ def beside(mode: str, count: int, folder: Path) -> dict:
             "times_s": [round(t, 3) for t in times]}
 
 
+def sample(every_s: float, for_s: float, folder: Path, out: Path) -> None:
+    """One bare context every `every_s` seconds for `for_s` seconds, each appended to `out`."""
+    started = time.monotonic()
+    while time.monotonic() - started < for_s:
+        began = time.monotonic()
+        one = _run_at_once(1, folder)
+        at = round(time.monotonic() - started, 1)
+        try:
+            row = {"at_s": at, "context_s": round(_times(one)[0], 3)}
+        except SystemExit as exc:  # one failed start is a sample too, not the end
+            row = {"at_s": at, "error": str(exc)}
+        one[0].wait(60)
+        with out.open("a") as sink:
+            sink.write(json.dumps(row) + "\n")
+        time.sleep(max(0.0, every_s - (time.monotonic() - began)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("/tmp/cuda_init_load"))
@@ -176,8 +201,16 @@ def main() -> None:
     parser.add_argument("--held", default="0,8,16")
     parser.add_argument("--running", default="0,2,6", help="processes running kernels beside")
     parser.add_argument("--churn", default="2,6", help="processes allocating and freeing beside")
+    parser.add_argument("--sample-every", type=float, default=0.0,
+                        help="seconds between bare contexts timed beside other work (no settings)")
+    parser.add_argument("--for", dest="for_s", type=float, default=600.0,
+                        help="how long --sample-every goes on")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.sample_every > 0:
+        with tempfile.TemporaryDirectory() as scratch:
+            sample(args.sample_every, args.for_s, Path(scratch), args.out / "samples.jsonl")
+        return
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)

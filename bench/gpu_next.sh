@@ -62,10 +62,17 @@ suite-fresh|suite-again)
     phase=${row#suite-}
     [ "$phase" = fresh ] && rm -rf /tmp/ke-s
     stamp "suite, $phase; /dev/shm holds $(ls /dev/shm | wc -l) entries: $(shm)"
+    # a bare process's CUDA context every 15 s beside the suite (the workers' read 4.3 s)
+    python3 bench/cuda_init_load.py --sample-every 15 --for 560 --out "$work/ctx" \
+        > "$work/ctx.log" 2>&1 & sampler=$!
     timeout 585 python3 bench/suite_throughput.py --kb .kb --out "$work/run" --one-per-task \
         --phases "$( [ "$phase" = fresh ] && echo suite || echo again )" --cache /tmp/ke-s \
         --suite-timeout-s 550 --suite-args="${SUITE_ARGS:---verbose}" > "$work/run.log" 2>&1
     stamp "suite exit $?; /dev/shm holds $(ls /dev/shm | wc -l) entries: $(shm)"
+    kill $sampler 2>/dev/null
+    stamp "bare contexts beside the suite (s): $(sed 's/.*"context_s": \([0-9.]*\).*/\1/' \
+        "$work/ctx/samples.jsonl" 2>/dev/null | sort -n | tr '\n' ' ')"
+    ls /dev/shm | head -3 | tee -a "$notes"
     tail -12 "$work/run.log" | tee -a "$notes"
     # a timing that waited 30 s for the GPU names the gate's holders (evaluate/parent/gate.py)
     grep -h "has waited" "$work"/run/*_log.txt 2>/dev/null | head -6 | tee -a "$notes"
