@@ -304,6 +304,11 @@ def _child_main(target: Callable[..., None], payload: dict[str, Any], connection
     finally:
         if guard:
             stop_guard(guard)  # reaped here, not left a zombie for init
+        # Every bundle is imported by now (the judge replies to each once copied):
+        # the CUDA IPC reference counts the exit below would leave in /dev/shm.
+        transfer = sys.modules.get("kernelevo.evaluate.shared.transfer")
+        if transfer is not None:
+            transfer.remove_count_files()
     os._exit(0)
 
 

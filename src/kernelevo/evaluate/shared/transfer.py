@@ -5,16 +5,26 @@ child's memory and copies it at once, while the child waits for the reply),
 so outputs never take the trip through host memory and disk. CPU tensors go
 through a file read with `weights_only=True`. Either way nothing the child
 sends is unpickled as code.
+
+Each exported CUDA storage's reference count lives in a file in /dev/shm,
+which PyTorch removes at its own exit; a child ends with `os._exit`, so the
+child removes the files it made (`remove_count_files`) once the judge has
+replied to its last bundle: otherwise they stay behind, a few a verdict.
 """
 
 from __future__ import annotations
 
 import base64
+import os
+import re
 import uuid
 from pathlib import Path
 from typing import Any
 
 import torch
+
+_COUNT_FILE = re.compile(r"/torch_\d+_\d+_\d+")  # PyTorch's names for them, nothing else
+_count_files: set[str] = set()  # this process's, made by _export_one
 
 _DTYPES = {str(d).replace("torch.", ""): d for d in (
     torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
@@ -45,12 +55,31 @@ def _export_one(value: Any) -> dict[str, Any]:
         value = value.cuda()
     (device, handle, size_bytes, offset_bytes, counter_handle, counter_offset, event_handle,
      event_sync) = value.untyped_storage()._share_cuda_()
+    _count_files.add(counter_handle.decode(errors="replace"))
     return {"kind": "tensor", "dtype": str(value.dtype).replace("torch.", ""),
             "shape": list(value.shape), "stride": list(value.stride()),
             "offset": value.storage_offset(), "device": device,
             "handle": _b64(handle), "size_bytes": size_bytes, "offset_bytes": offset_bytes,
             "counter_handle": _b64(counter_handle), "counter_offset": counter_offset,
             "event_handle": _b64(event_handle), "event_sync": bool(event_sync)}
+
+
+def remove_count_files(folder: str = "/dev/shm") -> int:
+    """Remove the reference-count files this process's exports made; how many were removed.
+
+    Only once no bundle of this process is still to be imported: the judge
+    opens a count file by its name when it maps a tensor.
+    """
+    removed = 0
+    for name in sorted(_count_files):
+        if _COUNT_FILE.fullmatch(name):
+            try:
+                os.unlink(folder + name)
+                removed += 1
+            except OSError:
+                pass
+    _count_files.clear()
+    return removed
 
 
 def import_bundle(description: Any, device: str,
