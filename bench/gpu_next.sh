@@ -65,9 +65,9 @@ suite-fresh|suite-again)
     # a bare process's CUDA context every 15 s beside the suite (the workers' read 4.3 s)
     python3 bench/cuda_init_load.py --sample-every 15 --for 560 --out "$work/ctx" \
         > "$work/ctx.log" 2>&1 & sampler=$!
-    timeout 585 python3 bench/suite_throughput.py --kb .kb --out "$work/run" --one-per-task \
+    timeout $(( ${SUITE_TIMEOUT_S:-550} + 35 )) python3 bench/suite_throughput.py --kb .kb --out "$work/run" --one-per-task \
         --phases "$( [ "$phase" = fresh ] && echo suite || echo again )" --cache /tmp/ke-s \
-        --suite-timeout-s 550 --suite-args="${SUITE_ARGS:---verbose}" > "$work/run.log" 2>&1
+        --suite-timeout-s ${SUITE_TIMEOUT_S:-550} --suite-args="${SUITE_ARGS:---verbose}" > "$work/run.log" 2>&1
     stamp "suite exit $?; /dev/shm holds $(ls /dev/shm | wc -l) entries: $(shm)"
     kill $sampler 2>/dev/null
     stamp "bare contexts beside the suite (s): $(sed 's/.*"context_s": \([0-9.]*\).*/\1/' \

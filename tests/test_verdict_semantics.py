@@ -188,6 +188,8 @@ def test_comparison_moves_to_the_cpu_when_the_gpu_is_full(monkeypatch):
         return "passed", {"metrics": None, "notes": []}
 
     class State:
+        phases: dict = {}
+
         class judge:
             compare_device = "cuda:0"
 
@@ -195,6 +197,31 @@ def test_comparison_moves_to_the_cpu_when_the_gpu_is_full(monkeypatch):
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
     assert worker_state.judge_candidate(State(), 0, {})[0] == "passed"
     assert devices == ["cuda:0", "cpu"]
+    # where the decision's time went, for the row's phases
+    assert set(State.phases) == {"decide", "decide_cpu"}
+    assert State.phases["decide"] >= State.phases["decide_cpu"] >= 0.0
+
+
+def test_a_candidates_outputs_are_compared_in_place_on_the_gpu_and_copied_for_the_cpu(
+        monkeypatch):
+    asked = []
+
+    def import_bundle(bundle, device, gpu, copy=True):
+        asked.append((device, copy))
+        return {"set_0": ["out"], "repeat": ["again"]}
+
+    class Report:
+        bundle, structures = {}, {}
+
+    class Judge:
+        gpu_index = 0
+
+    monkeypatch.setattr(worker_state, "import_bundle", import_bundle)
+    for device in ("cuda:0", "cpu"):
+        outputs = worker_state._outputs_from(Report(), 1, Judge(), device)
+        assert outputs["sets"][0]["values"] == ["out"]
+    # mapped from the worker's memory on its GPU; a copy only where the comparison moves
+    assert asked == [("cuda:0", False), ("cpu", True)]
 
 
 def _mapped_tensor_whose_copy_fails(monkeypatch, error: Exception) -> dict:

@@ -121,8 +121,15 @@ class WorkerState:
 
 def _outputs_from(report: CheckedCandidate, count: int, judge: JudgeHost,
                   device: str) -> dict[str, Any]:
-    """The worker's outputs as {'sets': [...], 'repeat': ..., 'knockout': ...}."""
-    bundle = import_bundle(report.bundle, device, judge.gpu_index)
+    """The worker's outputs as {'sets': [...], 'repeat': ..., 'knockout': ...}.
+
+    On the worker's GPU they stay in the worker's memory, mapped, not copied:
+    the worker waits for the decision, and nothing of them is kept after it.
+    A copy of every set's outputs beside the worker's and the other lanes'
+    ran out of memory, and the comparison then went to the CPU (minutes for
+    a 3D convolution's outputs on a slow host, the GPU's gate held all along).
+    """
+    bundle = import_bundle(report.bundle, device, judge.gpu_index, copy=device == "cpu")
     structures = report.structures
 
     def entry(name: str) -> dict[str, Any] | None:
@@ -142,12 +149,24 @@ def judge_candidate(state: WorkerState, index: int, report: CheckedCandidate) ->
 
     The worker holds its GPU memory while it waits for this answer; when the
     GPU has no room left for the comparison, it is made on the CPU instead.
+    Its seconds go to the phases: `decide`, and of them `decide_cpu`.
     """
+    started = time.perf_counter()
     try:
         return _judge_on(state, index, report, state.judge.compare_device)
     except torch.cuda.OutOfMemoryError:
         torch.cuda.empty_cache()
-        return _judge_on(state, index, report, "cpu")
+        on_cpu = time.perf_counter()
+        try:
+            return _judge_on(state, index, report, "cpu")
+        finally:
+            _add(state.phases, "decide_cpu", time.perf_counter() - on_cpu)
+    finally:
+        _add(state.phases, "decide", time.perf_counter() - started)
+
+
+def _add(phases: dict[str, float], name: str, seconds: float) -> None:
+    phases[name] = round(phases.get(name, 0.0) + seconds, 4)
 
 
 def _judge_on(state: WorkerState, index: int, report: CheckedCandidate,

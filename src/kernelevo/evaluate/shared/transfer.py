@@ -1,8 +1,9 @@
 """Moving output tensors from a child process to the judge.
 
 CUDA tensors travel as CUDA IPC handles written into JSON (the judge maps the
-child's memory and copies it at once, while the child waits for the reply),
-so outputs never take the trip through host memory and disk. CPU tensors go
+child's memory and copies it at once, while the child waits for the reply;
+a candidate's outputs are compared where they are, not copied), so outputs
+never take the trip through host memory and disk. CPU tensors go
 through a file read with `weights_only=True`. Either way nothing the child
 sends is unpickled as code.
 
@@ -82,11 +83,15 @@ def remove_count_files(folder: str = "/dev/shm") -> int:
     return removed
 
 
-def import_bundle(description: Any, device: str,
-                  source_gpu: int | None = None) -> dict[str, list[Any]]:
+def import_bundle(description: Any, device: str, source_gpu: int | None = None,
+                  copy: bool = True) -> dict[str, list[Any]]:
     """Copies of the child's tensors on `device`; raises TransferError on anything malformed.
 
     `source_gpu` is the GPU the child was confined to (it sees it as device 0).
+    `copy=False` keeps a CUDA tensor on the child's GPU where it is, mapped
+    from the child's memory: read only while the child waits for the reply
+    (the comparisons of a candidate's outputs); no copy of several sets'
+    outputs then takes GPU memory that other lanes hold.
     """
     if not isinstance(description, dict):
         raise TransferError("the bundle description is not an object")
@@ -98,7 +103,7 @@ def import_bundle(description: Any, device: str,
     for name, specs in description["items"].items():
         if not isinstance(specs, list):
             raise TransferError(f"bundle entry {name!r} is not a list")
-        bundle[str(name)] = [_import_one(spec, device, source_gpu) for spec in specs]
+        bundle[str(name)] = [_import_one(spec, device, source_gpu, copy) for spec in specs]
     torch.cuda.synchronize()
     return bundle
 
@@ -116,7 +121,7 @@ def _import_file(path: str, device: str) -> dict[str, list[Any]]:
             for k, values in loaded.items() if isinstance(values, list)}
 
 
-def _import_one(spec: Any, device: str, source_gpu: int | None) -> Any:
+def _import_one(spec: Any, device: str, source_gpu: int | None, copy: bool = True) -> Any:
     if not isinstance(spec, dict):
         raise TransferError("a tensor description is not an object")
     if spec.get("kind") == "other":
@@ -133,7 +138,7 @@ def _import_one(spec: Any, device: str, source_gpu: int | None) -> Any:
             _int(spec["size_bytes"]), _int(spec["offset_bytes"]), False,
             _unb64(spec["counter_handle"]), _int(spec["counter_offset"]),
             _unb64(spec["event_handle"]), bool(spec["event_sync"]))
-        return mapped.to(device, copy=True)
+        return mapped.to(device, copy=copy)
     except (TransferError, torch.OutOfMemoryError):
         raise  # out of memory: the judge's own copy, made again on the CPU by the caller
     except Exception as exc:  # a forged or stale handle is the child's fault, never ours
