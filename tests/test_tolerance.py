@@ -143,3 +143,31 @@ def test_a_comparison_in_chunks_decides_and_measures_as_one_in_a_piece(monkeypat
                                     getattr(expected.metrics, field), rel_tol=1e-12,
                                     abs_tol=1e-15), (chunk, name, field)
             assert comparison.metrics.worst_index == expected.metrics.worst_index
+
+
+def test_a_comparison_on_a_device_moves_a_chunk_at_a_time(monkeypatch):
+    """A reference kept on the CPU is compared on the GPU a chunk at a time, never copied whole
+    there (the GPU was full when it came); the result is the comparison's in a piece."""
+    from kernelevo.evaluate.analysis import decide, tolerance
+
+    generator = torch.Generator().manual_seed(3)
+    ref = torch.randn(6, 5, 7, generator=generator)
+    out = ref + 1e-3 * torch.randn(ref.shape, generator=generator)
+    whole = compare_tensor(out, ref, 1e-4, 1e-4)
+    moved: list[int] = []
+    original = torch.Tensor.to
+
+    def to(self, *args, **kwargs):
+        moved.append(self.numel())
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(tolerance, "CHUNK_ELEMENTS", 7)
+    monkeypatch.setattr(torch.Tensor, "to", to)
+    found = compare_tensor(out, ref, 1e-4, 1e-4, device="cpu")
+    reason, _, metrics = decide.compare_set({"values": [out], "structure": "tensor"}, [ref],
+                                            "tensor", [(1e-4, 1e-4)], "set 0", "cpu")
+    monkeypatch.undo()
+    assert (found.reason, found.message) == (whole.reason, whole.message)
+    assert found.metrics.worst_index == whole.metrics.worst_index
+    assert (reason, metrics[0].worst_index) == (whole.reason, whole.metrics.worst_index)
+    assert moved and max(moved) <= 7  # chunks only, in both

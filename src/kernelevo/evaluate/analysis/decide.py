@@ -57,8 +57,8 @@ def compare_set(got: dict[str, Any], expected: list[torch.Tensor], structure: st
         if not isinstance(value, torch.Tensor):
             return "not_a_tensor", f"{label} output {position} is {value}", metrics
         atol, rtol = tolerances[position]
-        outcome = compare_tensor(value.to(device), reference.to(device), atol, rtol,
-                                 f"{label} output {position}")
+        outcome = compare_tensor(value, reference, atol, rtol, f"{label} output {position}",
+                                 device=device)
         if outcome.metrics is not None:
             metrics.append(outcome.metrics)
         if outcome.reason:

@@ -154,7 +154,7 @@ def _decide_outputs(gradients: dict[str, list[Any]], reference: ReferenceResult,
             if not isinstance(value, torch.Tensor):
                 return Decision("not_a_tensor", f"{label} is {value}")
             atol, rtol = reference.tolerances[position]
-            outcome = compare_tensor(value.to(device), want.to(device), atol, rtol, label)
+            outcome = compare_tensor(value, want, atol, rtol, label, device=device)
             if outcome.reason:
                 return Decision(outcome.reason, outcome.message, outcome.metrics)
     return Decision()
@@ -225,8 +225,7 @@ class _Check:
         if not isinstance(value, torch.Tensor):
             return "gradient_mismatch", f"{label} is {value!r:.60}, not a tensor"
         atol, rtol = self.backward.tolerances[position]
-        outcome = compare_tensor(value.to(self.device), reference.to(self.device), atol, rtol,
-                                 label)
+        outcome = compare_tensor(value, reference, atol, rtol, label, device=self.device)
         if outcome.metrics is not None:
             self.metrics.append(outcome.metrics)
         own = self.backward.own_error(position)

@@ -27,8 +27,15 @@ class Comparison:
 
 
 def compare_tensor(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float,
-                   label: str = "output") -> Comparison:
-    """Compare one candidate output with the reference output."""
+                   label: str = "output", device: str | torch.device | None = None
+                   ) -> Comparison:
+    """Compare one candidate output with the reference output.
+
+    With `device`, each chunk of both is moved there as it is compared: a
+    reference kept on the CPU (the GPU was full when it came) is compared on
+    the GPU without a whole copy of it there, and a candidate's output mapped
+    from its worker's memory is read where it is.
+    """
     if type(out) is not torch.Tensor:
         return Comparison("not_a_tensor", f"{label} is {type(out).__name__}, not torch.Tensor", None)
     if out.shape != ref.shape:
@@ -37,8 +44,10 @@ def compare_tensor(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: floa
     if out.dtype != ref.dtype:
         return Comparison("wrong_dtype", f"{label} has dtype {out.dtype}, expected {ref.dtype}", None)
     if ref.dtype == torch.bool or not ref.is_floating_point():
+        if device is not None:
+            out, ref = out.to(device), ref.to(device)
         return _compare_exact(out, ref, label)
-    return _compare_float(out, ref, atol, rtol, label)
+    return _compare_float(out, ref, atol, rtol, label, device)
 
 
 def _compare_exact(out: torch.Tensor, ref: torch.Tensor, label: str) -> Comparison:
@@ -60,15 +69,20 @@ CHUNK_ELEMENTS = 1 << 23
 
 
 def _compare_float(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float,
-                   label: str) -> Comparison:
+                   label: str, device: str | torch.device | None = None) -> Comparison:
     flat_out, flat_ref = out.reshape(-1), ref.reshape(-1)
+    where = torch.device(device) if device is not None else ref.device
+
+    def chunks(start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return (flat_out[start:stop].to(where).double(), flat_ref[start:stop].to(where).double())
+
     numel = flat_ref.numel()
     spans = [(start, min(start + CHUNK_ELEMENTS, numel))
              for start in range(0, numel, CHUNK_ELEMENTS)]
     # First pass: NaN or Inf where the reference has none (or another), and rms(ref).
     bad_count, bad_first, ref_squares = 0, None, 0.0
     for start, stop in spans:
-        out64, ref64 = flat_out[start:stop].double(), flat_ref[start:stop].double()
+        out64, ref64 = chunks(start, stop)
         ref_finite = torch.isfinite(ref64)
         same_special = (out64 == ref64) | (torch.isnan(out64) & torch.isnan(ref64))
         bad_special = (~ref_finite & ~same_special) | (ref_finite & ~torch.isfinite(out64))
@@ -90,7 +104,7 @@ def _compare_float(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: floa
     failing_count, diff_squares, max_rel = 0, 0.0, 0.0
     max_abs, worst = -1.0, 0
     for start, stop in spans:
-        out64, ref64 = flat_out[start:stop].double(), flat_ref[start:stop].double()
+        out64, ref64 = chunks(start, stop)
         ref_finite = torch.isfinite(ref64)
         diff = torch.where(ref_finite, (out64 - ref64).abs(), 0.0)
         finite_ref = torch.where(ref_finite, ref64, 0.0)
