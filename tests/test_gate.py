@@ -163,3 +163,55 @@ def test_a_discarded_session_answers_no_more_messages_so_its_jobs_and_holds_end(
     assert killed and session._discarded
     with pytest.raises(GateAbandoned, match="discarded"):
         session._on_message({"kind": "checked_candidate"})
+
+
+def test_a_warm_up_timing_turns_urgent_once_a_verdict_waits_for_it():
+    """A warm-up's timing for the store waits behind candidates' timings while nobody waits for
+    its session; given candidates, it goes before warm-ups nobody waits for (a suite's lanes
+    waited up to 141 s a row behind them)."""
+    gate = GpuGate()
+    holder = Hold(gate, label="1:task:worker")
+    holder.shared()
+    given = threading.Event()
+    order: list[str] = []
+
+    def take(name: str, urgent) -> None:
+        hold = Hold(gate, label=name)
+        hold.exclusive(urgent=urgent)
+        order.append(name)
+        time.sleep(0.05)
+        hold.release()
+
+    promoted = threading.Thread(target=take, args=("given later", given.is_set))
+    promoted.start()
+    time.sleep(0.2)
+    assert gate._urgent_waiting == 0  # nobody waits for it yet: a warm-up's timing
+    idle = threading.Thread(target=take, args=("nobody waits", False))
+    idle.start()
+    time.sleep(0.2)
+    given.set()
+    deadline = time.monotonic() + 5
+    while gate._urgent_waiting != 1 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert gate._urgent_waiting == 1  # asked again while it waits
+    holder.release()
+    promoted.join(5)
+    idle.join(5)
+    assert order == ["given later", "nobody waits"]
+    assert gate._urgent_waiting == 0 and gate._writers_waiting == 0
+
+
+def test_a_warm_up_timing_whose_session_has_candidates_already_is_urgent_at_once():
+    gate = GpuGate()
+    holder = Hold(gate, label="1:task:worker")
+    holder.shared()
+    waiting = Hold(gate, label="2:task:worker")
+    took = threading.Thread(target=waiting.exclusive, kwargs={"urgent": lambda: True})
+    took.start()
+    time.sleep(0.2)
+    assert gate._urgent_waiting == 1
+    holder.release()
+    took.join(5)
+    assert waiting.state == "exclusive"
+    waiting.release()
+    assert gate._urgent_waiting == 0

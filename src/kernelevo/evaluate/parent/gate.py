@@ -10,8 +10,10 @@ while it waits, so timing never starves behind a stream of checks. Among
 timing phases, one that ends a verdict (a candidate's) goes before one that
 only prepares for later verdicts (a warm-up timing a task's baselines for
 the store), so a suite's first verdicts do not wait for every lane's
-warm-up. Such a warm-up waits only for timings of work already on the GPU:
-no new work starts while a timing phase waits.
+warm-up, unless a verdict already waits for that warm-up (its session was
+given candidates): then it is urgent too. Such a warm-up waits only for
+timings of work already on the GPU: no new work starts while a timing phase
+waits.
 
 A wait can be given up (`give_up`, polled): a job killed or a process
 stopping must not sit behind another job's hold, nor keep a lane or a
@@ -86,22 +88,29 @@ class GpuGate:
                 self._condition.notify_all()
 
     def acquire_exclusive(self, give_up: GiveUp | None = None,
-                          urgent: bool = True) -> dict[str, float]:
+                          urgent: bool | Callable[[], bool] = True) -> dict[str, float]:
         """Take the GPU alone; the seconds each label held it while this waited.
 
-        Not `urgent` (a warm-up's timing): every urgent timing phase waiting goes first.
+        Not `urgent` (a warm-up's timing): every urgent timing phase waiting
+        goes first. A callable is asked again while this waits (polled): a
+        warm-up's timing turns urgent once a verdict waits for it (Session).
         """
         entry: tuple[float, dict[str, float]] = (time.monotonic(), defaultdict(float))
+        promote = urgent if callable(urgent) else None
+        now_urgent = bool(promote()) if promote is not None else bool(urgent)
         with self._condition:
             self._check(give_up)
             self._writers_waiting += 1
-            self._urgent_waiting += int(urgent)
+            self._urgent_waiting += int(now_urgent)
             self._ledgers.append(entry)
             logged = False
             try:
                 while (self._exclusive or self._shared
-                       or (not urgent and self._urgent_waiting)):
-                    self._wait(give_up, LONG_WAIT_S)
+                       or (not now_urgent and self._urgent_waiting)):
+                    self._wait(give_up, _POLL_S if promote is not None else LONG_WAIT_S)
+                    if promote is not None and not now_urgent and promote():
+                        now_urgent = True
+                        self._urgent_waiting += 1
                     if not logged and time.monotonic() - entry[0] >= LONG_WAIT_S:
                         logged = True
                         _log.warning("a timing phase has waited %.0f s for the GPU; it is held "
@@ -109,7 +118,7 @@ class GpuGate:
                                      "; ".join(self._holders_now()) or "a timing phase")
             finally:
                 self._writers_waiting -= 1
-                self._urgent_waiting -= int(urgent)
+                self._urgent_waiting -= int(now_urgent)
                 self._ledgers.remove(entry)
                 # shared waiters held back by this one go on; a warm-up's timing
                 # held back by this one may go next
@@ -196,7 +205,7 @@ class Hold:
         self.gate.acquire_shared(self.give_up, self, self.label)
         self.state = "shared"
 
-    def exclusive(self, urgent: bool = True) -> None:
+    def exclusive(self, urgent: bool | Callable[[], bool] = True) -> None:
         self.release()
         self.waited_on = self.gate.acquire_exclusive(self.give_up, urgent)
         self.state = "exclusive"

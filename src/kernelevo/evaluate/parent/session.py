@@ -299,8 +299,11 @@ class Session:
         if stored is not None:
             return BaselinesReply(stored.measures, stored.measured_at, stored.notes)
         self.hold.release()
-        # Behind every candidate's timing waiting meanwhile: their verdicts are due first.
-        self._wait_for(lambda: self.hold.exclusive(urgent=False))
+        # Behind every candidate's timing waiting meanwhile, their verdicts due first,
+        # while nobody waits for this session; once it has candidates, a verdict does.
+        # (Behind them throughout, a suite's lanes waited 10.5 s a row for these
+        # timings on a fresh H100, up to 141 s: bench/RESULTS.md.)
+        self._wait_for(lambda: self.hold.exclusive(urgent=self._given.is_set))
         self._timing_baselines = True
         return BaselinesReply(time_them=True)
 
