@@ -5,6 +5,7 @@
 #   device run, carry [".kb0", ".plain"]:        bash bench/gpu_next.sh probes
 #   device run, carry [".kb"]:                   bash bench/gpu_next.sh suite-fresh
 #   device run, same warm machine, carry [".kb"]: bash bench/gpu_next.sh suite-again
+#   device run, same warm machine, carry [".kb"]: bash bench/gpu_next.sh suite-fresh-rest
 #   device run, carry [".kb", ".whl"]:           bash bench/gpu_next.sh harness
 #   device run, carry [".kb"]:                   bash bench/gpu_next.sh train
 #
@@ -13,7 +14,10 @@
 #   doubtful agreement pairs with three plain runs each (speed_agreement.py).
 # suite-fresh / suite-again: `kernelevo suite --verbose` on one solution per task,
 #   the cache folder /tmp/ke-s empty for the first (a fresh machine) and kept for
-#   the second (SUITE_ARGS: more flags, e.g. "--verbose --lanes 8").
+#   the second (SUITE_ARGS: more flags, e.g. "--verbose --lanes 8"; SUITE_TIMEOUT_S: the
+#   suite's limit, 550 s). suite-fresh-rest / suite-again-rest: the rows that phase's limit
+#   left, judged with `--resume` in its folders on the same machine (a whole pass over two
+#   calls; its rate: all its rows over both calls' seconds).
 # harness: KernelBench's own harness on the same mix, stratified, within 540 s.
 # train: the KernelBench training candidates judged one at a time on the GPU, the
 #   layernorm example's training agreement, and the kink rule's pass rate.
@@ -26,10 +30,12 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=src
 OUT=${OUT:-/tmp/gpu_next}
 row=${1:-}
 case "$row" in
-probes|suite-fresh|suite-again|harness|train) ;;
-*) echo "usage: bash bench/gpu_next.sh probes|suite-fresh|suite-again|harness|train" >&2; exit 2 ;;
+probes|suite-fresh|suite-again|suite-fresh-rest|suite-again-rest|harness|train) ;;
+*) echo "usage: bash bench/gpu_next.sh probes|suite-fresh|suite-again|suite-fresh-rest|suite-again-rest|harness|train" >&2
+   exit 2 ;;
 esac
-work=/tmp/gpu_next_$row
+base=${row%-rest}  # a rest row works in the folder of the phase it finishes
+work=/tmp/gpu_next_$base
 mkdir -p "$OUT" "$work"
 notes="$OUT/$row.txt"
 started=$(date +%s)
@@ -37,7 +43,7 @@ started=$(date +%s)
 shm() { ls /dev/shm | sed 's/[0-9a-f]\{6,\}.*//; s/[0-9_.-]*$//' | sort | uniq -c | sort -rn | head -5 | tr '\n' ' '; }
 stamp() { echo "[$(( $(date +%s) - started )) s] $*" | tee -a "$notes"; }
 pack() { tar czf "/tmp/$row.tgz" --exclude='*.db' --exclude='*.db-wal' --exclude='tasks' \
-             --exclude='solutions' --exclude='problems' -C /tmp "gpu_next_$row" 2>/dev/null \
+             --exclude='solutions' --exclude='problems' -C /tmp "gpu_next_$base" 2>/dev/null \
          && mv "/tmp/$row.tgz" "$OUT/$row.tgz"; }
 (while sleep 30; do pack; done) & packer=$!
 trap 'kill $packer 2>/dev/null; pack' EXIT
@@ -57,6 +63,16 @@ probes)
         --plain .plain/plain_timing.py --runs 3 --only l2_57,l1_29,l2_12,l2_86,l1_19,l2_81 \
         > "$work/agree.log" 2>&1
     stamp "speed agreement exit $?"; grep -E "^- " "$work/agree/agreement.md" 2>/dev/null | tee -a "$notes"
+    ;;
+suite-fresh-rest|suite-again-rest)
+    phase=$( [ "$base" = suite-fresh ] && echo suite-rest || echo again-rest )
+    stamp "$phase; /dev/shm holds $(ls /dev/shm | wc -l) entries: $(shm)"
+    timeout $(( ${SUITE_TIMEOUT_S:-550} + 35 )) python3 bench/suite_throughput.py --kb .kb \
+        --out "$work/run" --one-per-task --phases "$phase" --cache /tmp/ke-s \
+        --suite-timeout-s ${SUITE_TIMEOUT_S:-550} --suite-args="${SUITE_ARGS:---verbose}" \
+        > "$work/rest.log" 2>&1
+    stamp "$phase exit $?; /dev/shm holds $(ls /dev/shm | wc -l) entries: $(shm)"
+    tail -12 "$work/rest.log" | tee -a "$notes"
     ;;
 suite-fresh|suite-again)
     phase=${row#suite-}

@@ -13,6 +13,11 @@ bench/kernelbench_batch.py does. Phases:
           how busy the CPUs and the GPU were meanwhile (bench/machine_load.py)
   again   the same suite once more with the first one's cache folder (the
           same set judged a second time on this machine); needs `suite` first
+  suite-rest, again-rest
+          the rows a phase cut at its limit left, judged by `kernelevo suite
+          --resume` in the same folders (a later call on the same machine:
+          a whole pass that does not fit one device call); the pass's rate
+          is then all its rows over both calls' seconds
   kb      KernelBench's harness, one fresh process per candidate
           (bench/kb_harness.py), over the corpus in a shuffled order (fixed
           seed) until --kb-budget-s is spent; candidates per hour from that
@@ -72,26 +77,32 @@ def expected_reasons(entry: dict, shrunk: bool) -> list[str]:
 
 def suite_phase(entries: list[dict], tasks: Path, solutions: Path, out: Path,
                 timeout_s: float, extra: list[str] = (), problems: dict | None = None,
-                cache: str | None = None, name: str = "suite") -> dict:
+                cache: str | None = None, name: str = "suite", resume: bool = False) -> dict:
     """One `kernelevo suite` process; cut at `timeout_s`, the rows it wrote still count.
 
     `cache`: the cache folder to judge with (None: a new, empty one, as on a
     machine where KernelEvo never ran). The first row's time is the seconds
-    from starting the command to its first line in results.jsonl."""
+    from starting the command to its first line in results.jsonl. `resume`:
+    the rows `name` left are judged in its folder (`--resume`); `judged_now`
+    and `per_hour` then count this call's rows only."""
     result_dir = out / name
-    shutil.rmtree(result_dir, ignore_errors=True)
+    results = result_dir / "results.jsonl"
+    before = _rows(results) if resume else 0
+    if not resume:
+        shutil.rmtree(result_dir, ignore_errors=True)
     cache = cache or tempfile.mkdtemp(prefix="ke-suite-cache-")
     env = {**os.environ, "KERNELEVO_CACHE_DIR": cache}
-    results = result_dir / "results.jsonl"
     first_row_s = None
     started = time.perf_counter()
-    with (out / f"{name}_log.txt").open("w") as log, MachineLoad() as load:
+    log_name = f"{name}_rest_log.txt" if resume else f"{name}_log.txt"
+    with (out / log_name).open("w") as log, MachineLoad() as load:
         process = subprocess.Popen([sys.executable, "-m", "kernelevo.cli.app", "suite", str(tasks),
-                                    "--solutions", str(solutions), "--out", str(result_dir), *extra],
+                                    "--solutions", str(solutions), "--out", str(result_dir), *extra,
+                                    *(["--resume"] if resume else [])],
                                    env=env, text=True, stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True)
         while process.poll() is None and time.perf_counter() - started < timeout_s:
-            if first_row_s is None and results.is_file() and results.stat().st_size > 0:
+            if first_row_s is None and _rows(results) > before:
                 first_row_s = time.perf_counter() - started
             time.sleep(0.1)
         stopped_at = None
@@ -127,11 +138,20 @@ def suite_phase(entries: list[dict], tasks: Path, solutions: Path, out: Path,
                             if len(verdicts) < 6 else {})})
     summary = result_dir / "suite.json"
     spent = json.loads(summary.read_text()).get("time_spent") if summary.is_file() else None
-    return {"rc": rc, "wall_s": round(wall, 1), "judged": len(verdicts), "cache": cache,
-            "time_spent": spent, "load": load.summary(), "load_samples": load.samples,
+    now = len(rows) - before
+    return {"rc": rc, "wall_s": round(wall, 1), "judged": len(verdicts), "judged_now": now,
+            "cache": cache, "time_spent": spent, "load": load.summary(),
+            "load_samples": load.samples,
             "first_row_s": None if first_row_s is None else round(first_row_s, 1),
-            "per_hour": round(3600 * len(verdicts) / wall) if verdicts else None,
+            "per_hour": round(3600 * now / wall) if now > 0 else None,
             "wrong": [v for v in verdicts if not v["right"]], "verdicts": verdicts}
+
+
+def _rows(results: Path) -> int:
+    """Rows in a suite's results.jsonl so far (0 where there is none)."""
+    if not results.is_file():
+        return 0
+    return sum(1 for line in results.read_text().splitlines() if line.strip())
 
 
 def _backend(entry: dict) -> str:
@@ -367,6 +387,8 @@ def main() -> None:
                                "cuda": sum(_backend(e) == "cuda" for e in entries),
                                "honest": sum(e["kind"] == "honest" for e in entries)}}
     path = args.out / "suite_throughput.json"
+    if any(phase.endswith("-rest") for phase in args.phases) and path.is_file():
+        result = {**json.loads(path.read_text()), **result}  # the cut phases' figures kept
     for phase in args.phases:
         if phase == "builds":
             result["builds"] = builds_phase(tuple(args.builds.split(",")), args.out)
@@ -385,6 +407,17 @@ def main() -> None:
             result["again"] = suite_phase(entries, tasks, solutions, args.out,
                                           args.suite_timeout_s, args.suite_args.split(),
                                           problems, cache=cache, name="again")
+        elif phase in ("suite-rest", "again-rest"):
+            cut = phase.removesuffix("-rest")
+            if cut not in result:
+                parser.error(f"{phase} needs {cut}'s figures in {path} (a call before on this "
+                             "machine)")
+            rest = suite_phase(entries, tasks, solutions, args.out, args.suite_timeout_s,
+                               args.suite_args.split(), problems, cache=result[cut]["cache"],
+                               name=cut, resume=True)
+            rest["pass_wall_s"] = round(result[cut]["wall_s"] + rest["wall_s"], 1)
+            rest["pass_per_hour"] = round(3600 * rest["judged"] / rest["pass_wall_s"])
+            result[phase] = rest
         elif phase == "kb":
             result["kb"] = kb_phase(entries, problems, args.kb, args.out, args.kb_budget_s,
                                     args.kb_stratified, progress=args.out / "kb_partial.json")
@@ -409,6 +442,14 @@ def main() -> None:
         if run.get("per_hour") and mix:
             print(f"{name}: first row after {run['first_row_s']} s; against the harness on "
                   f"the same mix: {run['per_hour'] / mix:.2f}x")
+    for phase in ("suite-rest", "again-rest"):
+        rest = result.get(phase)
+        if rest and phase in args.phases:
+            print(f"{phase}: {rest['judged_now']} more rows in {rest['wall_s']} s; the whole "
+                  f"pass {rest['judged']} rows in {rest['pass_wall_s']} s = "
+                  f"{rest['pass_per_hour']}/h"
+                  + (f" ({rest['pass_per_hour'] / mix:.2f}x the harness on the same mix)"
+                     if (mix := kb.get("per_hour_corpus_mix")) else ""))
     if "builds" in result:
         print(json.dumps(result["builds"]))
 

@@ -304,7 +304,7 @@ def _child_main(target: Callable[..., None], payload: dict[str, Any], connection
     finally:
         if guard:
             stop_guard(guard)  # reaped here, not left a zombie for init
-        # Every bundle is imported by now (the judge replies to each once copied):
+        # Every bundle has been read by now (the judge replies to each once done with it):
         # the CUDA IPC reference counts the exit below would leave in /dev/shm.
         transfer = sys.modules.get("kernelevo.evaluate.shared.transfer")
         if transfer is not None:
