@@ -36,3 +36,17 @@ def test_the_suite_account_sums_the_path_and_what_the_session_did_not_cover():
     assert sum(spent["path_s"].values()) == sum(row["wall_s"] for row in rows)
     line = next(line for line in time_lines(spent) if "path on its lane" in line)
     assert "checks 2.50" in line and "the rest 1.00" in line
+
+
+def test_the_suite_account_shows_the_judges_decisions_apart_within_the_checks():
+    rows = [{"task": "a", "sample": 0, "wall_s": 40.0,
+             "phases_s": {"first_call": 1.0, "judging": 30.0, "decide": 28.0,
+                          "decide_cpu": 25.0}},
+            {"task": "b", "sample": 0, "wall_s": 5.0,
+             "phases_s": {"first_call": 0.5, "judging": 2.0, "decide": 0.5}}]
+    spent = time_spent(rows, LaneRecord(), 45.0)
+    assert spent["phases_s"]["checks"] == 33.5  # the decisions stay counted in the checks
+    assert spent["phases_s"]["the judge's decisions (of the checks)"] == 28.5
+    assert spent["phases_s"]["decisions on the CPU"] == 25.0
+    line = next(line for line in time_lines(spent) if "summed over the rows" in line)
+    assert "the judge's decisions (of the checks) 28.5 s, decisions on the CPU 25.0 s" in line

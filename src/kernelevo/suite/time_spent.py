@@ -24,6 +24,10 @@ PHASE_GROUPS: dict[str, tuple[str, ...]] = {
     "builds (in the worker)": ("build",),
     "reference": ("reference_wait",),
     "checks": ("setup", "load", "first_call", "correctness", "judging", "trivial_check"),
+    # inside the checks, and shown apart: the judge's comparisons of the outputs,
+    # and of them those made on the CPU (the GPU's memory full)
+    "the judge's decisions (of the checks)": ("decide",),
+    "decisions on the CPU": ("decide_cpu",),
     "timing": ("timing", "profile"),
     "waits for the GPU's timing gate": ("gate_wait", "warmup_yield"),
     "re-check at other sizes": ("shape_variation",),
