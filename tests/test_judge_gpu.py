@@ -137,3 +137,38 @@ def test_a_forkserver_child_finds_tritons_source_hash_computed(tmp_path):
                           capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "cached in the child: 1" in done.stdout, done.stdout + done.stderr[-2000:]
+
+
+IN_PLACE = f"""
+from kernelevo.candidate import load_candidate
+from kernelevo.config import EvalConfig
+from kernelevo.evaluate.parent import worker_state
+from kernelevo.evaluate.parent.judge import Judge
+from kernelevo.task import load_task
+
+seen = []
+original = worker_state.import_bundle
+
+def import_bundle(description, device, source_gpu=None, copy=True):
+    bundle = original(description, device, source_gpu, copy)
+    seen.append((device, copy))
+    return bundle
+
+worker_state.import_bundle = import_bundle
+task = load_task({str(SOFTMAX / "task.py")!r})
+verdict = Judge(task, EvalConfig(time_candidates=False)).evaluate(
+    load_candidate({str(SOFTMAX / "triton_candidate.py")!r}))
+assert verdict.status == "ok", (verdict.reason, verdict.message)
+assert seen and all(device.startswith("cuda") and not copy for device, copy in seen), seen
+assert "decide" in verdict.phases_s and "decide_cpu" not in verdict.phases_s, verdict.phases_s
+print("compared in place", verdict.phases_s["decide"])
+"""
+
+
+def test_a_candidates_outputs_are_compared_in_place_on_its_gpu():
+    """The judge maps the worker's outputs and compares them there, copying none: a copy of
+    every set's outputs beside full lanes ran out of memory and went to the CPU."""
+    done = subprocess.run([sys.executable, "-c", IN_PLACE], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    assert done.returncode == 0 and "compared in place" in done.stdout, (
+        done.stdout[-2000:] + done.stderr[-3000:])
