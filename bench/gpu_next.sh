@@ -20,7 +20,9 @@
 #   calls; its rate: all its rows over both calls' seconds).
 # harness: KernelBench's own harness on the same mix, stratified, within 540 s.
 # train: the KernelBench training candidates judged one at a time on the GPU, the
-#   layernorm example's training agreement, and the kink rule's pass rate.
+#   layernorm example's training agreement, plain's training step with its thread and
+#   autograd's pinned to one core as the judge pins them and to two, and the kink rule's
+#   pass rate.
 #
 # Each row writes $OUT/<row>.tgz (what there is when its limit comes too) and
 # $OUT/<row>.txt, the lines worth reading first.
@@ -109,6 +111,15 @@ train)
     timeout 150 python3 bench/training_agreement.py --out "$work/train" --runs 2 \
         > "$work/train.log" 2>&1
     stamp "training agreement exit $?"; tail -8 "$work/train.log" | tee -a "$notes"
+    # the judge pins autograd's device thread beside its timing thread: plain pinned so, and apart
+    stamp "plain's training step, pinned beside and apart"
+    core=$(( $(nproc) - 1 ))
+    for variant in "" "--pin $core --autograd beside" "--pin $core --autograd apart"; do
+        timeout 150 python3 bench/plain_training.py examples/layernorm_backward/task.py \
+            examples/layernorm_backward/triton_candidate.py $variant > "$work/pin.json" 2>> "$work/pin.log"
+        python3 -c "import json, sys; r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]); print(sys.argv[2] or 'plain', {k: r.get(k) for k in ('train_loop_ms_candidate', 'forward_loop_ms_candidate', 'backward_replay_loop_ms_candidate', 'train_loop_ms_eager', 'autograd_core', 'autograd_threads')})" \
+            "$work/pin.json" "$variant" 2>&1 | tee -a "$notes"
+    done
     stamp "kink rate"
     timeout 120 python3 bench/kink_rate.py --trials 40 --out "$work/kink" > "$work/kink.log" 2>&1
     stamp "kink rate exit $?"; tail -4 "$work/kink.log" | tee -a "$notes"
