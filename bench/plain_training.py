@@ -39,7 +39,7 @@ same core, as the judge pins them (`beside`), or to another (`apart`). It
 tells whether the judge's host-bound training steps read faster than a
 plain process's (session 28: 0.203 ms against 0.245-0.281 for a step whose
 forward agreed) because a backward handed to a thread on the same core
-wakes sooner than one on another core.
+wakes sooner than one on another core (session 28: the backward alone 0.126 ms in the judge, 0.201 in plain).
 """
 
 from __future__ import annotations
