@@ -37,9 +37,10 @@ on it: the timed thread pinned to CORE as the judge pins its timing, and
 autograd's device threads (where a backward on a GPU runs) pinned to the
 same core, as the judge pins them (`beside`), or to another (`apart`). It
 tells whether the judge's host-bound training steps read faster than a
-plain process's (session 28: 0.203 ms against 0.245-0.281 for a step whose
-forward agreed) because a backward handed to a thread on the same core
-wakes sooner than one on another core (session 28: the backward alone 0.126 ms in the judge, 0.201 in plain).
+plain process's (session 28: the step 0.203 ms against 0.245-0.281, the
+backward alone 0.126 against 0.201, the forward the same) because a
+backward handed to a thread on the same core wakes sooner than one on
+another core.
 """
 
 from __future__ import annotations
