@@ -50,3 +50,13 @@ def test_the_suite_account_shows_the_judges_decisions_apart_within_the_checks():
     assert spent["phases_s"]["decisions on the CPU"] == 25.0
     line = next(line for line in time_lines(spent) if "summed over the rows" in line)
     assert "the judge's decisions (of the checks) 28.5 s, decisions on the CPU 25.0 s" in line
+
+
+def test_the_suite_account_says_how_fast_the_host_was():
+    rows = [{"task": t, "sample": 0, "wall_s": 1.0, "phases_s": {},
+             **({"host_probe_us": probe} if probe is not None else {})}
+            for t, probe in (("a", "240"), ("b", "251"), ("c", None), ("d", "262"), ("e", "x"))]
+    spent = time_spent(rows, LaneRecord(), 5.0)
+    assert spent["host_probe_us"] == 251.0  # rows without a probe (no timing) left out
+    assert any("probe loop read 251 us a round" in line for line in time_lines(spent))
+    assert time_spent(rows[2:3], LaneRecord(), 1.0)["host_probe_us"] is None
