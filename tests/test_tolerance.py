@@ -171,3 +171,35 @@ def test_a_comparison_on_a_device_moves_a_chunk_at_a_time(monkeypatch):
     assert found.metrics.worst_index == whole.metrics.worst_index
     assert (reason, metrics[0].worst_index) == (whole.reason, whole.metrics.worst_index)
     assert moved and max(moved) <= 7  # chunks only, in both
+
+
+def test_the_trivial_answers_are_tried_a_chunk_at_a_time_as_before(monkeypatch):
+    """Zeros, a constant and another set's output, each compared without a whole copy of
+    anything (a full GPU sent the check, and its decision, to the CPU); same answers."""
+    from kernelevo.evaluate.analysis import decide, tolerance
+
+    generator = torch.Generator().manual_seed(5)
+    varied = torch.randn(4, 9, generator=generator)
+    cases = {
+        "varied": ([[varied], [torch.randn(4, 9, generator=generator)]], []),
+        "zeros": ([[torch.zeros(4, 9)], [torch.zeros(4, 9)]],
+                  ["output 0: zeros", "output 0: another input set's output",
+                   "output 0: a constant"]),
+        "constant": ([[torch.full((4, 9), 3.0)], [torch.randn(4, 9, generator=generator)]],
+                     ["output 0: a constant"]),
+        "one element": ([[torch.zeros(1)]], ["output 0: zeros", "output 0: a constant"]),
+    }
+    moved: list[int] = []
+    original = torch.Tensor.to
+
+    def to(self, *args, **kwargs):
+        moved.append(self.numel())
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(tolerance, "CHUNK_ELEMENTS", 5)
+    monkeypatch.setattr(torch.Tensor, "to", to)
+    found = {name: decide.trivial_answers_pass(references, [(1e-4, 1e-4)], "cpu")
+             for name, (references, _) in cases.items()}
+    monkeypatch.undo()
+    assert found == {name: expected for name, (_, expected) in cases.items()}
+    assert moved and max(moved) <= 5
