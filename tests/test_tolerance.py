@@ -145,6 +145,19 @@ def test_a_comparison_in_chunks_decides_and_measures_as_one_in_a_piece(monkeypat
             assert comparison.metrics.worst_index == expected.metrics.worst_index
 
 
+def _recording_moves(monkeypatch) -> list[int]:
+    """The element count of every tensor moved with `.to` from now on (until undone)."""
+    moved: list[int] = []
+    original = torch.Tensor.to
+
+    def to(self, *args, **kwargs):
+        moved.append(self.numel())
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "to", to)
+    return moved
+
+
 def test_a_comparison_on_a_device_moves_a_chunk_at_a_time(monkeypatch):
     """A reference kept on the CPU is compared on the GPU a chunk at a time, never copied whole
     there (the GPU was full when it came); the result is the comparison's in a piece."""
@@ -154,15 +167,8 @@ def test_a_comparison_on_a_device_moves_a_chunk_at_a_time(monkeypatch):
     ref = torch.randn(6, 5, 7, generator=generator)
     out = ref + 1e-3 * torch.randn(ref.shape, generator=generator)
     whole = compare_tensor(out, ref, 1e-4, 1e-4)
-    moved: list[int] = []
-    original = torch.Tensor.to
-
-    def to(self, *args, **kwargs):
-        moved.append(self.numel())
-        return original(self, *args, **kwargs)
-
+    moved = _recording_moves(monkeypatch)
     monkeypatch.setattr(tolerance, "CHUNK_ELEMENTS", 7)
-    monkeypatch.setattr(torch.Tensor, "to", to)
     found = compare_tensor(out, ref, 1e-4, 1e-4, device="cpu")
     reason, _, metrics = decide.compare_set({"values": [out], "structure": "tensor"}, [ref],
                                             "tensor", [(1e-4, 1e-4)], "set 0", "cpu")
@@ -189,15 +195,8 @@ def test_the_trivial_answers_are_tried_a_chunk_at_a_time_as_before(monkeypatch):
                      ["output 0: a constant"]),
         "one element": ([[torch.zeros(1)]], ["output 0: zeros", "output 0: a constant"]),
     }
-    moved: list[int] = []
-    original = torch.Tensor.to
-
-    def to(self, *args, **kwargs):
-        moved.append(self.numel())
-        return original(self, *args, **kwargs)
-
+    moved = _recording_moves(monkeypatch)
     monkeypatch.setattr(tolerance, "CHUNK_ELEMENTS", 5)
-    monkeypatch.setattr(torch.Tensor, "to", to)
     found = {name: decide.trivial_answers_pass(references, [(1e-4, 1e-4)], "cpu")
              for name, (references, _) in cases.items()}
     monkeypatch.undo()
