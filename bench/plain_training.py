@@ -136,7 +136,10 @@ def in_a_model(model: torch.nn.Module, extra: list[list[Any]]) -> Callable[..., 
 
 
 def autograd_threads() -> list[int]:
-    """Native ids of this process's autograd device threads (torch names them pt_autograd_N)."""
+    """Native ids of this process's autograd device threads (torch names them pt_autograd_N).
+
+    As the judge finds them (kernelevo's `cores.autograd_threads`), written here
+    again: the control imports nothing of the project it checks."""
     found = []
     for tid in os.listdir("/proc/self/task"):
         try:
