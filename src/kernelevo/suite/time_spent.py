@@ -30,7 +30,11 @@ PHASE_GROUPS: dict[str, tuple[str, ...]] = {
     "the judge's decisions (of the checks)": ("decide",),
     "decisions on the CPU": ("decide_cpu",),
     "timing": ("timing", "profile"),
-    "waits for the GPU's timing gate": ("gate_wait", "warmup_yield"),
+    # a timing's wait, and the warm-up's for its first kernels, its compiled
+    # model's first run (a standby's yield, warmup_yield, is inside it) and its
+    # store timing: seconds of no work, apart from the steps they interrupt
+    "waits for the GPU's timing gate": ("gate_wait", "warmup_gpu_wait",
+                                        "warmup_compile_gpu_wait", "warmup_store_gate_wait"),
     "re-check at other sizes": ("shape_variation",),
     "process exits": ("exit", "oracle_exit"),
 }

@@ -66,7 +66,9 @@ def run_worker(payload: dict[str, Any], raw_channel: Channel) -> None:
         warmup["cuda_init"] = time.perf_counter() - started
     # From here on this worker runs kernels: a shared hold. Brief ones first
     # (the baselines' model and inputs); their compile then gives the hold up.
+    started = time.perf_counter()
     channel.ask(Gpu(brief=True))
+    warmup["gpu_wait"] = time.perf_counter() - started
     # Baselines compile while the oracle computes the reference in its own
     # process; the candidate is loaded only once the reference is done.
     baselines, stored = None, None
@@ -79,8 +81,11 @@ def run_worker(payload: dict[str, Any], raw_channel: Channel) -> None:
         warmup.update(baselines.steps)
         channel.send(Progress("baselines warm"))
         started = time.perf_counter()
-        stored = stored_or_timed(task, job, baselines, channel)  # no candidate loaded yet
-        warmup["baselines_store"] = time.perf_counter() - started  # with any timing for it
+        waits: dict[str, float] = {}
+        stored = stored_or_timed(task, job, baselines, channel, waits)  # no candidate loaded yet
+        warmup.update(waits)
+        # any timing for the store, its waits for the GPU apart
+        warmup["baselines_store"] = time.perf_counter() - started - sum(waits.values())
     reply = reply_to_ready(channel.ask(Ready({k: round(v, 4) for k, v in warmup.items()},
                                              tuple(imported))))
     if not isinstance(reply, ReadyReply):

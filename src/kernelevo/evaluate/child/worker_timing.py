@@ -47,7 +47,7 @@ _STORE_SETS = 2
 
 
 def stored_or_timed(task: Any, job: WorkerJob, baselines: Baselines,
-                    channel: Sender) -> BaselinesReply:
+                    channel: Sender, waits: dict[str, float] | None = None) -> BaselinesReply:
     """The task's stored baseline times, or, none stored yet, theirs timed now.
 
     Runs in the warm-up, before any candidate is loaded in this process: the
@@ -55,7 +55,10 @@ def stored_or_timed(task: Any, job: WorkerJob, baselines: Baselines,
     judge holds the GPU for this worker alone while it times them. Baselines
     surely too quick for stored times to stand in (`surely_short`) are
     neither looked up nor timed here: every candidate times them beside it.
+    `waits` gets the seconds spent waiting for the GPU, alone and then shared
+    again (`store_gate_wait`), apart from the timing's own.
     """
+    waits = {} if waits is None else waits
     if not baselines.contestants:
         return BaselinesReply()
     first = next(iter(baselines.contestants.values()))  # the probe of stored times
@@ -65,7 +68,9 @@ def stored_or_timed(task: Any, job: WorkerJob, baselines: Baselines,
     del warm
     if short:  # timed beside every candidate: a stored time would never be read
         return BaselinesReply()
+    asked = time.perf_counter()
     reply = BaselinesReply.from_json(channel.ask(StoredBaselines()))
+    waits["store_gate_wait"] = time.perf_counter() - asked  # the GPU held alone, when timed
     if not reply.time_them:
         return reply
     channel.send(Progress("timing baselines"))
@@ -78,7 +83,9 @@ def stored_or_timed(task: Any, job: WorkerJob, baselines: Baselines,
     del sets
     measures = _as_json(run)
     notes = tuple(run.notes) + tuple(f"baselines: {flag}" for flag in run.flags)
-    channel.ask(BaselineTimes(measures, notes))
+    asked = time.perf_counter()
+    channel.ask(BaselineTimes(measures, notes))  # the rest of the warm-up: shared again
+    waits["store_gate_wait"] += time.perf_counter() - asked
     return BaselinesReply(measures, time.strftime("%Y-%m-%dT%H:%M:%S"), notes)
 
 

@@ -121,7 +121,8 @@ def _python_paths() -> list[str]:
                               os.path.dirname(os.path.realpath(sys.executable))]
     paths += [entry for entry in sys.path if entry.endswith(("-packages", ".zip"))
               or any(entry.startswith(prefix + os.sep) for prefix in prefixes)]
-    for name, module in list(sys.modules.items()):
+    # a copy in one step: another thread's import may add modules while this runs
+    for name, module in sys.modules.copy().items():
         if "." in name or name.startswith("__"):  # __main__: the judge's own script
             continue
         origin = getattr(module, "__file__", None)
