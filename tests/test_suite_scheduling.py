@@ -197,3 +197,18 @@ def test_the_time_left_counts_a_task_s_rows_on_its_one_lane():
     for wall_s in (30.0, 2.0, 0.0):  # the last a static check's verdict
         quick.finished({"task": "a", "lane": 0, "wall_s": wall_s})
     assert quick.seconds_left() == pytest.approx(1.0) and quick.text() == "a few seconds left"
+
+
+def test_the_time_left_is_a_floor_while_tasks_not_started_are_left():
+    """Tasks go quickest first: those not started yet are the slower ones, as a rule."""
+    eta = Eta({"a": 1, "b": 1, "c": 3, "d": 1}, lanes=2)
+    for task, lane in (("a", 0), ("c", 1), ("b", 0), ("c", 1)):
+        eta.finished({"task": task, "lane": lane, "wall_s": 40.0})
+    assert eta.seconds_left() == pytest.approx(40.0)  # c's last row and d's: 2 rows, 2 lanes
+    assert eta.floor() and eta.text() == "at least 40 s left"  # d not started
+    eta.finished({"task": "d", "lane": 0, "wall_s": 40.0})
+    assert not eta.floor() and eta.text() == "about 40 s left"  # only c's own rows are left
+    quick = Eta({"a": 3, "b": 1}, lanes=1)
+    for _ in range(3):  # the lane's first row, then two rows of its pace
+        quick.finished({"task": "a", "lane": 0, "wall_s": 1.0})
+    assert quick.text() == "at least a few seconds left"
