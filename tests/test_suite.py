@@ -620,3 +620,56 @@ def test_builds_ahead_go_to_the_judge_s_cache_before_any_judge_exists(monkeypatc
         monkeypatch.setenv(key, value)
     assert prebuild_module.prebuild_source("ahead", EvalConfig(), environment) == 0.0
     assert len(jobs) == 1
+
+
+def test_a_row_says_when_its_stored_baselines_had_drifted(bench, monkeypatch):
+    """The probe more than 10 % off the stored times: the row says `drifted`, with the ratios
+    (the stored times were timed by a warm-up for nothing), not `measured` like a short task's."""
+    import kernelevo.evaluate.parent.judge as judge_module
+    from kernelevo.config import EvalConfig
+    from kernelevo.suite import SuitePlan, run_suite
+    from kernelevo.suite import runner
+
+    environments = iter([{"baselines": "timed beside the candidate",
+                          "baseline_drift": "1.31x (gpu), 1.02x (call)"},
+                         {"baselines": "timed beside the candidate"}])
+
+    class DriftingJudge:
+        def __init__(self, task, config, gpu_index=None, standby=False, baseline_store=None):
+            self.measure = config.timing.measure
+
+        def evaluate(self, candidate):
+            stats = {"eager": TimingStats(3.0, 0.0, 3.0, 20),
+                     "compile": TimingStats(2.0, 0.0, 2.0, 20),
+                     "candidate": TimingStats(1.0, 0.0, 1.0, 20)}
+            return Verdict("ok", "passed", timing_measure=self.measure,
+                           measures={self.measure: stats}, environment=next(environments))
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(judge_module, "Judge", DriftingJudge)
+    monkeypatch.setattr(runner, "gpu_model", lambda: "Stand-in GPU")
+    monkeypatch.setenv("KERNELEVO_CACHE_DIR", str(bench / "cache"))
+    result = run_suite(SuitePlan(("kernelbench:level1/1",), bench / "solutions", bench / "out",
+                                 EvalConfig(), str(bench / "kb")))
+    assert [r["baseline_source"] for r in result.rows] == ["drifted", "measured"]
+    assert result.rows[0]["baseline_drift"] == "1.31x (gpu), 1.02x (call)"
+    assert "baseline_drift" not in result.rows[1]
+
+
+def test_a_verdict_whose_stored_baselines_drifted_gives_the_probes_ratios() -> None:
+    from types import SimpleNamespace
+
+    from kernelevo.config import EvalConfig
+    from kernelevo.evaluate.parent import outcome
+    from kernelevo.evaluate.shared.messages import Timing
+
+    judge = SimpleNamespace(device="cuda", config=EvalConfig())
+    drifted = outcome._environment(judge, Timing(measures={}, baselines="drifted",
+                                                 drift={"gpu": 1.31, "call": 1.02}))
+    assert drifted["baselines"] == "timed beside the candidate"
+    assert drifted["baseline_drift"] == "1.31x (gpu), 1.02x (call)"
+    steady = outcome._environment(judge, Timing(measures={}, baselines="stored",
+                                                drift={"gpu": 1.01, "call": 0.98}))
+    assert "baseline_drift" not in steady  # the ratios are in its note; nothing drifted

@@ -121,8 +121,9 @@ class TaskLane:
         baselines = {n: s for n, s in verdict.measures.get(self.measure, {}).items()
                      if n != "candidate"}
         how = verdict.environment.get("baselines", "")
+        drift = verdict.environment.get("baseline_drift")  # stored times the probe found off
         source = "none" if not baselines else "stored" if how.startswith("stored") \
-            else "measured"
+            else "drifted" if drift else "measured"
         gains = {b: speedup(baselines.get(b), own) if own else None for b in self.wanted}
         return self.make_row(
             self.task, solution, verdict.reason, status=verdict.status,
@@ -130,7 +131,8 @@ class TaskLane:
             measure=verdict.timing_measure or None, speedup=gains,
             candidate_ms=own.median_ms if own else None,
             baseline_ms={n: s.median_ms for n, s in baselines.items()},
-            baseline_source=source, flags=list(verdict.flags),
+            baseline_source=source, **({"baseline_drift": drift} if drift else {}),
+            flags=list(verdict.flags),
             timed_under=verdict.environment.get("timed_under"),
             host_speed_spread=verdict.environment.get("host_speed_spread"),
             host_probe_us=verdict.environment.get("host_probe_us"),

@@ -281,6 +281,8 @@ def _environment(judge: JudgeHost, timing: Timing | None) -> dict[str, str]:
             environment["timing_core"] = timing.timing_core
         environment["baselines"] = (f"stored at {timing.stored_at}" if timing.baselines == "stored"
                                     else "timed beside the candidate")
+        if timing.baselines == "drifted":  # stored, but the probe was off: timed beside after all
+            environment["baseline_drift"] = ratio_words(timing.drift)
     return environment
 
 
