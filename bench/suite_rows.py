@@ -3,7 +3,8 @@
     python bench/suite_rows.py RESULTS.jsonl [--late 40]
     python bench/suite_rows.py RESULTS.jsonl --against OTHER.jsonl
 
-One file: rows by baseline source, the mean and max of every phase over the
+One file: rows by baseline source, what each row's oracle and worker held on
+the GPU at their peaks against the lane's estimate (suite/footprint.py), the mean and max of every phase over the
 last `--late` rows (the suite's steady state, past its first tasks), and how
 many re-checks at other sizes were already in when their evaluation ended.
 With `--against`: for the solutions both runs timed with measured baselines,
@@ -16,8 +17,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from collections import Counter
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 
 def rows_of(path: Path) -> list[dict]:
@@ -32,6 +36,7 @@ def phases(rows: list[dict], late: int) -> dict:
     return {
         "rows": len(rows),
         "baseline_source": dict(Counter(row.get("baseline_source") for row in rows)),
+        "gpu_memory": memory(rows),
         "late_rows": len(tail),
         "late_wall_mean_s": round(statistics.mean(row["wall_s"] for row in tail), 2),
         "late_phase_mean_max_s": {
@@ -41,6 +46,33 @@ def phases(rows: list[dict], late: int) -> dict:
         "rechecks": len(waits),
         "rechecks_already_in": sum(1 for wait in waits if wait < 0.005),
     }
+
+
+def memory(rows: list[dict], top: int = 5) -> dict:
+    """What the rows' oracle and worker held at their peaks, against their lane's estimate.
+
+    `lane_bytes` (suite/footprint.py) prices a whole lane: its six processes'
+    contexts and two sessions' data; one evaluation's two processes hold one
+    session's, so the estimate's data share per session is set beside them.
+    """
+    from kernelevo.suite.footprint import LANE_MIN_BYTES, SESSIONS_WITH_DATA
+
+    seen = []
+    for row in rows:
+        peaks, estimate = row.get("gpu_peak_bytes") or {}, row.get("lane_bytes") or 0
+        if peaks and estimate:
+            session = max(1, (estimate - LANE_MIN_BYTES) // SESSIONS_WITH_DATA)
+            seen.append((sum(peaks.values()) / session, row["task"], peaks, session))
+    if not seen:
+        return {"rows_with_peaks": 0}
+    ratios = sorted(ratio for ratio, *_ in seen)
+    return {"rows_with_peaks": len(seen),
+            "peaks_over_estimate_p10_p50_p90": _quantiles(ratios),
+            "over_the_estimate": sum(1 for ratio in ratios if ratio > 1),
+            "largest": [{"task": task, "ratio": round(ratio, 2), "peaks_gib": {
+                k: round(v / 2**30, 2) for k, v in peaks.items()},
+                "estimate_gib": round(session / 2**30, 2)}
+                for ratio, task, peaks, session in sorted(seen, reverse=True)[:top]]}
 
 
 def _quantiles(values: list[float]) -> list[float]:

@@ -39,7 +39,8 @@ def _verdict(measure: str = "call") -> Verdict:
         backward_methods={"candidate_0": "replayed graph", "candidate_1": "replayed graph",
                           "eager": "replayed graph", "compile": "train-forward"})
     judge = SimpleNamespace(config=EvalConfig(timing=TimingConfig(measure=measure)))
-    state = SimpleNamespace(timing=timing, reference=SimpleNamespace(bytes_moved=0, flops=0))
+    state = SimpleNamespace(timing=timing, reference=SimpleNamespace(bytes_moved=0, flops=0,
+                                                                    peak_bytes=0))
     return outcome._timed(verdict_for("passed"), state, judge, 0,
                           SimpleNamespace(backend="triton"))
 
@@ -102,3 +103,21 @@ def test_the_models_feedback_names_the_training_steps_times():
                                                  if m in ("gpu", "call")})
     assert not any(line.startswith(("training step", "backward alone"))
                    for line in feedback(forward_only).splitlines())
+
+
+def test_a_timed_verdict_gives_what_the_oracle_and_the_worker_held_on_the_gpu():
+    timing = Timing(measures={measure: {"candidate_0": _stats(1.0), "eager": _stats(2.0)}
+                              for measure in ("gpu", "call")}, peak_bytes=3 << 30)
+    judge = SimpleNamespace(config=EvalConfig())
+    state = SimpleNamespace(timing=timing, reference=SimpleNamespace(
+        bytes_moved=0, flops=0, peak_bytes=5 << 30))
+    verdict = outcome._timed(verdict_for("passed"), state, judge, 0,
+                             SimpleNamespace(backend="triton"))
+    assert verdict.gpu_peak_bytes == {"oracle": 5 << 30, "worker": 3 << 30}
+    assert Verdict.from_dict(verdict.to_dict()).gpu_peak_bytes == verdict.gpu_peak_bytes
+    assert Timing.from_json(timing.to_json()).peak_bytes == 3 << 30  # it crosses the pipe
+    # on the CPU neither process has a GPU peak: nothing is said
+    cpu = outcome._timed(verdict_for("passed"), SimpleNamespace(
+        timing=replace(timing, peak_bytes=0), reference=SimpleNamespace(
+            bytes_moved=0, flops=0, peak_bytes=0)), judge, 0, SimpleNamespace(backend="triton"))
+    assert cpu.gpu_peak_bytes == {}

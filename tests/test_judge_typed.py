@@ -40,7 +40,8 @@ def _timed_under(measure: str) -> Verdict:
         "call": {"candidate_0": _stats(2.0), "eager": _stats(3.0)},
     })
     judge = SimpleNamespace(config=EvalConfig(timing=TimingConfig(measure=measure)))
-    state = SimpleNamespace(timing=timing, reference=SimpleNamespace(bytes_moved=0, flops=0))
+    state = SimpleNamespace(timing=timing, reference=SimpleNamespace(bytes_moved=0, flops=0,
+                                                                    peak_bytes=0))
     return outcome._timed(verdict_for("passed"), state, judge, 0,
                           SimpleNamespace(backend="triton"))
 

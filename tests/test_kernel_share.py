@@ -132,7 +132,8 @@ def _timed(share: dict, backend: str = "triton"):
                               for measure in ("gpu", "call", "train_gpu", "train_call")},
                     shares={"0": share})
     judge = SimpleNamespace(config=EvalConfig())
-    state = SimpleNamespace(timing=timing, reference=SimpleNamespace(bytes_moved=0, flops=0))
+    state = SimpleNamespace(timing=timing, reference=SimpleNamespace(bytes_moved=0, flops=0,
+                                                                    peak_bytes=0))
     return outcome._timed(verdict_for("passed"), state, judge, 0,
                           SimpleNamespace(backend=backend))
 

@@ -138,7 +138,10 @@ class TaskLane:
             host_probe_us=verdict.environment.get("host_probe_us"),
             timing_core=verdict.environment.get("timing_core"), **waits,
             phases_s={k: round(v, 2) for k, v in verdict.phases_s.items()},
-            measures=_by_measure(verdict), **self.extra)
+            measures=_by_measure(verdict),
+            # what the oracle and the worker held, against the lane's estimate (lane_bytes)
+            **({"gpu_peak_bytes": dict(verdict.gpu_peak_bytes)} if verdict.gpu_peak_bytes else {}),
+            **self.extra)
 
     def close(self) -> None:
         self.context.room.remove_judge(self.judge)

@@ -299,7 +299,7 @@ class _TaskRun:
                                     message=entry.error) for solution in entry.pending]
             return
         extra = {"gpu": gpu, "gpu_index": context.gpu_index, "sizes": entry.sizes,
-                 "lane": context.lane}
+                 "lane": context.lane, "lane_bytes": entry.lane_bytes}
         try:
             self.lane = TaskLane(entry.task, entry.loaded, context, extra)
         except KernelEvoError as exc:

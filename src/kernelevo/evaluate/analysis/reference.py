@@ -71,6 +71,8 @@ class ReferenceResult:
     # The trivial answers (zeros, another set's output) that pass the tolerances;
     # None until checked (oracle_run.py, or the judge when that ran out of memory).
     trivial: tuple[str, ...] | None = None
+    # The most GPU memory the oracle's allocator held at once, in bytes (0: not on a GPU)
+    peak_bytes: int = 0
 
     def with_trivial_answers(self, device: str) -> ReferenceResult:
         """This reference with its trivial answers checked, comparing on `device`."""

@@ -110,7 +110,8 @@ def _compute(job: OracleJob, channel: Sender) -> OracleDone:
         passthrough=tuple(passthrough), atol=_float_attr(module, "output_atol"),
         rtol=_float_attr(module, "output_rtol"),
         # after every reference call, so buffers its forward updates are no longer constant
-        constant_tensors=tuple(task_inputs.constant_tensors(model)), **backward)
+        constant_tensors=tuple(task_inputs.constant_tensors(model)),
+        peak_bytes=task_inputs.peak_gpu_bytes(device), **backward)
 
 
 def _run_in_domain(model: Any, module: Any, job: OracleJob, seed: int, device: str,

@@ -276,7 +276,8 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any, job: Wor
         timing_core=core_words(pinned),
         tampered=tuple(snapshot.tampered()), device_name=torch.cuda.get_device_name(0),
         versions={"torch": torch.__version__, "triton": _triton_version(),
-                  "cuda": str(torch.version.cuda)}))
+                  "cuda": str(torch.version.cuda)},
+        peak_bytes=task_inputs.peak_gpu_bytes(job.device)))
 
 
 def _backward_timing(contestants: dict[str, Any], run: TimingRun, sets: list[list[Any]],

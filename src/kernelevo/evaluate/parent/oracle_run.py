@@ -185,6 +185,7 @@ class OracleRun:
             stress={int(k): v for k, v in final.stress.items()},
             passthrough=tuple(final.passthrough),
             constants=tuple(final.constant_tensors),
+            peak_bytes=int(final.peak_bytes),
             structure=final.structure,
             ops=frozenset(final.ops),
             flops=int(final.flops), bytes_moved=int(final.bytes),

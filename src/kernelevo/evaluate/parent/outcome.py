@@ -188,7 +188,10 @@ def _timed(base: Verdict, state: WorkerState, judge: JudgeHost, index: int,
             return verdict_for("beats_physical_floor", f"GPU time {gpu_own.median_ms:.4f} ms is "
                                f"under the floor of {floor.floor_ms:.4f} ms ({floor.bound}-bound)")
     eager, compiled = timings.get("eager"), timings.get("compile")
+    peaks = {"oracle": state.reference.peak_bytes,
+             "worker": timing.peak_bytes}
     return replace(base, timings=timings, measures=measures, timing_measure=measure,
+                   gpu_peak_bytes={name: int(b) for name, b in peaks.items() if b},
                    speedup_ranges=timing.ranges.get(str(index), {}),
                    profile=timed_profile(share),
                    notes=tuple(notes), flags=base.flags + timing.flags,

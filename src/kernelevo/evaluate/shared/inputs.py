@@ -77,6 +77,15 @@ def synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def peak_gpu_bytes(device: str) -> int:
+    """The most GPU memory this process's allocator has held at once, in bytes (0 on the CPU).
+
+    What it reserved, cached blocks and workspaces included; its CUDA context
+    is not counted (suite/footprint.py prices that apart).
+    """
+    return int(torch.cuda.max_memory_reserved()) if device == "cuda" else 0
+
+
 def build_model(cls: type, init_inputs: list[Any], device: str, dtype: torch.dtype) -> Any:
     """Construct under the KernelBench seed, then move to the device and precision."""
     torch.manual_seed(WEIGHT_SEED)

@@ -227,6 +227,8 @@ class OracleDone(Message):
     # Floating parameters and buffers the task builds with one value throughout
     # (`ln.weight (all 1)`): a kernel that ignores them passes (inputs.constant_tensors).
     constant_tensors: tuple[str, ...] = ()
+    # The most GPU memory its allocator held at once, in bytes (inputs.peak_gpu_bytes)
+    peak_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -372,6 +374,9 @@ class Timing(Message):
     tampered: tuple[str, ...] = ()
     device_name: str = ""
     versions: dict[str, str] = field(default_factory=dict)
+    # The most GPU memory the worker's allocator held at once, checks and timing
+    # included, in bytes: the worker's word (its candidate ran in it), for sizing only
+    peak_bytes: int = 0
 
 
 @dataclass(frozen=True)
