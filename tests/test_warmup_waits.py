@@ -59,19 +59,11 @@ def test_the_compiles_wait_for_the_gpu_is_not_its_compile_time(tmp_path, monkeyp
     assert baselines.compile_s is not None and baselines.compile_s < WAIT_S / 2
 
 
-class _Task:
+class _Task(_Tiny):
     class Model(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             time.sleep(0.05)  # far slower than the store's minimum: timed for the store
             return x * 2
-
-    @staticmethod
-    def get_inputs() -> list[torch.Tensor]:
-        return [torch.randn(8, 8)]
-
-    @staticmethod
-    def get_init_inputs() -> list:
-        return []
 
 
 class _Judge:
