@@ -4,9 +4,11 @@
 
 RUN_DIR holds one `kernelevo suite` pass as bench/gpu_next.sh keeps it:
 `results.jsonl` (each row's lane and wall time, in the order rows finished)
-and `suite.json` (its `time_spent`: each lane's head start). Each lane's
-rows ran one after another, so a row ended at its lane's head start plus the
-wall times of its lane's rows up to it; that timeline is fed, row by row, to
+and `suite.json` (its `time_spent`: each lane's head start). Rows that say
+when they ended (`ended_s`, since the suite began) are placed there; older
+ones are placed on their lane's timeline: each lane's rows ran one after
+another, so a row ended at its lane's head start plus the wall times of its
+lane's rows up to it. That timeline is fed, row by row, to
 the suite's own estimator (kernelevo.suite.eta.Eta), and each figure it
 gives is set against the time from that row to the last. A pass cut by its
 time limit is replayed as if its finished rows were all it had. No GPU: it
@@ -33,6 +35,8 @@ def timeline(run: Path) -> tuple[list[dict], int]:
     rows = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines() if line]
     spent = json.loads((run / "suite.json").read_text())["time_spent"]
     clock = {lane["lane"]: lane["head_start_wait_s"] for lane in spent["per_lane"]}
+    if all("ended_s" in row for row in rows):  # recorded: nothing to rebuild
+        return sorted(rows, key=lambda row: row["ended_s"]), len(clock)
     for row in rows:
         clock[row["lane"]] = clock.get(row["lane"], 0.0) + row["wall_s"]
         row["ended_s"] = clock[row["lane"]]

@@ -52,6 +52,10 @@ def _run(head_start_s: float, first_row_after_s: float) -> tuple[dict[int, float
     lanes.launch()
     rows = list(lanes.rows())
     assert sorted(row["task"] for row in rows) == ["t0", "t1", "t2"]
+    # each row says when it ended: t0's came after its lane's late first row, the others
+    # once their lanes began
+    ended = {row["task"]: row["ended_s"] for row in rows}
+    assert ended["t0"] >= first_row_after_s and all(0 <= at < 5 for at in ended.values())
     return {lane: at - started for lane, at in tasks.asked.items()}, record
 
 

@@ -229,6 +229,9 @@ class _Lanes:
                 if current is None:
                     return
                 for row in current.rows(self.builds, before_last=take_ahead):
+                    # when it ended, in seconds since this run of the suite began: with
+                    # its wall time, where it lies beside the other lanes' rows
+                    row["ended_s"] = round(self.record.since_start(), 2)
                     stats.rows += 1
                     self.first_row.set()
                     self.sent.put(row)
