@@ -95,10 +95,14 @@ suite-fresh|suite-again)
     # a timing that waited 30 s for the GPU names the gate's holders (evaluate/parent/gate.py)
     grep -h "has waited" "$work"/run/*_log.txt 2>/dev/null | head -6 | tee -a "$notes"
     # where baselines came from (drifted: the probe missed), and GPU memory against the estimate
-    python3 bench/suite_rows.py "$work/run/$( [ "$phase" = fresh ] && echo suite || echo again )/results.jsonl" \
-        > "$work/rows.json" 2>&1
-    python3 -c "import json, sys; d = json.load(open(sys.argv[1])); print('sources', d['baseline_source']); print('gpu memory', json.dumps(d['gpu_memory']))" \
-        "$work/rows.json" 2>&1 | tee -a "$notes"
+    results="$work/run/$( [ "$phase" = fresh ] && echo suite || echo again )/results.jsonl"
+    if [ -s "$results" ]; then
+        python3 bench/suite_rows.py "$results" > "$work/rows.json" 2>&1
+        python3 -c "import json, sys; d = json.load(open(sys.argv[1])); print('sources', d['baseline_source']); print('gpu memory', json.dumps(d['gpu_memory']))" \
+            "$work/rows.json" 2>&1 | tail -3 | tee -a "$notes"
+    else
+        stamp "no rows in $results"
+    fi
     ;;
 harness)
     bash bench/kernelbench/setup_device.sh > "$work/setup.log" 2>&1
