@@ -8,11 +8,11 @@ import torch
 
 from kernelevo.config import TimingConfig
 from kernelevo.evaluate.analysis.baseline_drift import STORED_MIN_MS
-from kernelevo.evaluate.child import worker_timing
+from kernelevo.evaluate.child import store_timing
 from kernelevo.evaluate.child.baselines import Baselines
 from kernelevo.evaluate.shared.messages import BaselinesReply, StoredBaselines, WorkerJob
 
-LIMIT_S = worker_timing.SURELY_SHORT_SHARE * STORED_MIN_MS / 1e3
+LIMIT_S = store_timing.SURELY_SHORT_SHARE * STORED_MIN_MS / 1e3
 
 
 class _Calls:
@@ -34,13 +34,13 @@ class _Calls:
 
 def test_a_quick_call_is_surely_short_and_each_call_is_synchronised() -> None:
     call = _Calls(0.0)
-    assert worker_timing.surely_short(call, call.sync)
+    assert store_timing.surely_short(call, call.sync)
     assert call.count == 6 and call.syncs == 6  # one set-up call, then five timed
 
 
 def test_a_call_near_the_stored_minimum_is_not_short() -> None:
     call = _Calls(1.2 * LIMIT_S)
-    assert not worker_timing.surely_short(call, call.sync)
+    assert not store_timing.surely_short(call, call.sync)
     assert call.count == 16 and call.syncs == 7  # the loop of ten, synchronised once
 
 
@@ -63,30 +63,30 @@ class _Overlapped(_Calls):
 
 def test_a_lone_call_slowed_by_its_launch_and_wait_is_decided_by_a_loop() -> None:
     quick_in_a_loop = _Overlapped(lone=1.5 * LIMIT_S, queued=0.3 * LIMIT_S)
-    assert worker_timing.surely_short(quick_in_a_loop, quick_in_a_loop.sync)
+    assert store_timing.surely_short(quick_in_a_loop, quick_in_a_loop.sync)
     slow_in_a_loop = _Overlapped(lone=1.5 * LIMIT_S, queued=1.2 * LIMIT_S)
-    assert not worker_timing.surely_short(slow_in_a_loop, slow_in_a_loop.sync)
+    assert not store_timing.surely_short(slow_in_a_loop, slow_in_a_loop.sync)
     far_too_slow = _Overlapped(lone=5 * LIMIT_S, queued=0.3 * LIMIT_S)
-    assert not worker_timing.surely_short(far_too_slow, far_too_slow.sync)
+    assert not store_timing.surely_short(far_too_slow, far_too_slow.sync)
     assert far_too_slow.count == 3  # no loop for a call that slow
 
 
 def test_a_slow_first_call_and_one_slow_call_later_leave_a_quick_task_short() -> None:
     # the set-up call is not timed; of the timed ones the fastest counts
     call = _Calls(0.05, 0.0, 2 * LIMIT_S, 0.0, 0.0, 0.0)
-    assert worker_timing.surely_short(call, call.sync)
+    assert store_timing.surely_short(call, call.sync)
 
 
 def test_a_second_call_far_too_slow_ends_the_estimate() -> None:
     call = _Calls(0.0, 5 * LIMIT_S)
-    assert not worker_timing.surely_short(call, call.sync)
+    assert not store_timing.surely_short(call, call.sync)
     assert call.count == 3  # the set-up call, then two timed
 
 
 def test_one_call_far_too_slow_among_quick_ones_leaves_the_task_short() -> None:
     # a quick call that met another lane's kernels on the GPU
     call = _Calls(0.0, 5 * LIMIT_S, 0.0, 0.0, 0.0, 0.0)
-    assert worker_timing.surely_short(call, call.sync)
+    assert store_timing.surely_short(call, call.sync)
 
 
 class _Task:
@@ -128,13 +128,13 @@ def _job() -> WorkerJob:
 def test_the_warm_up_skips_the_store_for_a_short_baseline() -> None:
     channel = _Channel()
     baselines = Baselines({"eager": _Task.Model()}, [], None, {})
-    reply = worker_timing.stored_or_timed(_Task, _job(), baselines, channel)
+    reply = store_timing.stored_or_timed(_Task, _job(), baselines, channel)
     assert reply == BaselinesReply() and channel.asked == []
 
 
 def test_the_warm_up_asks_the_store_for_a_slow_baseline() -> None:
     channel = _Channel()
     baselines = Baselines({"eager": _Slow()}, [], None, {})
-    reply = worker_timing.stored_or_timed(_Task, _job(), baselines, channel)
+    reply = store_timing.stored_or_timed(_Task, _job(), baselines, channel)
     assert [type(m) for m in channel.asked] == [StoredBaselines]
     assert reply.measures == {"call": {}}

@@ -6,7 +6,7 @@ import time
 import torch
 
 from kernelevo.config import EvalConfig, TimingConfig
-from kernelevo.evaluate.child import worker_timing
+from kernelevo.evaluate.child import store_timing
 from kernelevo.evaluate.child.baselines import Baselines, warm_baselines
 from kernelevo.evaluate.shared.messages import (BaselinesReply, BaselineTimes, StoredBaselines,
                                                 WorkerJob)
@@ -90,7 +90,7 @@ def test_the_store_timings_waits_for_the_gpu_are_counted_apart() -> None:
     job = WorkerJob("x = 1", "cpu", "float32", "/w", True, timing)
     waits: dict[str, float] = {}
     started = time.perf_counter()
-    reply = worker_timing.stored_or_timed(_Task, job, Baselines({"eager": _Task.Model()}, [],
+    reply = store_timing.stored_or_timed(_Task, job, Baselines({"eager": _Task.Model()}, [],
                                                                 None, {}), judge, waits)
     elapsed = time.perf_counter() - started
     assert judge.asked == [StoredBaselines, BaselineTimes]

@@ -85,6 +85,11 @@ class TimingRun:
         if set_index in rotation.counted:
             self.rounds.setdefault(measure, {}).setdefault(name, {})[index] = ms
 
+    def as_json(self) -> dict[str, dict[str, dict[str, Any]]]:
+        """The stats as plain dictionaries, for a message: measure -> contestant -> fields."""
+        return {measure: {name: vars(stats) for name, stats in by_name.items()}
+                for measure, by_name in self.measures.items()}
+
 
 # The least a speedup's interval spans either side of it: the same pair timed
 # in fresh processes minutes apart moved by up to 4.5 % (medians of 15

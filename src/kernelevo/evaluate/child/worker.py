@@ -21,7 +21,8 @@ from kernelevo.evaluate.child import guards
 from kernelevo.evaluate.child.autotune_budget import AutotuneBudget
 from kernelevo.evaluate.child.baselines import warm_baselines
 from kernelevo.evaluate.child.worker_backward import BackwardRuns, warm_autograd_threads
-from kernelevo.evaluate.child.worker_timing import rotation_check, run_timing, stored_or_timed
+from kernelevo.evaluate.child.store_timing import stored_or_timed
+from kernelevo.evaluate.child.worker_timing import rotation_check, run_timing
 from kernelevo.evaluate.cuda.build import CompileOnly, LoadInlineHook
 from kernelevo.evaluate.cuda.diagnostics import with_first_error
 from kernelevo.evaluate.cuda.shims_host import BACKGROUND, wait_for_background

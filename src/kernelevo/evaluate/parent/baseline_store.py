@@ -5,7 +5,7 @@ reused from a store, re-checked against a drift probe. Here:
 
 - The only source of an entry is a worker's warm-up, before any candidate
   is loaded in that process: the harness's and the task's code alone time
-  the baselines, with the GPU to themselves (worker.py, `stored_or_timed`).
+  the baselines, with the GPU to themselves (child/store_timing.py, `stored_or_timed`).
 - Each candidate is then timed beside a brief probe of one baseline (its
   first, eager by default). When the probe's time on every measure it
   checks is within `DRIFT` of the stored one, the verdict uses the stored
@@ -13,7 +13,7 @@ reused from a store, re-checked against a drift probe. Here:
   without a store, and the entry goes (the next worker times it afresh).
 - Baselines quicker than `STORED_MIN_MS` a call are timed beside every
   candidate, never from the store; a worker whose warm-up finds them surely
-  that quick (`worker_timing.surely_short`) stores none.
+  that quick (`store_timing.surely_short`) stores none.
 - A judge keeps its store in memory; a suite keeps one per GPU model in the
   cache folder, so the next suite finds its tasks' baselines timed.
 
