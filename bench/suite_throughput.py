@@ -75,6 +75,27 @@ def expected_reasons(entry: dict, shrunk: bool) -> list[str]:
     return entry["expect_reasons"] + (entry.get("shrunk_expect_reasons", []) if shrunk else [])
 
 
+# A pass whose first rows all differ from the corpus's verdicts is broken (a judge
+# that fails every candidate on this machine): it is stopped, not run to its limit.
+EARLY_ROWS = 6
+
+
+def _verdict(row: dict, expected: dict, problems: dict | None) -> dict | None:
+    """A row against the corpus: its file, kind, reason and whether that is right."""
+    file = (row.get("file") or "").split("__", 1)[-1] if row.get("file") else None
+    entry = expected.get(file or "")
+    if entry is None:
+        return None
+    shrunk = bool((problems or {}).get(entry["problem"], {}).get("changes"))
+    return {"file": file, "kind": entry["kind"], "backend": _backend(entry),
+            "reason": row["reason"], "right": row["reason"] in expected_reasons(entry, shrunk)}
+
+
+def _read_rows(results: Path) -> list[dict]:
+    return [json.loads(line) for line in results.read_text().splitlines()
+            if line.strip()] if results.exists() else []
+
+
 def suite_phase(entries: list[dict], tasks: Path, solutions: Path, out: Path,
                 timeout_s: float, extra: list[str] = (), problems: dict | None = None,
                 cache: str | None = None, name: str = "suite", resume: bool = False) -> dict:
@@ -101,9 +122,18 @@ def suite_phase(entries: list[dict], tasks: Path, solutions: Path, out: Path,
                                     *(["--resume"] if resume else [])],
                                    env=env, text=True, stdout=log, stderr=subprocess.STDOUT,
                                    start_new_session=True)
+        expected = {entry["file"]: entry for entry in entries}
+        broken = None
         while process.poll() is None and time.perf_counter() - started < timeout_s:
-            if first_row_s is None and _rows(results) > before:
+            count = _rows(results)
+            if first_row_s is None and count > before:
                 first_row_s = time.perf_counter() - started
+            if broken is None and count - before >= EARLY_ROWS:
+                first = [v for row in _read_rows(results)[before:before + EARLY_ROWS]
+                         if (v := _verdict(row, expected, problems))]
+                broken = bool(first) and not any(v["right"] for v in first)
+                if broken:
+                    break
             time.sleep(0.1)
         stopped_at = None
         if process.poll() is None:
@@ -117,19 +147,13 @@ def suite_phase(entries: list[dict], tasks: Path, solutions: Path, out: Path,
                 os.killpg(process.pid, signal.SIGKILL)
         rc = process.wait()
     wall = stopped_at or time.perf_counter() - started
-    rows = [json.loads(line) for line in (result_dir / "results.jsonl").read_text().splitlines()
-            if line.strip()] if (result_dir / "results.jsonl").exists() else []
-    expected = {entry["file"]: entry for entry in entries}
+    rows = _read_rows(results)
     verdicts = []
     for row in rows:
-        file = (row.get("file") or "").split("__", 1)[-1] if row.get("file") else None
-        entry = expected.get(file or "")
-        if entry is None:
+        verdict = _verdict(row, expected, problems)
+        if verdict is None:
             continue
-        verdicts.append({"file": file, "kind": entry["kind"], "backend": _backend(entry),
-                         "reason": row["reason"], "right": row["reason"] in expected_reasons(
-                             entry, shrunk=bool((problems or {}).get(entry["problem"], {})
-                                                .get("changes"))),
+        verdicts.append({**verdict,
                          "wall_s": row.get("wall_s"), "speedup": row.get("speedup"),
                          "flags": row.get("flags"), "message": (row.get("message") or "")[:200],
                          # where the first rows' seconds went (issue 38's first row)
@@ -140,6 +164,8 @@ def suite_phase(entries: list[dict], tasks: Path, solutions: Path, out: Path,
     spent = json.loads(summary.read_text()).get("time_spent") if summary.is_file() else None
     now = len(rows) - before
     return {"rc": rc, "wall_s": round(wall, 1), "judged": len(verdicts), "judged_now": now,
+            "stopped_early": (f"its first {EARLY_ROWS} rows all differ from the corpus's "
+                              "verdicts: stopped, not run to its limit") if broken else None,
             "cache": cache, "time_spent": spent, "load": load.summary(),
             "load_samples": load.samples,
             "first_row_s": None if first_row_s is None else round(first_row_s, 1),
@@ -427,6 +453,9 @@ def main() -> None:
     if suite:
         print(f"suite: {suite['judged']} judged in {suite['wall_s']} s = {suite['per_hour']}/h; "
               f"verdicts not as expected: {[(w['file'], w['reason']) for w in suite['wrong']]}")
+    for name in ("suite", "again", "suite-rest", "again-rest"):
+        if (result.get(name) or {}).get("stopped_early"):
+            print(f"{name}: {result[name]['stopped_early']}")
     if kb:
         print(f"KernelBench harness: {kb['candidates']} ({kb['cuda']} CUDA) in {kb['wall_s']} s "
               f"= {kb['per_hour']}/h; on the corpus's mix {kb['per_hour_corpus_mix']}/h "
