@@ -31,6 +31,16 @@ def _private_memory(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("KERNELEVO_MEMORY_DB", str(tmp_path_factory.mktemp("memory") / "memory.db"))
 
 
+def bench_module(name: str):
+    """A script of bench/ (`bench/<name>.py`) loaded as a module, for its functions."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def write(tmp_path: Path, name: str, text: str) -> Path:
     path = tmp_path / name
     path.write_text(text)

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
-from tests.conftest import ROOT
+from tests.conftest import bench_module
 
 
 def _eta_replay():
-    spec = importlib.util.spec_from_file_location("eta_replay", ROOT / "bench/eta_replay.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("eta_replay")
 
 
 def _pass(folder, rows, heads=(0.0, 2.0)):

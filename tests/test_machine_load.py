@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import time
 
-from tests.conftest import ROOT
+from tests.conftest import bench_module
 
 
 def _machine_load():
-    spec = importlib.util.spec_from_file_location("machine_load", ROOT / "bench/machine_load.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("machine_load")
 
 
 def test_samples_read_every_gpu_that_nvidia_smi_lists_and_the_cpus_busy_share(tmp_path):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
@@ -13,14 +12,11 @@ from kernelevo.report.data import CandidateRow, load_run
 from kernelevo.report.html import run_plots
 from kernelevo.report.svg import STATUS_PLOT_STEPS, thin_timeline
 from kernelevo.report.table import ROW_LIMIT, candidate_table
-from tests.conftest import ROOT
+from tests.conftest import bench_module
 
 
 def scale_run_module():
-    spec = importlib.util.spec_from_file_location("scale_run", ROOT / "bench/scale_run.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("scale_run")
 
 
 @pytest.fixture(scope="module")

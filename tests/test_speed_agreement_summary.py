@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import bench_module
 
 
 def _agreement():
-    spec = importlib.util.spec_from_file_location("speed_agreement",
-                                                  ROOT / "bench/speed_agreement.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("speed_agreement")
 
 
 def _row(host: float, eager: float, candidate: float) -> dict:

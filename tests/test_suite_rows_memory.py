@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 
 from kernelevo.suite.footprint import LANE_MIN_BYTES, SESSIONS_WITH_DATA
-from tests.conftest import ROOT
+from tests.conftest import bench_module
 
 GIB = 1 << 30
 
 
 def _suite_rows():
-    spec = importlib.util.spec_from_file_location("suite_rows", ROOT / "bench/suite_rows.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("suite_rows")
 
 
 def _row(task: str, session_gib: int, oracle_gib: int, worker_gib: int) -> dict:

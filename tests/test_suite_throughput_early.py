@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 import time
 
-from tests.conftest import ROOT
+from tests.conftest import bench_module
 
 # Stands in for `kernelevo suite`: writes rows of the given reason to --out, then waits
 # as a suite that goes on would, until it is stopped.
@@ -26,11 +25,7 @@ time.sleep(120)
 
 
 def _module():
-    spec = importlib.util.spec_from_file_location("suite_throughput",
-                                                  ROOT / "bench/suite_throughput.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("suite_throughput")
 
 
 def _phase(tmp_path, monkeypatch, reason: str, timeout_s: float) -> tuple[dict, float]:
