@@ -121,3 +121,18 @@ def test_a_timed_verdict_gives_what_the_oracle_and_the_worker_held_on_the_gpu():
         timing=replace(timing, peak_bytes=0), reference=SimpleNamespace(
             bytes_moved=0, flops=0, peak_bytes=0)), judge, 0, SimpleNamespace(backend="triton"))
     assert cpu.gpu_peak_bytes == {}
+
+
+def test_a_peak_that_cannot_be_read_is_zero_not_a_failure(monkeypatch):
+    import torch
+
+    from kernelevo.evaluate.shared import inputs
+
+    def broken():  # as a candidate that replaced the allocator's API would leave it
+        raise RuntimeError("no allocator here")
+
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", broken)
+    assert inputs.peak_gpu_bytes("cuda") == 0
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda: "12")
+    assert inputs.peak_gpu_bytes("cuda") == 12
+    assert inputs.peak_gpu_bytes("cpu") == 0

@@ -81,9 +81,16 @@ def peak_gpu_bytes(device: str) -> int:
     """The most GPU memory this process's allocator has held at once, in bytes (0 on the CPU).
 
     What it reserved, cached blocks and workspaces included; its CUDA context
-    is not counted (suite/footprint.py prices that apart).
+    is not counted (suite/footprint.py prices that apart). A figure for sizing
+    only: read in a worker after its candidate ran, so whatever that left of
+    the allocator's API, a failure here is 0, never a reason for a verdict.
     """
-    return int(torch.cuda.max_memory_reserved()) if device == "cuda" else 0
+    if device != "cuda":
+        return 0
+    try:
+        return max(0, int(torch.cuda.max_memory_reserved()))
+    except Exception:  # noqa: BLE001 - see above
+        return 0
 
 
 def build_model(cls: type, init_inputs: list[Any], device: str, dtype: torch.dtype) -> Any:
