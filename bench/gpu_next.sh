@@ -18,7 +18,8 @@
 #   suite's limit, 550 s). suite-fresh-rest / suite-again-rest: the rows that phase's limit
 #   left, judged with `--resume` in its folders on the same machine (a whole pass over two
 #   calls; its rate: all its rows over both calls' seconds).
-# harness: KernelBench's own harness on the same mix, stratified, within 540 s.
+# harness: KernelBench's own harness on the same mix, stratified, within 540 s
+#   (HARNESS_BUDGET_S: its budget for solutions, 480 s).
 # train: the KernelBench training candidates judged one at a time on the GPU, the
 #   layernorm example's training agreement, plain's training step with its thread and
 #   autograd's pinned to one core as the judge pins them and to two, and the kink rule's
@@ -108,7 +109,7 @@ harness)
     bash bench/kernelbench/setup_device.sh > "$work/setup.log" 2>&1
     stamp "harness"
     timeout 585 python3 bench/suite_throughput.py --kb .kb --out "$work/kb" --one-per-task \
-        --phases kb --kb-stratified --kb-budget-s 480 > "$work/kb.log" 2>&1
+        --phases kb --kb-stratified --kb-budget-s ${HARNESS_BUDGET_S:-480} > "$work/kb.log" 2>&1
     stamp "harness exit $?"; tail -6 "$work/kb.log" | tee -a "$notes"
     ;;
 train)

@@ -215,3 +215,78 @@ def test_a_warm_up_timing_whose_session_has_candidates_already_is_urgent_at_once
     assert waiting.state == "exclusive"
     waiting.release()
     assert gate._urgent_waiting == 0
+
+
+def test_a_warm_up_timing_nobody_waits_for_holds_no_new_work_back():
+    """Before, every lane's new checks waited behind it until the work in progress ended."""
+    gate = GpuGate()
+    checking = Hold(gate, label="1:task:worker")
+    checking.shared()
+    warm_up = Hold(gate, label="2:task:standby")
+    waiting = _waiting(lambda: warm_up.exclusive(urgent=False))
+    time.sleep(0.2)
+    assert waiting.is_alive() and gate._writers_waiting == 1
+    newcomer = Hold(gate, label="3:task:oracle")
+    entering = _waiting(newcomer.shared)
+    entering.join(2)
+    assert not entering.is_alive() and newcomer.state == "shared"
+    assert gate.holders() == (2, False)
+    checking.release()
+    time.sleep(0.2)
+    assert waiting.is_alive()  # still held by the newcomer's work
+    newcomer.release()
+    waiting.join(5)
+    assert not waiting.is_alive() and warm_up.state == "exclusive"
+    warm_up.release()
+    assert gate.holders() == (0, False) and gate._writers_waiting == 0
+
+
+def test_a_warm_up_timing_takes_the_first_moment_no_work_holds_the_gpu():
+    """Once the holders of the moment are done, the waiting warm-up's timing goes before work
+    that asked meanwhile, or a steady stream of checks would keep it waiting until urgent."""
+    gate = GpuGate()
+    timing = Hold(gate, label="1:task:worker")
+    timing.exclusive()
+    warm_up = Hold(gate, label="2:task:standby")
+    order: list[str] = []
+
+    def take_warm_up() -> None:
+        warm_up.exclusive(urgent=False)
+        order.append("warm-up")
+        time.sleep(0.1)
+        warm_up.release()
+
+    def take_shared() -> None:
+        newcomer.shared()
+        order.append("check")
+        newcomer.release()
+
+    waiting = _waiting(take_warm_up)
+    newcomer = Hold(gate, label="3:task:oracle")
+    entering = _waiting(take_shared)
+    time.sleep(0.2)
+    assert waiting.is_alive() and entering.is_alive()  # the candidate's timing holds it alone
+    timing.release()
+    waiting.join(5)
+    entering.join(5)
+    assert order == ["warm-up", "check"]
+    assert gate.holders() == (0, False) and gate._writers_waiting == 0
+
+
+def test_an_urgent_timing_still_holds_new_work_back():
+    gate = GpuGate()
+    checking = Hold(gate, label="1:task:worker")
+    checking.shared()
+    queued = Hold(gate, label="2:task:worker")
+    waiting = _waiting(queued.exclusive)
+    newcomer = Hold(gate, label="3:task:oracle")
+    entering = _waiting(newcomer.shared)
+    time.sleep(0.2)
+    assert waiting.is_alive() and entering.is_alive()
+    checking.release()
+    waiting.join(5)
+    assert queued.state == "exclusive" and entering.is_alive()
+    queued.release()
+    entering.join(5)
+    assert newcomer.state == "shared"
+    newcomer.release()

@@ -11,9 +11,14 @@ timing phases, one that ends a verdict (a candidate's) goes before one that
 only prepares for later verdicts (a warm-up timing a task's baselines for
 the store), so a suite's first verdicts do not wait for every lane's
 warm-up, unless a verdict already waits for that warm-up (its session was
-given candidates): then it is urgent too. Such a warm-up waits only for
-timings of work already on the GPU: no new work starts while a timing phase
-waits.
+given candidates): then it is urgent too. An urgent timing waits only for
+work already on the GPU: no new work starts while it waits. A warm-up's
+timing that nobody waits for holds no work back: it takes the GPU at the
+first moment no work holds it (after a candidate's timing, or when the
+lanes' checks happen to end together), and new work goes on beside the
+holders of the moment until then, so it never empties the GPU of every
+lane's work for itself. Before, each such timing stopped all new work
+until the work in progress ended: about one such stop per task in a suite.
 
 A wait can be given up (`give_up`, polled): a job killed or a process
 stopping must not sit behind another job's hold, nor keep a lane or a
@@ -68,11 +73,16 @@ class GpuGate:
                        label: str = "other") -> None:
         with self._condition:
             self._check(give_up)  # a stopped job takes no new hold, even one free at once
-            while self._exclusive or self._writers_waiting:
+            while self._exclusive or self._urgent_waiting or self._idle_for_warm_up():
                 self._wait(give_up)
             self._shared += 1
             self._holding[id(owner)] = (label, time.monotonic())
             self._owners[id(owner)] = owner
+
+    def _idle_for_warm_up(self) -> bool:
+        """No work holds the GPU and a warm-up's timing waits for it (condition held): the
+        timing goes before new work, which would otherwise keep it waiting until urgent."""
+        return not self._shared and self._writers_waiting > self._urgent_waiting
 
     def release_shared(self, owner: object = None) -> None:
         with self._condition:
