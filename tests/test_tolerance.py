@@ -1,6 +1,7 @@
 import torch
 
 from kernelevo.config import EvalConfig, tolerances
+from kernelevo.evaluate.analysis import tolerance
 from kernelevo.evaluate.analysis.tolerance import compare_tensor
 
 
@@ -202,3 +203,17 @@ def test_the_trivial_answers_are_tried_a_chunk_at_a_time_as_before(monkeypatch):
     monkeypatch.undo()
     assert found == {name: expected for name, (_, expected) in cases.items()}
     assert moved and max(moved) <= 5
+
+
+def test_smaller_chunks_give_the_same_comparison_and_end_with_their_block():
+    generator = torch.Generator().manual_seed(3)
+    ref = torch.randn(64, 33, generator=generator)
+    out = ref + 1e-3 * torch.randn(ref.shape, generator=generator)
+    out[40, 7] = 5.0
+    whole = compare_tensor(out, ref, 1e-4, 1e-4)
+    with tolerance.smaller_chunks(5):
+        assert tolerance._chunk_elements.get() == 5
+        small = compare_tensor(out, ref, 1e-4, 1e-4)
+    assert tolerance._chunk_elements.get() is None
+    assert (small.reason, small.metrics.worst_index) == (whole.reason, whole.metrics.worst_index)
+    assert abs(small.metrics.max_abs_error - whole.metrics.max_abs_error) < 1e-12

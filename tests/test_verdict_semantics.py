@@ -178,12 +178,18 @@ def test_out_of_memory_in_the_judges_process_is_a_verdict(monkeypatch):
     assert "judge" in verdict.message and "2.00 GiB" in verdict.message
 
 
-def test_comparison_moves_to_the_cpu_when_the_gpu_is_full(monkeypatch):
-    devices = []
+def _full_gpu_judge(monkeypatch, room_at_chunks: int | None):
+    """judge_candidate with a comparison that runs out of GPU memory unless its chunks are
+    of at most `room_at_chunks` elements (None: never on the GPU); the devices and chunks
+    it was tried with."""
+    from kernelevo.evaluate.analysis import tolerance
+
+    tried = []
 
     def judge_on(state, index, report, device):
-        devices.append(device)
-        if device != "cpu":
+        chunk = tolerance._chunk_elements.get() or tolerance.CHUNK_ELEMENTS
+        tried.append((device, chunk))
+        if device != "cpu" and (room_at_chunks is None or chunk > room_at_chunks):
             raise torch.cuda.OutOfMemoryError("CUDA out of memory")
         return "passed", {"metrics": None, "notes": []}
 
@@ -195,11 +201,33 @@ def test_comparison_moves_to_the_cpu_when_the_gpu_is_full(monkeypatch):
 
     monkeypatch.setattr(worker_state, "_judge_on", judge_on)
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    return State, tried
+
+
+def test_comparison_moves_to_the_cpu_when_the_gpu_is_full(monkeypatch):
+    from kernelevo.evaluate.analysis import tolerance
+
+    State, tried = _full_gpu_judge(monkeypatch, None)
     assert worker_state.judge_candidate(State(), 0, {})[0] == "passed"
-    assert devices == ["cuda:0", "cpu"]
+    assert tried == [("cuda:0", tolerance.CHUNK_ELEMENTS),
+                     ("cuda:0", tolerance.SMALL_CHUNK_ELEMENTS),
+                     ("cpu", tolerance.CHUNK_ELEMENTS)]
     # where the decision's time went, for the row's phases
-    assert set(State.phases) == {"decide", "decide_cpu"}
+    assert set(State.phases) == {"decide", "decide_small_chunks", "decide_cpu"}
     assert State.phases["decide"] >= State.phases["decide_cpu"] >= 0.0
+
+
+def test_comparison_stays_on_the_gpu_in_smaller_chunks_where_they_fit(monkeypatch):
+    """A suite's lanes fill the GPU; on the CPU the comparison took 32-63 s a row, every
+    lane's timing waiting behind the worker's hold meanwhile."""
+    from kernelevo.evaluate.analysis import tolerance
+
+    State, tried = _full_gpu_judge(monkeypatch, tolerance.SMALL_CHUNK_ELEMENTS)
+    assert worker_state.judge_candidate(State(), 0, {})[0] == "passed"
+    assert [device for device, _ in tried] == ["cuda:0", "cuda:0"]
+    assert tried[1][1] == tolerance.SMALL_CHUNK_ELEMENTS
+    assert set(State.phases) == {"decide", "decide_small_chunks"}
+    assert tolerance._chunk_elements.get() is None  # the smaller chunks end with the decision
 
 
 def test_a_candidates_outputs_are_compared_in_place_on_the_gpu_and_copied_for_the_cpu(

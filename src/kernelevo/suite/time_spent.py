@@ -26,8 +26,9 @@ PHASE_GROUPS: dict[str, tuple[str, ...]] = {
     "reference": ("reference_wait",),
     "checks": ("setup", "load", "first_call", "correctness", "judging", "trivial_check"),
     # inside the checks, and shown apart: the judge's comparisons of the outputs,
-    # and of them those made on the CPU (the GPU's memory full)
+    # and of them those made again in smaller chunks, then on the CPU (the GPU's memory full)
     "the judge's decisions (of the checks)": ("decide",),
+    "decisions in smaller chunks": ("decide_small_chunks",),
     "decisions on the CPU": ("decide_cpu",),
     "timing": ("timing", "profile"),
     # a timing's wait, and the warm-up's for its first kernels, its compiled

@@ -10,7 +10,10 @@ finite value.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Iterator
 
 import torch
 
@@ -66,6 +69,20 @@ def _compare_exact(out: torch.Tensor, ref: torch.Tensor, label: str) -> Comparis
 # process, which then held it in its cache: a candidate beside it ran out of
 # memory (KernelBench level-2 26, a 1 GiB output, on an 80 GB H100).
 CHUNK_ELEMENTS = 1 << 23
+# Chunks of an eighth of that when the GPU is nearly full (`smaller_chunks`): 80 MB of
+# float64 passes where the GPU's last gigabyte is shared by every lane of a suite.
+SMALL_CHUNK_ELEMENTS = 1 << 20
+_chunk_elements: ContextVar[int | None] = ContextVar("chunk_elements", default=None)
+
+
+@contextmanager
+def smaller_chunks(elements: int = SMALL_CHUNK_ELEMENTS) -> Iterator[None]:
+    """Comparisons made in this thread meanwhile take `elements` at a time."""
+    token = _chunk_elements.set(elements)
+    try:
+        yield
+    finally:
+        _chunk_elements.reset(token)
 
 
 def _compare_float(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float,
@@ -77,8 +94,8 @@ def _compare_float(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: floa
         return (flat_out[start:stop].to(where).double(), flat_ref[start:stop].to(where).double())
 
     numel = flat_ref.numel()
-    spans = [(start, min(start + CHUNK_ELEMENTS, numel))
-             for start in range(0, numel, CHUNK_ELEMENTS)]
+    step = _chunk_elements.get() or CHUNK_ELEMENTS
+    spans = [(start, min(start + step, numel)) for start in range(0, numel, step)]
     # First pass: NaN or Inf where the reference has none (or another), and rms(ref).
     bad_count, bad_first, ref_squares = 0, None, 0.0
     for start, stop in spans:

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from kernelevo.candidate import Candidate
-from kernelevo.evaluate.analysis import decide
+from kernelevo.evaluate.analysis import decide, tolerance
 from kernelevo.evaluate.analysis.decide_backward import decide_backward
 from kernelevo.evaluate.analysis.reference import ReferenceResult
 from kernelevo.evaluate.parent.host import JudgeHost
@@ -147,15 +147,29 @@ def _outputs_from(report: CheckedCandidate, count: int, judge: JudgeHost,
 def judge_candidate(state: WorkerState, index: int, report: CheckedCandidate) -> Decision:
     """Decide one candidate from its checked report: ('passed'|'failed', details).
 
-    The worker holds its GPU memory while it waits for this answer; when the
-    GPU has no room left for the comparison, it is made on the CPU instead.
-    Its seconds go to the phases: `decide`, and of them `decide_cpu`.
+    The worker holds its GPU memory while it waits for this answer. When the
+    GPU has no room left for the comparison, it is made again on the GPU an
+    eighth of a chunk at a time, and only then on the CPU: a suite's lanes
+    fill the GPU's memory, and a comparison on the CPU took 32-63 s a row on a
+    slow host, the worker's hold on the GPU kept and every lane's timing
+    waiting behind it (bench/RESULTS.md). Its seconds go to the phases:
+    `decide`, and of them `decide_small_chunks` and `decide_cpu`.
     """
     started = time.perf_counter()
+    device = state.judge.compare_device
     try:
-        return _judge_on(state, index, report, state.judge.compare_device)
-    except torch.cuda.OutOfMemoryError:
-        torch.cuda.empty_cache()
+        try:
+            return _judge_on(state, index, report, device)
+        except torch.cuda.OutOfMemoryError:
+            torch.cuda.empty_cache()
+        small = time.perf_counter()
+        try:
+            with tolerance.smaller_chunks():
+                return _judge_on(state, index, report, device)
+        except torch.cuda.OutOfMemoryError:
+            torch.cuda.empty_cache()
+        finally:
+            _add(state.phases, "decide_small_chunks", time.perf_counter() - small)
         on_cpu = time.perf_counter()
         try:
             return _judge_on(state, index, report, "cpu")
