@@ -15,6 +15,7 @@ import torch
 
 from kernelevo.config import EvalConfig, tolerances
 from kernelevo.evaluate.analysis.tolerance import compare_tensor
+from kernelevo.evaluate.child.checkpoint import gpu_checkpoint
 from kernelevo.evaluate.child.oracle_backward import reference_backward
 from kernelevo.evaluate.child.task_code import (ANY, BUILD, FORWARD, IMPORT, INIT_INPUTS, INPUTS,
                                                 TaskProblem, TaskRaised, task_code)
@@ -67,6 +68,8 @@ def _compute(job: OracleJob, channel: Sender) -> OracleDone:
     stress: dict[str, str] = {}
     structure: str | None = None
     for index, (seed, variant) in enumerate(zip(job.seeds, job.variants)):
+        if index:  # between sets a timing waiting for the GPU goes first (checkpoint.py)
+            gpu_checkpoint(channel, device)
         result, structure_now, variant = _run_in_domain(model, module, job, seed, device,
                                                         dtype, variant, outputs)
         if structure is not None and structure_now != structure:
@@ -84,13 +87,16 @@ def _compute(job: OracleJob, channel: Sender) -> OracleDone:
         kept.append(index)
         used.append(variant)
     passthrough = _inputs_returned(module, job, kept, used, outputs, device, dtype)
+    gpu_checkpoint(channel, device)
     channel.send(Progress("reference determinism"))
     _check_deterministic(model, module, job, outputs[0], device, dtype)
+    gpu_checkpoint(channel, device)
     channel.send(Progress("reference profile"))
     ops, flops = _profile(model, module, job.seeds[0], device, dtype)
     bundle: dict[str, list[torch.Tensor]] = {}
     backward: dict[str, Any] = {}
     if job.backward:
+        gpu_checkpoint(channel, device)
         channel.send(Progress("reference gradients"))
         bundle, backward = reference_backward(model, module, [job.seeds[i] for i in kept], used,
                                               device, dtype, EvalConfig(atol=job.atol,

@@ -20,6 +20,7 @@ from kernelevo.evaluate.analysis.oom import is_out_of_memory, summary
 from kernelevo.evaluate.child import guards
 from kernelevo.evaluate.child.autotune_budget import AutotuneBudget
 from kernelevo.evaluate.child.baselines import warm_baselines
+from kernelevo.evaluate.child.checkpoint import gpu_checkpoint
 from kernelevo.evaluate.child.worker_backward import BackwardRuns, warm_autograd_threads
 from kernelevo.evaluate.child.store_timing import stored_or_timed
 from kernelevo.evaluate.child.worker_timing import rotation_check, run_timing
@@ -245,7 +246,8 @@ def _start_candidate(index: int, candidate: dict[str, str], task: Any, job: Work
                                    Path(job.scratch))
     load_s = time.perf_counter() - started
     model = _construct(module, task, device, dtype)
-    runs = _SetRuns(index, model, module, task, job, given, switch)
+    runs = _SetRuns(index, model, module, task, job, given, switch,
+                    checkpoint=lambda: gpu_checkpoint(channel, device))
     runs.report.update(load_s=load_s, build_s=hook.build_s,
                        cuda_switchable=len(switch.cuda_setters) > setters)
     channel.send(Progress("correctness", index))
@@ -258,6 +260,7 @@ def _finish_candidate(runs: "_SetRuns", job: WorkerJob, given: ReadyReply, chann
                       hook: LoadInlineHook, watch: Any, snapshot: Any,
                       budget: AutotuneBudget) -> Any:
     """The candidate's second step on the input sets, its report to the judge; its model."""
+    runs.checkpoint()  # a timing waiting for the GPU goes first: others' candidates, not ours
     seen, patched = watch.snapshot(), set(snapshot.tampered())
     report = runs.finish()
     runs.charge(watch.new_since(seen), snapshot.tampered(), patched)
@@ -271,7 +274,8 @@ def _finish_candidate(runs: "_SetRuns", job: WorkerJob, given: ReadyReply, chann
         # it, so caches and warm-up-only computation are still caught (not in
         # a re-check at other sizes: its evaluation caught them at the task's).
         report["rotation_problem"] = rotation_check(runs.model, runs.task, job, given, verified)
-    # The judge copies the outputs while this process waits for its reply.
+    # The judge compares the outputs while this process waits for its reply.
+    runs.checkpoint()  # a timing waiting goes before the judge's comparisons
     channel.ask(CheckedCandidate(candidate=runs.index,
                                  bundle=export_bundle(bundle, Path(job.scratch)), **report))
     return runs.model, runs.module, verified
@@ -338,9 +342,11 @@ class _SetRuns:
     """
 
     def __init__(self, index: int, model: Any, module: Any, task: Any, job: WorkerJob,
-                 given: ReadyReply, switch: Any) -> None:
+                 given: ReadyReply, switch: Any,
+                 checkpoint: Callable[[], None] = lambda: None) -> None:
         self.index, self.model, self.module, self.task = index, model, module, task
         self.switch = switch
+        self.checkpoint = checkpoint  # between sets: a timing waiting for the GPU goes first
         self.device, self.dtype = job.device, getattr(torch, job.dtype)
         self.sets = list(zip(given.seeds, given.variants))
         self.problems: list[str] = []
@@ -362,6 +368,7 @@ class _SetRuns:
         with self._counted():
             for number in range(1, len(self.sets)):
                 self._run_set(number)
+                self.checkpoint()
             self.switch.set(False)
             try:
                 self.knockout = self._call(0, [], None, True)

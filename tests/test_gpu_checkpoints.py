@@ -1,0 +1,100 @@
+"""Oracles and workers give their hold on the GPU up between steps of their checks, so a
+waiting timing goes first (evaluate/child/checkpoint.py): a suite's timings waited 4 s a
+row, up to 66 s, behind other lanes' checks held whole."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from kernelevo.evaluate.child import oracle
+from kernelevo.evaluate.parent.gate import GpuGate, Hold
+from kernelevo.evaluate.shared.messages import Gpu, OracleJob, Progress
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class _Recording:
+    """A child's channel that answers every ask and keeps what was said, in order."""
+
+    def __init__(self) -> None:
+        self.said: list[str] = []
+
+    def ask(self, message):
+        self.said.append("gpu" if isinstance(message, Gpu) else message.kind)
+        return {}
+
+    def send(self, message):
+        if isinstance(message, Progress):
+            self.said.append(message.phase)
+
+
+def test_the_oracle_lets_a_timing_go_first_between_its_sets_and_steps(tmp_path):
+    task = ROOT / "tests/fixtures/tasks/add.py"
+    job = OracleJob(task_source=task.read_text(), device="cpu", dtype="float32",
+                    scratch=str(tmp_path), seeds=(11, 12, 13), variants=(None, None, None),
+                    task_folder=str(task.parent), task_path=str(task))
+    channel = _Recording()
+    oracle._compute(job, channel)
+    said = channel.said
+    reference = said.index("reference outputs")
+    sets = said[reference + 1:said.index("reference determinism")]
+    assert sets == ["gpu", "gpu", "gpu"]  # before sets 1 and 2, and before the determinism
+    profile = said.index("reference profile")
+    assert said[profile - 1] == "gpu"
+    assert said.count("gpu") == 5  # the first hold, then four checkpoints
+    assert said[-1] == "reference"
+
+
+def test_a_holder_that_takes_its_share_again_lets_a_waiting_timing_in():
+    gate = GpuGate()
+    checks = Hold(gate, label="1:task:worker")
+    checks.shared()
+    timing = Hold(gate, label="2:task:worker")
+    took = threading.Event()
+
+    def time_it() -> None:
+        timing.exclusive()
+        took.set()
+        time.sleep(0.2)
+        timing.release()
+
+    waiting = threading.Thread(target=time_it, daemon=True)
+    waiting.start()
+    time.sleep(0.2)
+    assert not took.is_set()  # the checks hold the GPU
+    checks.shared()  # a checkpoint: given up and asked for again, behind the timing
+    assert took.is_set() and checks.state == "shared"
+    waiting.join(5)
+    checks.release()
+    assert gate.holders() == (0, False)
+
+
+def test_a_workers_checks_let_a_timing_go_first_between_sets_and_before_the_decision(
+        monkeypatch):
+    from kernelevo.candidate import load_candidate
+    from kernelevo.config import EvalConfig
+    from kernelevo.evaluate.parent import session as session_module
+    from kernelevo.evaluate.parent.judge import Judge
+    from kernelevo.evaluate.shared.messages import CheckedCandidate, Ready
+    from kernelevo.task import load_task
+
+    heard: list[str] = []
+    answer = session_module.Session._answer
+
+    def recording(self, message):
+        if isinstance(message, (Gpu, Ready, CheckedCandidate)) and not self.recheck:
+            heard.append(message.kind if not isinstance(message, Gpu) else
+                         f"gpu:{self.hold.state}")
+        return answer(self, message)
+
+    monkeypatch.setattr(session_module.Session, "_answer", recording)
+    config = EvalConfig()
+    judge = Judge(load_task(str(ROOT / "tests/fixtures/tasks/add.py")), config)
+    verdict = judge.evaluate(load_candidate(ROOT / "tests/fixtures/candidates/honest_add.py"))
+    assert verdict.status == "ok", verdict.message
+    checks = heard[heard.index("ready") + 1:heard.index(CheckedCandidate.kind)]
+    # after each set but set 0 (computed last), before the second step, before the decision;
+    # each asked while the worker held its share, taken again behind any waiting timing
+    assert checks == ["gpu:shared"] * (config.input_sets - 1 + 2), heard
