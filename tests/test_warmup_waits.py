@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import time
+
+import pytest
 import torch
 
 from kernelevo.config import EvalConfig, TimingConfig
@@ -105,3 +107,41 @@ def test_the_summary_counts_every_warm_up_wait_once() -> None:
     assert "warmup_yield" not in gate
     named = [phase for phases in PHASE_GROUPS.values() for phase in phases]
     assert len(named) == len(set(named))
+
+
+class _Settings(_Task):
+    class Model(torch.nn.Module):
+        seen: list = []
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.seen.append(torch.backends.cudnn.allow_tf32)
+            time.sleep(0.05)
+            return x * 2
+
+
+class _Answers(_Judge):
+    def ask(self, message):
+        self.asked.append(type(message))
+        if isinstance(message, StoredBaselines):
+            return BaselinesReply(time_them=True).to_json()
+        return {"kind": "granted"}
+
+
+@pytest.mark.parametrize("conv_tf32", [True, False])
+def test_the_store_times_baselines_as_the_timing_phase_does_and_then_as_the_checks_do(
+        conv_tf32) -> None:
+    """Stored under the checks' fp32 convolutions, a convolution's baselines read 1.9-3.6x
+    the times the drift probe found beside the candidate (five level-2 tasks, an H100)."""
+    from dataclasses import replace
+
+    timing = TimingConfig(warmup_ms=1, target_ms=20, min_samples=1, max_samples=2,
+                          call_loop_ms=1, call_target_ms=2)
+    job = WorkerJob("x = 1", "cpu", "float32", "/w", True, replace(timing, conv_tf32=conv_tf32))
+    torch.backends.cudnn.allow_tf32 = False  # the warm-up's, as the worker sets it
+    model = _Settings.Model()
+    model.seen.clear()
+    reply = store_timing.stored_or_timed(_Settings, job, Baselines({"eager": model}, [], None,
+                                                                   {}), _Answers())
+    assert reply.measures
+    assert model.seen and set(model.seen) == {conv_tf32}
+    assert torch.backends.cudnn.allow_tf32 is False  # the checks run as before

@@ -40,7 +40,9 @@ from kernelevo.evaluate.analysis.baseline_drift import Measures
 # Times stored before the store's entries came from a trusted worker only
 # (they were read off a candidate's verdict) are never reused.
 # Format 2: torch.compile timed per call inside a compiled model of several calls.
-_FORMAT = "trusted-warmup-2"
+# Format 3: timed under the timing phase's backend settings (convolutions in TF32 by
+# default); format 2's were timed under fp32 convolutions whatever its key said.
+_FORMAT = "trusted-warmup-3"
 
 
 @dataclass(frozen=True)
