@@ -54,20 +54,26 @@ def memory(rows: list[dict], top: int = 5) -> dict:
     `lane_bytes` (suite/footprint.py) prices a whole lane: its six processes'
     contexts and two sessions' data; one evaluation's two processes hold one
     session's, so the estimate's data share per session is set beside them.
+    Rows that carry the re-check's peaks too (`recheck_oracle`, `recheck_worker`)
+    also set all four against the lane's whole estimate.
     """
     from kernelevo.suite.footprint import LANE_MIN_BYTES, SESSIONS_WITH_DATA
 
-    seen = []
+    seen, lanes = [], []
     for row in rows:
         peaks, estimate = row.get("gpu_peak_bytes") or {}, row.get("lane_bytes") or 0
-        if peaks and estimate:
+        own = {k: v for k, v in peaks.items() if k in ("oracle", "worker")}
+        if own and estimate:
             session = max(1, (estimate - LANE_MIN_BYTES) // SESSIONS_WITH_DATA)
-            seen.append((sum(peaks.values()) / session, row["task"], peaks, session))
+            seen.append((sum(own.values()) / session, row["task"], own, session))
+            if len(peaks) > len(own):
+                lanes.append(sum(peaks.values()) / estimate)
     if not seen:
         return {"rows_with_peaks": 0}
     ratios = sorted(ratio for ratio, *_ in seen)
     return {"rows_with_peaks": len(seen),
             "peaks_over_estimate_p10_p50_p90": _quantiles(ratios),
+            "with_recheck_over_lane_p10_p50_p90": _quantiles(lanes) if lanes else None,
             "over_the_estimate": sum(1 for ratio in ratios if ratio > 1),
             "largest": [{"task": task, "ratio": round(ratio, 2), "peaks_gib": {
                 k: round(v / 2**30, 2) for k, v in peaks.items()},

@@ -136,3 +136,26 @@ def test_a_peak_that_cannot_be_read_is_zero_not_a_failure(monkeypatch):
     monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda: "12")
     assert inputs.peak_gpu_bytes("cuda") == 12
     assert inputs.peak_gpu_bytes("cpu") == 0
+
+
+def test_the_re_checks_peaks_sit_beside_the_evaluations_and_an_untimed_pass_gives_its_own():
+    """A lane holds the re-check at other sizes beside the evaluation: its processes' peaks
+    go into the row too (recheck_oracle, recheck_worker), so lanes can be sized by both."""
+    from kernelevo.evaluate.parent.other_sizes import OtherSizes
+    from kernelevo.evaluate.shared.messages import Checked
+
+    assert Checked.from_json(Checked(7 << 30).to_json()).peak_bytes == 7 << 30
+    evaluation = replace(verdict_for("passed"), gpu_peak_bytes={"oracle": 5 << 30,
+                                                                "worker": 3 << 30})
+    recheck = replace(verdict_for("passed"), gpu_peak_bytes={"oracle": 2 << 30,
+                                                             "worker": 1 << 30})
+    sizes = OtherSizes(SimpleNamespace(progress=lambda *_: None))
+    sizes.varied = lambda: ("task at other sizes", "N=64")
+    sizes._rechecked = lambda *args: [recheck]
+    [verdict] = sizes.apply([SimpleNamespace()], [evaluation])
+    assert verdict.ok and verdict.gpu_peak_bytes == {
+        "oracle": 5 << 30, "worker": 3 << 30, "recheck_oracle": 2 << 30,
+        "recheck_worker": 1 << 30}
+    # an untimed pass (a re-check's) gives its worker's peak from the end of its checks
+    assert outcome._peaks(2 << 30, 1 << 30) == {"oracle": 2 << 30, "worker": 1 << 30}
+    assert outcome._peaks(0, 1 << 30) == {"worker": 1 << 30}

@@ -35,7 +35,7 @@ def test_a_short_tasks_baselines_are_timed_beside_each_candidate_with_paired_rou
                     / verdict.measures[measure]["candidate"].median_ms)
             assert low < gain < high
         # what each process held at its peak, for sizing lanes (suite/footprint.py)
-        assert set(verdict.gpu_peak_bytes) == {"oracle", "worker"}, verdict.gpu_peak_bytes
+        assert {"oracle", "worker"} <= set(verdict.gpu_peak_bytes), verdict.gpu_peak_bytes
         assert all(held > 0 for held in verdict.gpu_peak_bytes.values())
     # the compile's wait for the GPU is a step of its own, out of the compile's seconds
     assert "warmup_compile_gpu_wait" in first.phases_s, first.phases_s

@@ -28,3 +28,14 @@ def test_peaks_are_set_against_one_sessions_share_of_the_estimate():
     assert top["task"] == "conv3d" and top["ratio"] == 4.0
     assert top["peaks_gib"] == {"oracle": 3.0, "worker": 5.0} and top["estimate_gib"] == 2.0
     assert _suite_rows().memory([{"task": "cpu"}]) == {"rows_with_peaks": 0}
+
+
+def test_a_rows_re_check_peaks_count_against_the_whole_lane_not_the_session():
+    row = _row("conv3d", 2, 3, 5)
+    row["gpu_peak_bytes"].update(recheck_oracle=2 * GIB, recheck_worker=2 * GIB)
+    found = _suite_rows().memory([row, _row("small", 4, 1, 1)])
+    assert found["largest"][0]["ratio"] == 4.0  # the evaluation's two against one session
+    whole = (3 + 5 + 2 + 2) * GIB / row["lane_bytes"]
+    assert found["with_recheck_over_lane_p10_p50_p90"] == [round(whole, 3)] * 3
+    assert _suite_rows().memory([_row("small", 4, 1, 1)])["with_recheck_over_lane_p10_p50_p90"] \
+        is None

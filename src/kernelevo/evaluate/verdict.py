@@ -157,8 +157,9 @@ class Verdict:
     phases_s: dict[str, float] = field(default_factory=dict)
     isolation: str = ""
     environment: dict[str, str] = field(default_factory=dict)
-    # The most GPU memory each process of a timed verdict's allocator held at once, in
-    # bytes: the reference's oracle and the candidate's worker (its own word), for sizing
+    # The most GPU memory each process of a passing verdict's allocator held at once, in
+    # bytes: the reference's oracle and the candidate's worker (its own word), and the
+    # re-check's at other sizes beside them (recheck_oracle, recheck_worker), for sizing
     gpu_peak_bytes: dict[str, int] = field(default_factory=dict)
     # Where a timed call's time goes and how far it is from the roofline (profile.py).
     profile: Profile | None = None

@@ -160,7 +160,7 @@ def _check_all(job: WorkerJob, given: ReadyReply, task: Any, channel: Sender,
             started.pop(index, None)  # its model and outputs: room for the next candidate
             _release(failure, device)
             loaded.append(None)
-    reply = TimeThese.from_json(channel.ask(Checked()))
+    reply = TimeThese.from_json(channel.ask(Checked(task_inputs.peak_gpu_bytes(device))))
     timed = {i for i in reply.time if 0 <= i < len(loaded) and loaded[i] is not None}
     if timed and baselines is not None:
         run_timing({i: loaded[i] for i in sorted(timed)}, baselines, task, job, given, channel,

@@ -139,8 +139,12 @@ class OtherSizes:
             # The re-check's own phases, apart (JSON only): where its time went.
             own = {f"{RECHECK_PHASE}{k}": v for k, v in rechecked[position].phases_s.items()
                    if k != "total"}
+            # what its processes held on the GPU beside the evaluation's (lanes are sized by it)
+            peaks = {f"{RECHECK_PHASE}{k}": v
+                     for k, v in rechecked[position].gpu_peak_bytes.items()}
             verdicts[i] = shape_variation_verdict(
-                replace(verdicts[i], phases_s={**verdicts[i].phases_s, **own}),
+                replace(verdicts[i], phases_s={**verdicts[i].phases_s, **own},
+                        gpu_peak_bytes={**verdicts[i].gpu_peak_bytes, **peaks}),
                 rechecked[position], described)
         return verdicts
 

@@ -107,6 +107,8 @@ def _decided(state: WorkerState, result: JobResult, judge: JudgeHost, index: int
         flags = (NO_CUSTOM_KERNEL_FLAG,) + flags
     base = verdict_for("pytorch_only" if candidate.backend == "pytorch" else "passed",
                        errors=details.get("metrics"), flags=flags, notes=notes)
+    base = replace(base, gpu_peak_bytes=_peaks(state.reference.peak_bytes,
+                                               state.checked_peak_bytes))
     if judge.device == "cpu" or not state.time_them:
         why = "no GPU" if judge.device == "cpu" else "timing not requested"
         return replace(base, notes=base.notes + (f"timings unavailable: {why}",),
@@ -188,14 +190,17 @@ def _timed(base: Verdict, state: WorkerState, judge: JudgeHost, index: int,
             return verdict_for("beats_physical_floor", f"GPU time {gpu_own.median_ms:.4f} ms is "
                                f"under the floor of {floor.floor_ms:.4f} ms ({floor.bound}-bound)")
     eager, compiled = timings.get("eager"), timings.get("compile")
-    peaks = {"oracle": state.reference.peak_bytes,
-             "worker": timing.peak_bytes}
     return replace(base, timings=timings, measures=measures, timing_measure=measure,
-                   gpu_peak_bytes={name: int(b) for name, b in peaks.items() if b},
+                   gpu_peak_bytes=_peaks(state.reference.peak_bytes, timing.peak_bytes),
                    speedup_ranges=timing.ranges.get(str(index), {}),
                    profile=timed_profile(share),
                    notes=tuple(notes), flags=base.flags + timing.flags,
                    speedup_vs_eager=speedup(eager, own), speedup_vs_compile=speedup(compiled, own))
+
+
+def _peaks(oracle: int, worker: int) -> dict[str, int]:
+    """The oracle's and the worker's GPU allocator peaks, those known (above 0)."""
+    return {name: int(b) for name, b in (("oracle", oracle), ("worker", worker)) if b}
 
 
 def unrecorded_note(share: dict[str, Any]) -> str | None:

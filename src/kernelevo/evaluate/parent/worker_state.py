@@ -38,6 +38,7 @@ class WorkerState:
         self._reference: ReferenceResult | None = None
         self.time_them = time_them
         self.decisions: dict[int, Decision] = {}
+        self.checked_peak_bytes = 0  # the worker's GPU peak once its checks were done
         self.reports: dict[int, CheckedCandidate] = {}
         self.failures: dict[int, Failed] = {}
         self.timing: Timing | None = None
@@ -70,6 +71,7 @@ class WorkerState:
             self._judge(message)
             return Granted()
         elif isinstance(message, Checked):
+            self.checked_peak_bytes = message.peak_bytes
             passing = [i for i, d in self.decisions.items() if d[0] == "passed"]
             return TimeThese(tuple(passing) if self.time_them else ())
         elif isinstance(message, Timing):

@@ -328,9 +328,14 @@ class CheckedCandidate(Message):
 
 @dataclass(frozen=True)
 class Checked(Message):
-    """(ask) Every candidate checked: answered with `TimeThese`."""
+    """(ask) Every candidate checked: answered with `TimeThese`.
+
+    `peak_bytes`: the most GPU memory the worker's allocator has held so far
+    (0 where unknown), for a verdict that is not timed (a re-check at other sizes).
+    """
 
     kind: ClassVar[str] = "checked"
+    peak_bytes: int = 0
 
 
 @dataclass(frozen=True)
