@@ -98,3 +98,43 @@ def test_a_workers_checks_let_a_timing_go_first_between_sets_and_before_the_deci
     # after each set but set 0 (computed last), before the second step, before the decision;
     # each asked while the worker held its share, taken again behind any waiting timing
     assert checks == ["gpu:shared"] * (config.input_sets - 1 + 2), heard
+
+
+def test_a_standby_oracles_checkpoint_does_not_wait_for_the_timing_that_waits_for_it():
+    """Before its first kernels a standby's oracle waits for the evaluation beside it to time;
+    at a checkpoint it holds the GPU, and that timing waits for it: a wait there would be a
+    deadlock until the job's limit."""
+    from types import SimpleNamespace
+
+    from kernelevo.evaluate.parent.oracle_run import OracleRun
+
+    class _Beside:
+        def __init__(self) -> None:
+            self.waits = 0
+
+        def wait(self, deadline):
+            self.waits += 1
+            return None
+
+    gate = GpuGate()
+    beside = _Beside()
+    config = SimpleNamespace(timeout_s=60.0, import_timeout_s=30.0)
+    run = OracleRun(SimpleNamespace(config=config), None, Path("."),
+                    Hold(gate, label="2:task:oracle"), beside)
+    run._answer(Gpu())  # its first kernels: it waits for the evaluation beside it
+    assert beside.waits == 1 and run.hold.state == "shared"
+    timing = Hold(gate, label="1:task:worker")
+    took = threading.Event()
+
+    def time_it() -> None:
+        timing.exclusive()
+        took.set()
+        timing.release()
+
+    waiting = threading.Thread(target=time_it, daemon=True)
+    waiting.start()
+    time.sleep(0.2)
+    run._answer(Gpu(brief=True))  # a checkpoint: the timing goes, then the oracle goes on
+    assert beside.waits == 1 and took.is_set() and run.hold.state == "shared"
+    waiting.join(5)
+    run.hold.release()

@@ -159,7 +159,11 @@ class OracleRun:
                 config = self.judge.config
                 self.deadline.at += config.timeout_s - min(config.import_timeout_s,
                                                            config.timeout_s)
-            self._yield.wait(self.deadline)
+            if not message.brief:
+                # A standby's oracle, before its first kernels, waits for the evaluation
+                # beside it to time. Not at a checkpoint of its checks (brief): it holds
+                # the GPU there, and that timing would wait for it in turn.
+                self._yield.wait(self.deadline)
             wait_for(self.hold.shared, self.deadline)
             return Granted()
         if isinstance(message, Progress):
