@@ -129,7 +129,7 @@ class _Answers(_Judge):
 
 @pytest.mark.parametrize("conv_tf32", [True, False])
 def test_the_store_times_baselines_as_the_timing_phase_does_and_then_as_the_checks_do(
-        conv_tf32) -> None:
+        conv_tf32, monkeypatch) -> None:
     """Stored under the checks' fp32 convolutions, a convolution's baselines read 1.9-3.6x
     the times the drift probe found beside the candidate (five level-2 tasks, an H100)."""
     from dataclasses import replace
@@ -137,7 +137,7 @@ def test_the_store_times_baselines_as_the_timing_phase_does_and_then_as_the_chec
     timing = TimingConfig(warmup_ms=1, target_ms=20, min_samples=1, max_samples=2,
                           call_loop_ms=1, call_target_ms=2)
     job = WorkerJob("x = 1", "cpu", "float32", "/w", True, replace(timing, conv_tf32=conv_tf32))
-    torch.backends.cudnn.allow_tf32 = False  # the warm-up's, as the worker sets it
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)  # the warm-up's
     model = _Settings.Model()
     model.seen.clear()
     reply = store_timing.stored_or_timed(_Settings, job, Baselines({"eager": model}, [], None,
