@@ -148,4 +148,4 @@ def test_the_sender_puts_the_kind_and_fields_on_the_channel():
     sender.send(Progress("compile", 0))
     assert TimeThese.from_json(sender.ask(messages.Checked())) == TimeThese((1,))
     assert sent == [{"kind": "progress", "phase": "compile", "candidate": 0},
-                    {"kind": "checked"}]
+                    {"kind": "checked", "peak_bytes": 0}]
