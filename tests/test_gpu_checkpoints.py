@@ -138,3 +138,49 @@ def test_a_standby_oracles_checkpoint_does_not_wait_for_the_timing_that_waits_fo
     assert beside.waits == 1 and took.is_set() and run.hold.state == "shared"
     waiting.join(5)
     run.hold.release()
+
+
+def test_a_decision_on_the_cpu_gives_the_workers_hold_up_while_it_runs():
+    """A comparison with no room on the GPU runs on the CPU (32-63 s a row on a slow
+    host); the worker only waits for it, so a timing waiting goes in meanwhile."""
+    from types import SimpleNamespace
+
+    from kernelevo.evaluate.parent.session import Session
+
+    gate = GpuGate()
+    checks = Hold(gate, label="1:task:worker")
+    checks.shared()
+    session = SimpleNamespace(hold=checks, _wait_for=lambda take: take())
+    timing = Hold(gate, label="2:task:worker")
+    took = threading.Event()
+
+    def time_it() -> None:
+        timing.exclusive()
+        took.set()
+        timing.release()
+
+    waiting = threading.Thread(target=time_it, daemon=True)
+    waiting.start()
+    time.sleep(0.2)
+    assert not took.is_set()  # the checks hold the GPU
+    with Session._off_gpu(session):
+        assert took.wait(5), "the timing stayed behind a decision on the CPU"
+        assert checks.state == "none"
+    assert checks.state == "shared"  # held again for the rest of the checks
+    waiting.join(5)
+    checks.release()
+    assert gate.holders() == (0, False)
+
+
+def test_an_exclusive_hold_is_kept_through_a_decision_on_the_cpu():
+    from types import SimpleNamespace
+
+    from kernelevo.evaluate.parent.session import Session
+
+    gate = GpuGate()
+    timing = Hold(gate, label="1:task:worker")
+    timing.exclusive()
+    with Session._off_gpu(SimpleNamespace(hold=timing, _wait_for=lambda take: take())):
+        assert timing.state == "exclusive" and gate.holders() == (0, True)
+    assert timing.state == "exclusive"
+    timing.release()

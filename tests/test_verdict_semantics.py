@@ -186,15 +186,16 @@ def _full_gpu_judge(monkeypatch, room_at_chunks: int | None):
 
     tried = []
 
-    def judge_on(state, index, report, device):
+    def judge_on(state, index, report, device, off_gpu=None):
         chunk = tolerance._chunk_elements.get() or tolerance.CHUNK_ELEMENTS
-        tried.append((device, chunk))
+        tried.append((device, chunk) if off_gpu is None else (device, chunk, "off the GPU"))
         if device != "cpu" and (room_at_chunks is None or chunk > room_at_chunks):
             raise torch.cuda.OutOfMemoryError("CUDA out of memory")
         return "passed", {"metrics": None, "notes": []}
 
     class State:
         phases: dict = {}
+        off_gpu = object()  # what the CPU's decision is handed (the session's hold given up)
 
         class judge:
             compare_device = "cuda:0"
@@ -211,7 +212,7 @@ def test_comparison_moves_to_the_cpu_when_the_gpu_is_full(monkeypatch):
     assert worker_state.judge_candidate(State(), 0, {})[0] == "passed"
     assert tried == [("cuda:0", tolerance.CHUNK_ELEMENTS),
                      ("cuda:0", tolerance.SMALL_CHUNK_ELEMENTS),
-                     ("cpu", tolerance.CHUNK_ELEMENTS)]
+                     ("cpu", tolerance.CHUNK_ELEMENTS, "off the GPU")]
     # where the decision's time went, for the row's phases
     assert set(State.phases) == {"decide", "decide_small_chunks", "decide_cpu"}
     assert State.phases["decide"] >= State.phases["decide_cpu"] >= 0.0

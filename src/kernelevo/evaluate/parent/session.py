@@ -25,8 +25,9 @@ import tempfile
 import threading
 import time
 import weakref
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from kernelevo.candidate import Candidate
 from kernelevo.errors import MessageError
@@ -135,6 +136,7 @@ class Session:
     def run(self, candidates: list[Candidate]) -> list[Verdict]:
         """Hand the candidates to the worker and wait for their verdicts."""
         self.state = WorkerState(self.judge, candidates, self.oracle, self.time_them)
+        self.state.off_gpu = self._off_gpu
         self._marks["given"] = time.monotonic()
         self._given.set()
         try:
@@ -306,6 +308,19 @@ class Session:
         self._wait_for(lambda: self.hold.exclusive(urgent=self._given.is_set))
         self._timing_baselines = True
         return BaselinesReply(time_them=True)
+
+    @contextmanager
+    def _off_gpu(self) -> Iterator[None]:
+        """A decision on the CPU: the worker waits for it and runs no kernel, so a shared
+        hold goes meanwhile and is taken again after; a timing waiting goes first."""
+        if self.hold.state != "shared":
+            yield
+            return
+        self.hold.release()
+        try:
+            yield
+        finally:
+            self._wait_for(self.hold.shared)
 
     def _wait_for(self, take: Callable[[], None]) -> float:
         return wait_for(take, self.deadline)

@@ -9,7 +9,8 @@ report; outcome.py then makes the verdicts.
 from __future__ import annotations
 
 import time
-from typing import Any
+from contextlib import nullcontext
+from typing import Any, Callable, ContextManager
 
 import torch
 
@@ -50,6 +51,9 @@ class WorkerState:
         # Whether the worker finished its warm-up (the task's Model, run for the
         # baselines): a worker that died before it never loaded a candidate.
         self.warmed_up = False
+        # Entered while a decision runs on the CPU, the worker's outputs copied off
+        # the GPU: the session gives its GPU hold up meanwhile (session.py).
+        self.off_gpu: Callable[[], ContextManager[None]] = nullcontext
 
     def on_message(self, message: Message) -> Message | None:
         if isinstance(message, Progress):
@@ -154,7 +158,8 @@ def judge_candidate(state: WorkerState, index: int, report: CheckedCandidate) ->
     eighth of a chunk at a time, and only then on the CPU: a suite's lanes
     fill the GPU's memory, and a comparison on the CPU took 32-63 s a row on a
     slow host, the worker's hold on the GPU kept and every lane's timing
-    waiting behind it (bench/RESULTS.md). Its seconds go to the phases:
+    waiting behind it (bench/RESULTS.md). On the CPU the hold goes once the
+    worker's outputs are copied (`state.off_gpu`). Its seconds go to the phases:
     `decide`, and of them `decide_small_chunks` and `decide_cpu`.
     """
     started = time.perf_counter()
@@ -174,7 +179,7 @@ def judge_candidate(state: WorkerState, index: int, report: CheckedCandidate) ->
             _add(state.phases, "decide_small_chunks", time.perf_counter() - small)
         on_cpu = time.perf_counter()
         try:
-            return _judge_on(state, index, report, "cpu")
+            return _judge_on(state, index, report, "cpu", state.off_gpu)
         finally:
             _add(state.phases, "decide_cpu", time.perf_counter() - on_cpu)
     finally:
@@ -185,12 +190,19 @@ def _add(phases: dict[str, float], name: str, seconds: float) -> None:
     phases[name] = round(phases.get(name, 0.0) + seconds, 4)
 
 
-def _judge_on(state: WorkerState, index: int, report: CheckedCandidate,
-              device: str) -> Decision:
+def _judge_on(state: WorkerState, index: int, report: CheckedCandidate, device: str,
+              off_gpu: Callable[[], ContextManager[None]] = nullcontext) -> Decision:
+    """The decision on `device`; `off_gpu` is entered once the worker's outputs are here."""
     try:
         outputs = _outputs_from(report, len(state.reference.outputs), state.judge, device)
     except TransferError as exc:  # a candidate that corrupts its own report fails, not the judge
         return "failed", {"reason": "harness_tampered", "message": f"unreadable outputs: {exc}"}
+    with off_gpu():
+        return _decide(state, index, report, outputs, device)
+
+
+def _decide(state: WorkerState, index: int, report: CheckedCandidate, outputs: dict[str, Any],
+            device: str) -> Decision:
     ref = state.reference
     guard = decide.guard_reason(report)
     if guard:
