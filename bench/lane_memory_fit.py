@@ -1,6 +1,7 @@
 """What a suite row's processes held on the GPU, against the task's sizes: a fit for lane sizing.
 
     python bench/lane_memory_fit.py RESULTS.jsonl --kb .kb [--max-elements 16777216] [--out FIT.json]
+                                    [--gpu-gib 79]
 
 Each row of a GPU suite run carries its oracle's and its worker's allocator
 peaks (`gpu_peak_bytes`) and its lane's estimate (`lane_bytes`,
@@ -10,8 +11,12 @@ them), measures on the meta device its input, output and parameter bytes
 and the peak of its forward's live tensors (the intermediates the estimate
 leaves out), fits each process's peak as a linear sum of those by least
 squares, and prints the fit with each row's measured peak over the fitted
-one and over the current estimate. Nothing runs on a GPU: it reads recorded
-rows.
+one and over the current estimate. Then it replays the pass: over the rows'
+own spans on their lanes (a row's wall time up to its end), the most GPU
+memory the rows judged at once would hold by their measured peaks, by the
+lane's estimate and by the fit with and without a standby's copy, and how
+long each sum stood above the GPU's `--gpu-gib`. Nothing runs on a GPU: it
+reads recorded rows.
 """
 
 from __future__ import annotations
@@ -94,6 +99,36 @@ def fit(rows: list[dict], terms: list[dict[str, float]], process: str) -> dict:
             "ratios": [round(float(r), 3) for r in ratios]}
 
 
+def replay(rows: list[dict], terms: list[dict[str, float]], coefficients: dict[str, float],
+           gpu_gib: float) -> dict[str, Any]:
+    """Sums over the rows judged at once (each from its end less its wall time, to its end):
+    {name: (most GiB, seconds above gpu_gib)} for the measured peaks of oracle and worker,
+    the lane's estimate, the fit plus the lane's CUDA contexts, and twice the fit (a standby
+    holding what the evaluation holds)."""
+    from kernelevo.suite.footprint import LANE_MIN_BYTES
+
+    contexts = LANE_MIN_BYTES / GIB
+    fitted = [sum(coefficients[name] * t[name] for name in TERMS) for t in terms]
+    spans = [(row["ended_s"] - row["wall_s"], row["ended_s"]) for row in rows]
+    ways = {
+        "measured peaks (oracle + worker)": [sum(row["gpu_peak_bytes"][p] for p in
+                                                 ("oracle", "worker")) / GIB for row in rows],
+        "lane estimate (footprint.py)": [row.get("lane_bytes", 0) / GIB for row in rows],
+        "fit + contexts": [f + contexts for f in fitted],
+        "fit x 2 + contexts": [2 * f + contexts for f in fitted]}
+    moments = sorted({t for span in spans for t in span})
+    sums: dict[str, tuple[float, float]] = {}
+    for name, sizes_gib in ways.items():
+        most = above = 0.0
+        for start, end in zip(moments, moments[1:]):
+            middle = (start + end) / 2
+            held = sum(size for size, (a, b) in zip(sizes_gib, spans) if a <= middle < b)
+            most = max(most, held)
+            above += (end - start) if held > gpu_gib else 0.0
+        sums[name] = (round(most, 1), round(above, 1))
+    return {"seconds": round(moments[-1] - moments[0], 1) if moments else 0.0, "sums": sums}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", type=Path)
@@ -101,6 +136,8 @@ def main() -> None:
     parser.add_argument("--max-elements", type=int, default=1 << 24)
     parser.add_argument("--work", type=Path, default=Path("/tmp/lane_memory_fit"))
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--gpu-gib", type=float, default=79.0,
+                        help="the GPU's memory for the replay (an H100 80GB frees about 79)")
     args = parser.parse_args()
     from kernelbench_batch import load_entries, prepare
 
@@ -129,6 +166,7 @@ def main() -> None:
           "lane_estimate_gib": round(row.get("lane_bytes", 0) / GIB, 2),
           **{k: round(v, 3) for k, v in t.items() if k != "fixed"}}
          for row, t in zip(kept, terms)), key=lambda r: -r["worker_gib"])[:8]
+    result["replay"] = replay(kept, terms, result["both"]["coefficients"], args.gpu_gib)
     if args.out:
         args.out.write_text(json.dumps(result, indent=1))
     for process in ("oracle", "worker", "both"):
@@ -140,6 +178,10 @@ def main() -> None:
           f"{result['both_over_lane_estimate_p50_max']} ({len(kept)} rows)")
     for row in result["largest"]:
         print(f"  {row}")
+    print(f"the pass replayed ({result['replay']['seconds']} s, rows' own spans), GiB held at "
+          f"once at most, and seconds above {args.gpu_gib:g} GiB:")
+    for name, (most, above) in result["replay"]["sums"].items():
+        print(f"  {name}: {most} GiB, {above} s")
 
 
 if __name__ == "__main__":
