@@ -30,6 +30,24 @@ class _Recording:
             self.said.append(message.phase)
 
 
+def _timing_waits(gate: GpuGate, label: str = "2:task:worker",
+                  held_s: float = 0.0) -> tuple[threading.Thread, threading.Event]:
+    """A timing phase asking for the GPU alone in a thread of its own: (the thread, set once
+    it has the GPU); it holds it `held_s`, then lets go."""
+    timing = Hold(gate, label=label)
+    took = threading.Event()
+
+    def time_it() -> None:
+        timing.exclusive()
+        took.set()
+        time.sleep(held_s)
+        timing.release()
+
+    waiting = threading.Thread(target=time_it, daemon=True)
+    waiting.start()
+    return waiting, took
+
+
 def test_the_oracle_lets_a_timing_go_first_between_its_sets_and_steps(tmp_path):
     task = ROOT / "tests/fixtures/tasks/add.py"
     job = OracleJob(task_source=task.read_text(), device="cpu", dtype="float32",
@@ -51,17 +69,7 @@ def test_a_holder_that_takes_its_share_again_lets_a_waiting_timing_in():
     gate = GpuGate()
     checks = Hold(gate, label="1:task:worker")
     checks.shared()
-    timing = Hold(gate, label="2:task:worker")
-    took = threading.Event()
-
-    def time_it() -> None:
-        timing.exclusive()
-        took.set()
-        time.sleep(0.2)
-        timing.release()
-
-    waiting = threading.Thread(target=time_it, daemon=True)
-    waiting.start()
+    waiting, took = _timing_waits(gate, held_s=0.2)
     time.sleep(0.2)
     assert not took.is_set()  # the checks hold the GPU
     checks.shared()  # a checkpoint: given up and asked for again, behind the timing
@@ -123,16 +131,7 @@ def test_a_standby_oracles_checkpoint_does_not_wait_for_the_timing_that_waits_fo
                     Hold(gate, label="2:task:oracle"), beside)
     run._answer(Gpu())  # its first kernels: it waits for the evaluation beside it
     assert beside.waits == 1 and run.hold.state == "shared"
-    timing = Hold(gate, label="1:task:worker")
-    took = threading.Event()
-
-    def time_it() -> None:
-        timing.exclusive()
-        took.set()
-        timing.release()
-
-    waiting = threading.Thread(target=time_it, daemon=True)
-    waiting.start()
+    waiting, took = _timing_waits(gate, label="1:task:worker")
     time.sleep(0.2)
     run._answer(Gpu(brief=True))  # a checkpoint: the timing goes, then the oracle goes on
     assert beside.waits == 1 and took.is_set() and run.hold.state == "shared"
@@ -151,16 +150,7 @@ def test_a_decision_on_the_cpu_gives_the_workers_hold_up_while_it_runs():
     checks = Hold(gate, label="1:task:worker")
     checks.shared()
     session = SimpleNamespace(hold=checks, _wait_for=lambda take: take())
-    timing = Hold(gate, label="2:task:worker")
-    took = threading.Event()
-
-    def time_it() -> None:
-        timing.exclusive()
-        took.set()
-        timing.release()
-
-    waiting = threading.Thread(target=time_it, daemon=True)
-    waiting.start()
+    waiting, took = _timing_waits(gate)
     time.sleep(0.2)
     assert not took.is_set()  # the checks hold the GPU
     with Session._off_gpu(session):
