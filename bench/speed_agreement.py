@@ -125,29 +125,72 @@ def run_suite(out: Path, extra: list[str]) -> tuple[list[dict], float]:
     return rows, took
 
 
+# A plain run's process, started ahead: it imports what plain_timing.py imports at its top
+# (no CUDA: nothing touches the GPU), says so, and waits on its stdin; told to go, it runs
+# plain_timing.py as `python3 plain_timing.py --one TASK CANDIDATE` would, in the same process.
+WAITER = ("import runpy, sys; import torch, triton.testing; print('ready', flush=True); "
+          "sys.stdin.readline(); sys.argv = sys.argv[1:]; "
+          "runpy.run_path(sys.argv[0], run_name='__main__')")
+
+
+class _Waiting:
+    """One plain run in its own fresh process, its imports done before its turn."""
+
+    def __init__(self, plain: Path, item: dict) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", WAITER, str(plain), "--one", item["task"], item["candidate"]],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def ready(self) -> bool:
+        """Block until its imports are done; False where it died first."""
+        assert self.process.stdout is not None
+        return self.process.stdout.readline().strip() == "ready"
+
+    def go(self) -> tuple[str, str]:
+        """Time its pair now; its stdout (the JSON row) and stderr."""
+        try:
+            return self.process.communicate("go\n")
+        except BrokenPipeError:  # it died before its turn
+            return "", self.process.stderr.read() if self.process.stderr else ""
+
+
 def run_plain(plain: Path, staged: list[dict], runs: int, log: Path,
-              after_pass: Any = None) -> dict[str, list[dict]]:
+              after_pass: Any = None, ahead: int = 8) -> dict[str, list[dict]]:
     """Each pair `runs` times, pass after pass; pair stem -> its runs' JSON rows.
 
-    `after_pass(by_stem)` runs after each pass, so a call cut by its limit
-    keeps the passes done."""
+    Each run is plain_timing.py's `--one` in a fresh process of its own, as its
+    own driver runs it. Importing torch takes about 5 s of the 6.5 s a run
+    costs on the GPU machine, so with `ahead` > 0 the next `ahead` runs' processes
+    import together while none is timing, then time one after another, each
+    alone; `ahead` 0 starts each run's process on its turn. `after_pass(by_stem)`
+    runs after each pass, so a call cut by its limit keeps the passes done."""
     by_stem: dict[str, list[dict]] = {item["stem"]: [] for item in staged}
+    batch = max(ahead, 1)
     with log.open("w") as sink:
         for index in range(runs):
             started = time.perf_counter()
-            for item in staged:
-                # As plain_timing.py's own driver runs each pair (`--one`, a fresh
-                # process), with the host's speed probed just before, as the judge
-                # probes it before each round of calls (host_speed.py).
-                host_us = host_probe_us()
-                done = subprocess.run([sys.executable, str(plain), "--one", item["task"],
-                                       item["candidate"]], capture_output=True, text=True,
-                                      check=False)
-                sink.write(done.stdout + done.stderr)
-                for line in done.stdout.splitlines():
-                    if line.startswith("{"):
-                        by_stem[item["stem"]].append({**json.loads(line),
-                                                      "host_probe_us": host_us})
+            for first in range(0, len(staged), batch):
+                items = staged[first:first + batch]
+                waiting = [_Waiting(plain, item) for item in items] if ahead else []
+                alive = [w.ready() for w in waiting]
+                for position, item in enumerate(items):
+                    # The host's speed probed just before, as the judge probes it before
+                    # each round of calls (host_speed.py).
+                    host_us = host_probe_us()
+                    if ahead:
+                        stdout, stderr = waiting[position].go()
+                        if not alive[position]:
+                            stderr = f"{item['stem']}: its process ended before its turn\n" + stderr
+                    else:
+                        done = subprocess.run([sys.executable, str(plain), "--one", item["task"],
+                                               item["candidate"]], capture_output=True,
+                                              text=True, check=False)
+                        stdout, stderr = done.stdout, done.stderr
+                    sink.write(stdout + stderr)
+                    for line in stdout.splitlines():
+                        if line.startswith("{"):
+                            by_stem[item["stem"]].append({**json.loads(line),
+                                                          "host_probe_us": host_us})
             print(f"plain pass {index + 1}/{runs}: {time.perf_counter() - started:.0f} s",
                   flush=True)
             if after_pass is not None:
@@ -381,6 +424,9 @@ def main() -> None:
     parser.add_argument("--kind", default="", help="only pairs of this kind: " + ", ".join(
         sorted({pair[3] for pair in PAIRS})) + " (conv: the 8 convolution pairs, about 450 s with --runs 3)")
     parser.add_argument("--suite-args", default="", help="extra flags for kernelevo suite")
+    parser.add_argument("--ahead", type=int, default=8,
+                        help="plain runs whose processes import torch together before their "
+                             "turns (none times meanwhile); 0: each process started on its turn")
     parser.add_argument("--shard", default="1/1",
                         help="I/N: every Nth pair from the Ith (a plain run costs about 10 s "
                              "a pair, so 32 pairs x 3 runs need about 3 device calls of 9 min)")
@@ -436,7 +482,8 @@ def main() -> None:
         (args.out / "agreement.md").write_text(text)
         return text
 
-    print(write(run_plain(plain, staged, args.runs, args.out / "plain.log", after_pass=write)))
+    print(write(run_plain(plain, staged, args.runs, args.out / "plain.log", after_pass=write,
+                          ahead=args.ahead)))
 
 
 if __name__ == "__main__":
