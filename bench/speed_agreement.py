@@ -190,7 +190,8 @@ def run_plain(plain: Path, staged: list[dict], runs: int, log: Path,
                     for line in stdout.splitlines():
                         if line.startswith("{"):
                             by_stem[item["stem"]].append({**json.loads(line),
-                                                          "host_probe_us": host_us})
+                                                          "host_probe_us": host_us,
+                                                          "imported_ahead": bool(ahead)})
             print(f"plain pass {index + 1}/{runs}: {time.perf_counter() - started:.0f} s",
                   flush=True)
             if after_pass is not None:
