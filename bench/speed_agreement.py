@@ -159,10 +159,10 @@ def run_plain(plain: Path, staged: list[dict], runs: int, log: Path,
     """Each pair `runs` times, pass after pass; pair stem -> its runs' JSON rows.
 
     Each run is plain_timing.py's `--one` in a fresh process of its own, as its
-    own driver runs it. Importing torch takes about 5 s of the 6.5 s a run
-    costs on the GPU machine, so with `ahead` > 0 the next `ahead` runs' processes
-    import together while none is timing, then time one after another, each
-    alone; `ahead` 0 starts each run's process on its turn. `after_pass(by_stem)`
+    own driver runs it. With `ahead` > 0 the next `ahead` runs' processes import
+    torch and Triton together while none is timing, then time one after
+    another, each alone (4.9 s a run on an H100, 6.5 s without: bench/RESULTS.md);
+    `ahead` 0 starts each run's process on its turn. `after_pass(by_stem)`
     runs after each pass, so a call cut by its limit keeps the passes done."""
     by_stem: dict[str, list[dict]] = {item["stem"]: [] for item in staged}
     batch = max(ahead, 1)
@@ -429,8 +429,8 @@ def main() -> None:
                         help="plain runs whose processes import torch together before their "
                              "turns (none times meanwhile); 0: each process started on its turn")
     parser.add_argument("--shard", default="1/1",
-                        help="I/N: every Nth pair from the Ith (a plain run costs about 10 s "
-                             "a pair, so 32 pairs x 3 runs need about 3 device calls of 9 min)")
+                        help="I/N: every Nth pair from the Ith (32 pairs: the suite about 85 s, "
+                             "a plain pass about 160 s on an H100)")
     parser.add_argument("--summarize", nargs="*", type=Path, default=None,
                         help="merge these shards' agreement.json into --out's table; no GPU")
     args = parser.parse_args()
