@@ -161,7 +161,7 @@ def run_plain(plain: Path, staged: list[dict], runs: int, log: Path,
     Each run is plain_timing.py's `--one` in a fresh process of its own, as its
     own driver runs it. With `ahead` > 0 the next `ahead` runs' processes import
     torch and Triton together while none is timing, then time one after
-    another, each alone (4.9 s a run on an H100, 6.5 s without: bench/RESULTS.md);
+    another, each alone (4.9 s a run on one H100; 6.5 s without, on another: bench/RESULTS.md);
     `ahead` 0 starts each run's process on its turn. `after_pass(by_stem)`
     runs after each pass, so a call cut by its limit keeps the passes done."""
     by_stem: dict[str, list[dict]] = {item["stem"]: [] for item in staged}
