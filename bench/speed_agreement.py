@@ -128,9 +128,11 @@ def run_suite(out: Path, extra: list[str]) -> tuple[list[dict], float]:
 # A plain run's process, started ahead: it imports what plain_timing.py imports at its top
 # (no CUDA: nothing touches the GPU), says so, and waits on its stdin; told to go, it runs
 # plain_timing.py as `python3 plain_timing.py --one TASK CANDIDATE` would, in the same process.
+# Its stdin closed without a go (this script stopped or cut by its limit), it ends untimed:
+# it must not time beside whatever runs on the GPU next.
 WAITER = ("import runpy, sys; import torch, triton.testing; print('ready', flush=True); "
-          "sys.stdin.readline(); sys.argv = sys.argv[1:]; "
-          "runpy.run_path(sys.argv[0], run_name='__main__')")
+          "sys.exit(0) if sys.stdin.readline().strip() != 'go' else None; "
+          "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
 
 
 class _Waiting:

@@ -70,3 +70,15 @@ def test_a_run_that_fails_leaves_its_error_in_the_log_and_the_others_their_rows(
     assert "this pair fails" in log
     assert [json.loads(line)["task"].endswith("a.py") for line in log.splitlines()
             if line.startswith("{")] == [True, False]
+
+
+def test_a_run_started_ahead_whose_driver_stops_before_its_turn_ends_untimed(tmp_path):
+    agreement = bench_module("speed_agreement")
+    plain = tmp_path / "plain_timing.py"
+    plain.write_text(FAKE_PLAIN)
+    waiting = agreement._Waiting(plain, _staged(tmp_path, ["a"])[0])
+    assert waiting.ready()
+    waiting.process.stdin.close()  # as when the driver dies: no go comes
+    stdout = waiting.process.stdout.read()
+    assert waiting.process.wait(timeout=30) == 0
+    assert stdout == ""  # it timed nothing
