@@ -13,8 +13,12 @@ launch-bound pair's interval is at least as wide as the loop's spread.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
+from typing import Iterator
+
+from kernelevo.evaluate.shared.messages import HostQuiet, QuietReply, Sender
 
 _PROBE_STEPS = 4000  # about 100 us of Python on a server core
 # Spread (third quartile over first, less one) below which nothing is said.
@@ -63,3 +67,32 @@ def note(host_spread: float, bound: list[str]) -> str | None:
     return (f"the host's speed moved {host_spread:.0%} while the calls were timed (quartiles "
             f"of a fixed Python loop before each round){who}: a rerun that times one "
             "contestant after the other moves as much")
+
+
+class QuietHost:
+    """Asks the judge to stand its other jobs still while a launch-bound call measure runs
+    (sandbox/quiet.py), and says afterwards how many did; `asks` False asks nothing."""
+
+    def __init__(self, channel: Sender, asks: bool) -> None:
+        self.channel, self.asks = channel, asks
+        self.most = 0  # the most of the judge's other jobs held at once
+
+    @contextlib.contextmanager
+    def __call__(self) -> Iterator[int]:
+        if not self.asks:
+            yield 0
+            return
+        held = QuietReply.from_json(self.channel.ask(HostQuiet(on=True))).held
+        self.most = max(self.most, held)
+        try:
+            yield held
+        finally:
+            self.channel.ask(HostQuiet(on=False))
+
+    def note(self) -> str | None:
+        """The verdict's note, where others stood still."""
+        if not self.most:
+            return None
+        return (f"call time: the judge's other jobs ({self.most} at most) stood still while "
+                "the launch-bound calls were timed, as a plain process times on a quiet "
+                "machine ([eval.timing] hold_other_jobs)")

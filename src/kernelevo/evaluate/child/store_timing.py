@@ -13,6 +13,7 @@ from typing import Any, Callable
 import torch
 
 from kernelevo.evaluate.analysis.baseline_drift import STORED_MIN_MS
+from kernelevo.evaluate.child import host_speed
 from kernelevo.evaluate.child.baselines import Baselines
 from kernelevo.evaluate.child.timing import time_contestants
 from kernelevo.evaluate.shared import inputs as task_inputs
@@ -68,12 +69,14 @@ def _stored_or_timed(task: Any, job: WorkerJob, baselines: Baselines, channel: S
     device, dtype = job.device, getattr(torch, job.dtype)
     seeds = random.SystemRandom().sample(range(1, 1 << 30), _STORE_SETS)
     sets = [task_inputs.make_inputs(task, seed, device, dtype) for seed in seeds]
+    quiet = host_speed.QuietHost(channel, device == "cuda" and job.timing.hold_other_jobs)
     with torch.no_grad(), on_timing_core(timing_core(visible_gpu_ordinal())):
         run = time_contestants(dict(baselines.contestants), sets, job.timing,
-                               lambda *_: None)
+                               lambda *_: None, quiet=quiet)
     del sets
     measures = run.as_json()
-    notes = tuple(run.notes) + tuple(f"baselines: {flag}" for flag in run.flags)
+    notes = (tuple(run.notes) + tuple(f"baselines: {flag}" for flag in run.flags)
+             + tuple(f"baselines: {note}" for note in (quiet.note(),) if note))
     asked = time.perf_counter()
     channel.ask(BaselineTimes(measures, notes))  # the rest of the warm-up: shared again
     waits["store_gate_wait"] += time.perf_counter() - asked

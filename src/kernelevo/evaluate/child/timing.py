@@ -29,7 +29,7 @@ import math
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, ContextManager, Sequence
+from typing import Any, Callable, ContextManager, Iterator, Sequence
 
 import torch
 
@@ -43,6 +43,9 @@ Contestant = Callable[..., Any]
 # (contestant, measure, set, output) -> a problem that ends that contestant's
 # timing at once (its outputs are already wrong), or None
 AfterSample = Callable[[str, str, int, Any], "str | None"]
+# Entered around the call measure's rounds where a contestant is launch-bound: the
+# judge's other jobs stand still meanwhile (sandbox/quiet.py); it gives how many do.
+Quiet = Callable[[], ContextManager[int]]
 
 
 @dataclass
@@ -251,7 +254,8 @@ def time_contestants(contestants: dict[str, Contestant], sets: list[list[Any]],
                      launches: LaunchCount | None = None,
                      brief: dict[str, tuple[int, int]] | None = None,
                      load: Load | None = None,
-                     unhooked: Callable[[], ContextManager[Any]] | None = None) -> TimingRun:
+                     unhooked: Callable[[], ContextManager[Any]] | None = None,
+                     quiet: Quiet | None = None) -> TimingRun:
     """Every measure of every contestant; `after(name, measure, set, output)` sees outputs.
 
     `counted`: the sets whose times make the statistics (the task's own
@@ -267,6 +271,7 @@ def time_contestants(contestants: dict[str, Contestant], sets: list[list[Any]],
     `load(i)`, when given, makes set i current in place of copying it into
     the arena: `sets` are then empty lists and contestants take no arguments
     (timing_backward.py keeps a graph per set that way).
+    `quiet()` is entered around the call measure when a contestant is launch-bound.
     """
     run = TimingRun()
     run.brief = dict(brief or {})
@@ -283,7 +288,7 @@ def time_contestants(contestants: dict[str, Contestant], sets: list[list[Any]],
                 for name, call in calls.items()}
         sampler.shares = shares
         run.seconds["warm"] = time.perf_counter() - started
-        _measure(calls, warm, graphed, sampler, rotation, config, after, run)
+        _measure(calls, warm, graphed, sampler, rotation, config, after, run, quiet)
     if launches is not None:
         run.launches = count_own_launches(calls, lambda: sampler.load(rotation.counted[0]),
                                           launches)
@@ -292,7 +297,7 @@ def time_contestants(contestants: dict[str, Contestant], sets: list[list[Any]],
 
 def _measure(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, float]],
              graphed: set[str], sampler: Any, rotation: "_Rotation", config: TimingConfig,
-             after: AfterSample, run: TimingRun) -> None:
+             after: AfterSample, run: TimingRun, quiet: Quiet | None = None) -> None:
     """Every measure, one after another, into `run`."""
     # As timeit does: a collection of this process's many objects (torch,
     # inductor) would land on whichever call happens to trigger it.
@@ -303,7 +308,13 @@ def _measure(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, f
         run.measures["gpu"] = _gpu_time(calls, warm, graphed, sampler, rotation, config,
                                         after, run)
         run.seconds["gpu"], started = time.perf_counter() - started, time.perf_counter()
-        run.measures["call"] = _call_time(calls, warm, sampler, rotation, config, after, run)
+        run.launch_bound = [name for name in calls if host_speed.launch_bound(
+            warm[name][0] * sampler.shares.get(name, 1), warm[name][1])]
+        # host time is what a launch-bound call measures: the machine as quiet as a
+        # plain process's while it is timed
+        with (quiet if quiet is not None and run.launch_bound else _nobody_held)():
+            run.measures["call"] = _call_time(calls, warm, sampler, rotation, config, after,
+                                              run)
         run.seconds["call"], started = time.perf_counter() - started, time.perf_counter()
         if config.measure == "kernelbench":
             run.measures["kernelbench"] = _kernelbench_time(calls, sampler, rotation, after,
@@ -312,6 +323,11 @@ def _measure(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, f
     finally:
         if collecting:
             gc.enable()
+
+
+@contextlib.contextmanager
+def _nobody_held() -> Iterator[int]:
+    yield 0
 
 
 def _gpu_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, float]],
@@ -411,8 +427,6 @@ def _call_time(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float,
     slowest_loop = max(per_loop[name] * warm[name][0] * share[name] for name in calls)
     loops = int(min(30, max(5, config.call_target_ms / slowest_loop)))
     samples: dict[str, list[tuple[int, float]]] = {name: [] for name in calls}
-    run.launch_bound = [name for name in calls
-                        if host_speed.launch_bound(warm[name][0] * share[name], warm[name][1])]
     for index in range(rotation.rounds(loops, 5)):
         set_index = rotation.set_of(index)
         run.host_us.append(host_speed.probe_us())

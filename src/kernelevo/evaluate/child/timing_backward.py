@@ -38,7 +38,7 @@ from kernelevo.evaluate.analysis.tolerance import compare_tensor
 from kernelevo.evaluate.child import guards
 from kernelevo.evaluate.child.baselines import CompiledInAModel
 from kernelevo.evaluate.child.launch_check import LaunchCount, skipped_work
-from kernelevo.evaluate.child.timing import TimingRun, summarize, time_contestants
+from kernelevo.evaluate.child.timing import Quiet, TimingRun, summarize, time_contestants
 from kernelevo.evaluate.shared.gradients import (NotDifferentiable, grad_inputs, parameters_of,
                                                  projections)
 from kernelevo.evaluate.verdict import workload_measure
@@ -194,7 +194,8 @@ def time_backward(contestants: dict[str, Any], sets: list[list[Any]], seeds: Seq
                   config: TimingConfig, counted: Sequence[int] | None = None,
                   launches: LaunchCount | None = None,
                   tolerance: tuple[float, float] = (1e-4, 1e-4),
-                  unhooked: Callable[[], ContextManager[Any]] | None = None) -> BackwardTiming:
+                  unhooked: Callable[[], ContextManager[Any]] | None = None,
+                  quiet: Quiet | None = None) -> BackwardTiming:
     """The train and backward measures of every contestant on `sets` (seeded by `seeds`).
 
     A candidate's timed gradients are checked against its own first
@@ -223,7 +224,7 @@ def time_backward(contestants: dict[str, Any], sets: list[list[Any]], seeds: Seq
         return result
     after = _checker(trainers, tolerance)
     train = _timed({n: t.train for n, t in trainers.items()}, trainers, sets, config, after,
-                   counted, launches, unhooked)
+                   counted, launches, unhooked, quiet)
     _collect(result, TRAIN, train)
     refused = {name: _replayable(trainer) for name, trainer in trainers.items()
                if name not in result.dropped}
@@ -241,7 +242,8 @@ def time_backward(contestants: dict[str, Any], sets: list[list[Any]], seeds: Seq
                                 "its backward alone is train minus forward with grad, timed "
                                 "in the same rounds")
     if calls:
-        backward = _timed(calls, trainers, sets, config, after, counted, launches, unhooked)
+        backward = _timed(calls, trainers, sets, config, after, counted, launches, unhooked,
+                          quiet)
         for name in list(calls):
             if name.endswith(_FORWARD):
                 _difference(backward, name.removesuffix(_FORWARD))
@@ -255,7 +257,8 @@ def time_backward(contestants: dict[str, Any], sets: list[list[Any]], seeds: Seq
 def _timed(calls: dict[str, Callable[[], Any]], trainers: dict[str, _Trainer],
            sets: list[list[Any]], config: TimingConfig, after: Any,
            counted: Sequence[int] | None, launches: LaunchCount | None,
-           unhooked: Callable[[], ContextManager[Any]] | None = None) -> TimingRun:
+           unhooked: Callable[[], ContextManager[Any]] | None = None,
+           quiet: Quiet | None = None) -> TimingRun:
     """One interleaved timing of `calls`, each contestant's set loaded by its trainer."""
     for name, call in list(calls.items()):
         share = trainers[name.removesuffix(_FORWARD)].calls_per_invocation
@@ -268,7 +271,7 @@ def _timed(calls: dict[str, Callable[[], Any]], trainers: dict[str, _Trainer],
 
     with torch.enable_grad():
         return time_contestants(calls, [[] for _ in sets], config, after, counted, launches,
-                                load=load, unhooked=unhooked)
+                                load=load, unhooked=unhooked, quiet=quiet)
 
 
 class _Shared:

@@ -30,8 +30,8 @@ from kernelevo.evaluate.child.tf32_tolerance import fixed_rule, tf32_tolerances
 from kernelevo.evaluate.child.samplers import load_set
 from kernelevo.evaluate.child.timing import TimingRun, speedup_range, time_contestants
 from kernelevo.evaluate.child.timing_backward import BackwardTiming, time_backward
-from kernelevo.evaluate.shared.cores import (autograd_threads, core_words, on_timing_core,
-                                             timing_core, visible_gpu_ordinal)
+from kernelevo.evaluate.shared.cores import (core_words, on_timing_core, timing_core,
+                                             visible_gpu_ordinal)
 from kernelevo.evaluate.shared import inputs as task_inputs
 from kernelevo.evaluate.shared.messages import (BaselinesReply, Progress, ReadyReply, Sender, Timed,
                                                 Timing, WorkerJob)
@@ -101,28 +101,30 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any, job: Wor
             tf32_notes = (note,)
     how, ratios = "beside", {}
     core = timing_core(visible_gpu_ordinal())
-    # a backward's host work runs in autograd's device thread: pinned beside the caller
-    threads = autograd_threads() if job.backward else []
-    with torch.no_grad(), on_timing_core(core, threads) as pinned:
+    quiet = host_speed.QuietHost(channel, device == "cuda" and config.hold_other_jobs)
+    # A backward's host work runs in autograd's device thread, which stays off the timing
+    # core, as in a user's process: pinned beside the caller, a Python-launched backward
+    # read 0.165 ms a step where plain processes read 0.220 (bench/RESULTS.md).
+    with torch.no_grad(), on_timing_core(core) as pinned:
         if probe is None:
             run = time_contestants(contestants, sets, config, after, counted or None, launches,
-                                   unhooked=unhooked)
+                                   unhooked=unhooked, quiet=quiet)
         else:
             assert stored is not None and stored.measures is not None
             timed = {n: c for n, c in contestants.items()
                      if n == probe or n.startswith("candidate_")}
             run = time_contestants(timed, sets, config, after, counted or None, launches,
                                    brief={probe: (PROBE_GPU_SAMPLES, PROBE_CALL_LOOPS)},
-                                   unhooked=unhooked)
+                                   unhooked=unhooked, quiet=quiet)
             ratios = drift(run.as_json(), stored.measures, probe)
             how = "stored" if steady(ratios) else "drifted"
             if how == "drifted":  # timed as without a store: every baseline beside them
                 probed_s = sum(run.seconds.values())
                 run = time_contestants(contestants, sets, config, after, counted or None,
-                                       launches, unhooked=unhooked)
+                                       launches, unhooked=unhooked, quiet=quiet)
                 run.seconds["probe"] = probed_s
         trained = (_backward_timing(contestants, run, sets, given, config, counted, launches,
-                                    trained_at, unhooked) if job.backward else None)
+                                    trained_at, unhooked, quiet) if job.backward else None)
     timing_s = time.perf_counter() - started
     # Profiled after timing, so no profiler state can touch a timed call. The
     # judge answers at once, its hold on the GPU shared from then on (a profile
@@ -154,7 +156,8 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any, job: Wor
     spread = host_speed.spread(run.host_us)
     # without a GPU, every call is host time and no speedup is reported
     host_note = host_speed.note(spread, run.launch_bound) if device == "cuda" else None
-    notes = tuple(baselines.notes + run.notes) + tf32_notes + ((host_note,) if host_note else ())
+    notes = (tuple(baselines.notes + run.notes) + tf32_notes
+             + tuple(note for note in (host_note, quiet.note()) if note))
     flags, rounds = tuple(run.flags), run.rounds if how != "stored" else {}
     if how == "stored":
         assert stored is not None and stored.measures is not None
@@ -188,8 +191,8 @@ def _backward_timing(contestants: dict[str, Any], run: TimingRun, sets: list[lis
                      given: ReadyReply, config: Any, counted: list[int],
                      launches: Callable[[], int] | None,
                      tolerances: Sequence[Sequence[float]],
-                     unhooked: Callable[[], ContextManager[Any]] | None = None
-                     ) -> BackwardTiming:
+                     unhooked: Callable[[], ContextManager[Any]] | None = None,
+                     quiet: host_speed.QuietHost | None = None) -> BackwardTiming:
     """The train and backward measures (timing_backward.py) of every contestant still timed.
 
     Candidates' timed gradients are checked against their own first ones at
@@ -201,7 +204,7 @@ def _backward_timing(contestants: dict[str, Any], run: TimingRun, sets: list[lis
                  max((rtol for _, rtol in tolerances), default=1e-4))
     try:
         return time_backward(timed, sets, given.seeds, config, counted or None, launches,
-                             tolerance, unhooked)
+                             tolerance, unhooked, quiet)
     except Exception as exc:  # noqa: BLE001 - the forward's times stand without these
         if not is_out_of_memory(exc):
             raise

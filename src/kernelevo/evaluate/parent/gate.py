@@ -209,6 +209,8 @@ class Hold:
         self.about: Callable[[], str] | None = None
         # Who held the GPU while the last exclusive hold was waited for: {label: seconds}.
         self.waited_on: dict[str, float] = {}
+        # Told whether the GPU is held alone, each time that changes (set by its owner)
+        self.on_exclusive: Callable[[bool], None] | None = None
 
     def shared(self) -> None:
         self.release()
@@ -218,7 +220,7 @@ class Hold:
     def exclusive(self, urgent: bool | Callable[[], bool] = True) -> None:
         self.release()
         self.waited_on = self.gate.acquire_exclusive(self.give_up, urgent)
-        self.state = "exclusive"
+        self._set("exclusive")
 
     def downgrade(self) -> None:
         """Exclusive to shared at once (GpuGate.downgrade); any other state: `shared()`."""
@@ -226,14 +228,20 @@ class Hold:
             self.shared()
             return
         self.gate.downgrade(self, self.label)
-        self.state = "shared"
+        self._set("shared")
 
     def release(self) -> None:
         if self.state == "shared":
             self.gate.release_shared(self)
         elif self.state == "exclusive":
             self.gate.release_exclusive()
-        self.state = "none"
+        self._set("none")
+
+    def _set(self, state: str) -> None:
+        was = self.state == "exclusive"
+        self.state = state
+        if self.on_exclusive is not None and was != (state == "exclusive"):
+            self.on_exclusive(state == "exclusive")
 
 
 def gate_for(device: str, gpu_index: int | None) -> GpuGate:

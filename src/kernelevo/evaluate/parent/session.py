@@ -37,12 +37,14 @@ from kernelevo.evaluate.parent.host import JudgeHost
 from kernelevo.evaluate.parent.oracle_run import OracleRun, wait_for
 from kernelevo.evaluate.parent.outcome import build_verdicts
 from kernelevo.evaluate.parent.worker_state import WorkerState
+from kernelevo.evaluate.sandbox import quiet
 from kernelevo.evaluate.sandbox.jobs import Deadline, JobResult, run_job, stopping
 from kernelevo.evaluate.shared.gradients import backward_on
 from kernelevo.evaluate.shared.messages import (WORKER_KINDS, Abort, BaselinesReply, BaselineTimes,
-                                                Checked, CpuWork, Gpu, Granted, Message, Ready,
-                                                ReadyReply, StoredBaselines, Timed, TimeThese,
-                                                Timing, WorkerJob, decode)
+                                                Checked, CpuWork, Gpu, Granted, HostQuiet,
+                                                Message, QuietReply, Ready, ReadyReply,
+                                                StoredBaselines, Timed, TimeThese, Timing,
+                                                WorkerJob, decode)
 from kernelevo.evaluate.verdict import Verdict, verdict_for
 from kernelevo.task import Task
 
@@ -93,6 +95,8 @@ class Session:
         self.oracle = OracleRun(judge, task, self.scratch / "oracle",
                                  Hold(gate, self.abandoned, f"{label}:oracle"), self._yield)
         self.hold = Hold(gate, self.abandoned, f"{label}:worker")
+        # A worker holding the GPU alone is never stood still for another's timing
+        self.hold.on_exclusive = lambda alone: quiet.timing(self.deadline.pid, alone)
         self.hold.about = self.oracle.hold.about = self._about
         self._closed = False
         self._discarded = False  # nobody waits for its verdicts (discard())
@@ -253,6 +257,8 @@ class Session:
             if not self._ready_heard:  # a candidate's process keeps its hold
                 self.hold.release()
             return Granted()
+        if isinstance(message, HostQuiet):  # its calls timed next (on) or timed
+            return self._host_quiet(message.on)
         if isinstance(message, StoredBaselines):
             return self._stored_baselines()
         if isinstance(message, BaselineTimes):
@@ -308,6 +314,17 @@ class Session:
         self._wait_for(lambda: self.hold.exclusive(urgent=self._given.is_set))
         self._timing_baselines = True
         return BaselinesReply(time_them=True)
+
+    def _host_quiet(self, on: bool) -> QuietReply:
+        """The judge's other jobs stood still while this worker times its calls
+        (sandbox/quiet.py): only while it holds the GPU alone, and only once its timing
+        asks; going back to shared (or none) ends it too."""
+        pid = self.deadline.pid
+        if pid is None or not on or self.hold.state != "exclusive":
+            if pid is not None:
+                quiet.release(pid)
+            return QuietReply()
+        return QuietReply(held=quiet.hold_others(pid))
 
     @contextmanager
     def _off_gpu(self) -> Iterator[None]:

@@ -36,6 +36,7 @@ from kernelevo.evaluate.sandbox import confine
 from kernelevo.evaluate.shared.cores import keep_off_timing_cores
 from kernelevo.evaluate.sandbox import environment as allowed
 from kernelevo.evaluate.sandbox import namespaces
+from kernelevo.evaluate.sandbox import quiet
 from kernelevo.evaluate.sandbox import redact
 from kernelevo.evaluate.sandbox.lifeline import (
     MARKER_ENV, die_with_parent, kill_marked, release_forkserver, start_guard, stop_guard)
@@ -355,6 +356,7 @@ def run_job(target: Callable[..., None], payload: dict[str, Any], scratch: Path,
         process.start()
     with _live_lock:
         _live_jobs[process.pid] = marker
+    quiet.register(process.pid, deadline)  # held at once while a timing asks for quiet
     deadline.pid, deadline.marker = process.pid, marker
     deadline.sentinel, deadline.over = process.sentinel, False
     if _stopping.is_set():  # told to stop while this one was starting
@@ -367,6 +369,7 @@ def run_job(target: Callable[..., None], payload: dict[str, Any], scratch: Path,
     finally:
         with _live_lock:
             _live_jobs.pop(process.pid, None)
+        quiet.unregister(process.pid)  # a stopped job could not end
         # A process killed mid-kernel keeps its GPU context until the driver
         # has torn it down, which can take seconds: the next job must not
         # share the GPU with it, so wait for the exit (bounded).
@@ -424,6 +427,7 @@ def _decode(raw: bytes) -> dict[str, Any]:
 
 def _end_job(pid: int) -> None:
     """Ask the job's keeper to kill every process of the job (and then end itself)."""
+    quiet.unregister(pid)  # continued first: a stopped keeper would not hear it
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, signal.SIGTERM)
 

@@ -346,6 +346,15 @@ class Timed(Message):
 
 
 @dataclass(frozen=True)
+class HostQuiet(Message):
+    """(ask) The worker's calls are about to be timed (`on`) or are timed: the judge's other
+    jobs stand still meanwhile (sandbox/quiet.py). Answered with `QuietReply`."""
+
+    kind: ClassVar[str] = "host_quiet"
+    on: bool = True
+
+
+@dataclass(frozen=True)
 class Timing(Message):
     """What timing found: stats by measure and contestant, and what the judge should know."""
 
@@ -447,6 +456,13 @@ class BaselinesReply(Message):
 
 
 @dataclass(frozen=True)
+class QuietReply(Message):
+    """The reply to `HostQuiet`: how many of the judge's other jobs stand still now."""
+
+    held: int = 0
+
+
+@dataclass(frozen=True)
 class TimeThese(Message):
     """The reply to `Checked`: the indexes of the candidates to time."""
 
@@ -457,8 +473,8 @@ ORACLE_KINDS: dict[str, type[Message]] = {
     m.kind: m for m in (Isolation, Gpu, Progress, Garbage, Reference, OracleDone, TaskFailed)}
 WORKER_KINDS: dict[str, type[Message]] = {
     m.kind: m for m in (Isolation, Gpu, CpuWork, Progress, Garbage, StoredBaselines,
-                        BaselineTimes, Ready, Failed, CheckedCandidate, Checked, Timed, Timing,
-                        WorkerDone)}
+                        BaselineTimes, Ready, Failed, CheckedCandidate, Checked, Timed, HostQuiet,
+                        Timing, WorkerDone)}
 PREBUILD_KINDS: dict[str, type[Message]] = {
     m.kind: m for m in (Isolation, Garbage, PrebuildDone)}
 COMPILE_CHECK_KINDS: dict[str, type[Message]] = {

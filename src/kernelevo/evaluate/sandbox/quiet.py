@@ -1,0 +1,139 @@
+"""Other jobs held still while a launch-bound call is timed, as a plain process times alone.
+
+A launch-bound call's time is the host's time to queue it, and that time
+follows what the machine's other cores do, not only the timing core: on an
+H100 host, the same pair's plain loop on a core of its own read 1.4-1.8x
+slower with a Python loop or a memory-copying loop on each other core, and
+the speedup moved 0.82-1.35x; with those loops stopped (SIGSTOP) both
+contestants read as on a quiet machine (1.01-1.09x; `bench/host_load.py`,
+bench/RESULTS.md). Keeping the timing core free (shared/cores.py) does not
+help there: the shared cache, memory bandwidth and clock do the slowing. So
+while a worker times its calls (the call measure, only where a contestant is
+launch-bound), the judge stops every other job's processes (their oracles,
+workers, builds and compiles) and continues them after.
+
+Only a job that holds the GPU alone may ask (its session checks that), and
+a job that holds the GPU alone is never stopped: on a machine of several
+GPUs, two timings can run at once. The seconds a job stood stopped are added
+to its wall-clock limit (the limit waits while it stands), so a held job is never
+timed out for it. A job
+started while others are held is held as it registers. Each process is
+continued when the last timing that held it lets go, when its session's hold
+on the GPU leaves the timing phase, or when the job ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+import time
+from typing import Protocol
+
+
+class _Limit(Protocol):
+    at: float
+
+
+_lock = threading.Lock()
+_jobs: dict[int, _Limit] = {}  # every live job's first process -> its wall-clock limit
+_timing: set[int] = set()  # jobs holding a GPU alone now: never stopped
+_asking: set[int] = set()  # jobs whose timing asked for the others to stand still
+_held: dict[int, float] = {}  # stopped jobs -> the seconds their limit had left
+
+
+def register(pid: int, limit: _Limit) -> None:
+    """A job started: it is held at once if a timing asks for quiet now."""
+    with _lock:
+        _jobs[pid] = limit
+        if _asking and pid not in _timing:
+            _stop(pid)
+
+
+def unregister(pid: int) -> None:
+    """A job ended (or is being ended): continued, so it can exit, and forgotten."""
+    with _lock:
+        _continue(pid)
+        _jobs.pop(pid, None)
+        _timing.discard(pid)
+        _asking.discard(pid)
+        _release_if_unasked()
+
+
+def timing(pid: int | None, on: bool) -> None:
+    """Whether the job `pid` holds a GPU alone: while it does it is never stopped (it is
+    continued now if a quiet asked for by another GPU's timing held it). Leaving, its own
+    ask for quiet ends."""
+    if pid is None:
+        return
+    with _lock:
+        if on:
+            _timing.add(pid)
+            _continue(pid)
+            return
+        _timing.discard(pid)
+        _asking.discard(pid)
+        _release_if_unasked()
+        if _asking and pid in _jobs:  # another GPU's timing still wants quiet
+            _stop(pid)
+
+
+def hold_others(pid: int) -> int:
+    """Stop every other job not timing, for the timing of job `pid`; how many are held."""
+    with _lock:
+        _asking.add(pid)
+        for other in _jobs:
+            if other not in _timing and other not in _asking and other not in _held:
+                _stop(other)
+        return len(_held)
+
+
+def release(pid: int) -> None:
+    """The timing of job `pid` needs quiet no more; others' processes go on unless
+    another timing still asks."""
+    with _lock:
+        _asking.discard(pid)
+        _release_if_unasked()
+
+
+def held() -> list[int]:
+    """The jobs stopped now (for tests and logs)."""
+    with _lock:
+        return sorted(_held)
+
+
+def _release_if_unasked() -> None:
+    if not _asking:
+        for pid in list(_held):
+            _continue(pid)
+
+
+def _stop(pid: int) -> None:
+    """Lock held: stop the job's process and its process group (each job is a session
+    of its own once started; before that, its one process). Its limit waits meanwhile."""
+    _signal(pid, signal.SIGSTOP)
+    limit = _jobs.get(pid)
+    if limit is None:
+        _held[pid] = float("inf")
+        return
+    _held[pid] = limit.at - time.monotonic()
+    limit.at = float("inf")
+
+
+def _continue(pid: int) -> None:
+    """Lock held: continue a stopped job, its limit as far off as when it stopped."""
+    left = _held.pop(pid, None)
+    if left is None:
+        return
+    _signal(pid, signal.SIGCONT)
+    limit = _jobs.get(pid)
+    if limit is not None and limit.at == float("inf"):  # not restarted meanwhile
+        limit.at = time.monotonic() + left
+
+
+def _signal(pid: int, number: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, number)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, number)  # its compilers and builds, its keeper's worker
