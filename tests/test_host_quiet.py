@@ -170,34 +170,23 @@ class _Channel:
         return {"held": self.held} if fields.get("on") else {}
 
 
-def _calls(monkeypatch, bound: bool):
-    """One CPU timing of two contestants, launch-bound or not: what was asked of the judge,
-    how many asks came before the call measure began, and the asker."""
-    monkeypatch.setattr(host_speed, "launch_bound", lambda per_call, queue: bound)
+def test_the_call_measure_is_timed_inside_the_quiet_and_the_gpu_measure_is_not(monkeypatch):
     channel = _Channel(held=5)
     asker = host_speed.QuietHost(Sender(channel), asks=True)
-    entered: list[str] = []
+    entered: list[int] = []  # the asks made when the call measure began
     original = timing._call_time
     monkeypatch.setattr(timing, "_call_time",
-                        lambda *a, **k: (entered.append(str(len(channel.asked))), original(*a, **k))[1])
+                        lambda *a, **k: (entered.append(len(channel.asked)), original(*a, **k))[1])
     config = TimingConfig(warmup_ms=1, target_ms=2, min_samples=2, max_samples=4, call_loop_ms=0.5,
                           call_target_ms=2)
     x = torch.ones(8)
     timing.time_contestants({"eager": lambda v: v + 1, "candidate_0": lambda v: v + 1}, [[x]],
                             config, lambda *_: None, quiet=asker)
-    return channel.asked, entered, asker
-
-
-def test_a_launch_bound_call_measure_is_timed_inside_the_quiet_and_others_are_not(monkeypatch):
-    asked, entered, asker = _calls(monkeypatch, bound=True)
-    # asked once on before the call rounds (not before the gpu measure), off after them
-    assert [fields["on"] for _, fields in asked] == [True, False]
-    assert entered == ["1"]
+    # asked once, on, right before the call rounds (not before the gpu measure); off after
+    assert [fields["on"] for _, fields in channel.asked] == [True, False]
+    assert entered == [1]
     assert asker.most == 5
     assert "5 at most" in asker.note()
-
-    asked, entered, asker = _calls(monkeypatch, bound=False)
-    assert asked == [] and asker.note() is None
 
 
 def test_a_quiet_host_that_may_not_ask_asks_nothing():

@@ -107,7 +107,7 @@ class TimingConfig:
     # Seconds a candidate's @triton.autotune may spend benchmarking configs;
     # past it the configs left are skipped and the verdict says so.
     autotune_budget_s: Annotated[float, POSITIVE] = 60.0
-    # While a launch-bound contestant's calls are timed, the judge's other jobs
+    # While contestants' calls are timed (the call measure), the judge's other jobs
     # (a suite's other lanes: oracles, workers, builds) stand still (SIGSTOP),
     # as a plain process times on a quiet machine: busy other cores slowed a
     # one-launch call 1.4-1.8x on an H100 through the shared cache, memory and

@@ -70,7 +70,7 @@ def note(host_spread: float, bound: list[str]) -> str | None:
 
 
 class QuietHost:
-    """Asks the judge to stand its other jobs still while a launch-bound call measure runs
+    """Asks the judge to stand its other jobs still while a call measure runs
     (sandbox/quiet.py), and says afterwards how many did; `asks` False asks nothing."""
 
     def __init__(self, channel: Sender, asks: bool) -> None:
@@ -94,5 +94,5 @@ class QuietHost:
         if not self.most:
             return None
         return (f"call time: the judge's other jobs ({self.most} at most) stood still while "
-                "the launch-bound calls were timed, as a plain process times on a quiet "
-                "machine ([eval.timing] hold_other_jobs)")
+                "the calls were timed, as a plain process times on a quiet machine "
+                "([eval.timing] hold_other_jobs)")

@@ -43,8 +43,8 @@ Contestant = Callable[..., Any]
 # (contestant, measure, set, output) -> a problem that ends that contestant's
 # timing at once (its outputs are already wrong), or None
 AfterSample = Callable[[str, str, int, Any], "str | None"]
-# Entered around the call measure's rounds where a contestant is launch-bound: the
-# judge's other jobs stand still meanwhile (sandbox/quiet.py); it gives how many do.
+# Entered around the call measure's rounds: the judge's other jobs stand still
+# meanwhile (sandbox/quiet.py); it gives how many do.
 Quiet = Callable[[], ContextManager[int]]
 
 
@@ -271,7 +271,7 @@ def time_contestants(contestants: dict[str, Contestant], sets: list[list[Any]],
     `load(i)`, when given, makes set i current in place of copying it into
     the arena: `sets` are then empty lists and contestants take no arguments
     (timing_backward.py keeps a graph per set that way).
-    `quiet()` is entered around the call measure when a contestant is launch-bound.
+    `quiet()` is entered around the call measure.
     """
     run = TimingRun()
     run.brief = dict(brief or {})
@@ -310,9 +310,10 @@ def _measure(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, f
         run.seconds["gpu"], started = time.perf_counter() - started, time.perf_counter()
         run.launch_bound = [name for name in calls if host_speed.launch_bound(
             warm[name][0] * sampler.shares.get(name, 1), warm[name][1])]
-        # host time is what a launch-bound call measures: the machine as quiet as a
-        # plain process's while it is timed
-        with (quiet if quiet is not None and run.launch_bound else _nobody_held)():
+        # host time is what a call measures where the host is the bottleneck: the
+        # machine as quiet as a plain process's while calls are timed (whether a
+        # call is launch-bound is itself a host reading: 20 us calls fell either side)
+        with (quiet or _nobody_held)():
             run.measures["call"] = _call_time(calls, warm, sampler, rotation, config, after,
                                               run)
         run.seconds["call"], started = time.perf_counter() - started, time.perf_counter()

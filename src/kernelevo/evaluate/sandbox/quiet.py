@@ -1,4 +1,4 @@
-"""Other jobs held still while a launch-bound call is timed, as a plain process times alone.
+"""Other jobs held still while calls are timed, as a plain process times alone.
 
 A launch-bound call's time is the host's time to queue it, and that time
 follows what the machine's other cores do, not only the timing core: on an
@@ -8,18 +8,18 @@ the speedup moved 0.82-1.35x; with those loops stopped (SIGSTOP) both
 contestants read as on a quiet machine (1.01-1.09x; `bench/host_load.py`,
 bench/RESULTS.md). Keeping the timing core free (shared/cores.py) does not
 help there: the shared cache, memory bandwidth and clock do the slowing. So
-while a worker times its calls (the call measure, only where a contestant is
-launch-bound), the judge stops every other job's processes (their oracles,
-workers, builds and compiles) and continues them after.
+while a worker times its calls (the call measure: whether a call is
+launch-bound is itself read off the host, and 20 us calls fell either side),
+the judge stops every other job's processes (their oracles, workers, builds
+and compiles) and continues them after.
 
 Only a job that holds the GPU alone may ask (its session checks that), and
 a job that holds the GPU alone is never stopped: on a machine of several
-GPUs, two timings can run at once. The seconds a job stood stopped are added
-to its wall-clock limit (the limit waits while it stands), so a held job is never
-timed out for it. A job
-started while others are held is held as it registers. Each process is
-continued when the last timing that held it lets go, when its session's hold
-on the GPU leaves the timing phase, or when the job ends.
+GPUs, two timings can run at once. A stopped job's wall-clock limit waits
+while it stands, so it is never timed out for it. A job started while
+others stand still is stopped as it registers. Each is continued when the
+last timing that asked lets go, when that timing's hold on the GPU leaves
+the timing phase, or when the job ends.
 """
 
 from __future__ import annotations
