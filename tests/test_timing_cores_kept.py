@@ -22,6 +22,7 @@ def _machine(monkeypatch, count: int, smt: bool = False) -> list[set[int]]:
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(allowed[-1]))
     monkeypatch.setattr(os, "sched_setaffinity", lambda pid, mask: allowed.append(set(mask)))
     half = count // 2
+    monkeypatch.setattr(cores, "_left", set())
     monkeypatch.setattr(cores, "siblings",
                         lambda core: {core % half, core % half + half} if smt else {core})
     return allowed
@@ -185,6 +186,11 @@ def test_a_commands_judge_moves_its_own_threads_off_the_kept_cores_a_librarys_do
     cores.claim_process()
     assert child_environment("cuda", 0)[TIMING_CORES_ENV] == "15"
     assert allowed[-1] == set(range(15)) and lane[-1] == set(range(15))
+    # every later judge of the process (a suite's next task) names the same core, and the
+    # process keeps the rest (each named one core lower before, until none was kept)
+    for _ in range(12):
+        assert child_environment("cuda", 0)[TIMING_CORES_ENV] == "15"
+    assert allowed[-1] == set(range(15))
 
 
 SRC = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(cores.__file__))))

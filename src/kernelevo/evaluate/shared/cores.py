@@ -46,7 +46,9 @@ def timing_cores(gpu_count: int) -> list[int]:
     """
     if not hasattr(os, "sched_getaffinity") or gpu_count < 1:
         return []
-    allowed = sorted(os.sched_getaffinity(0))
+    # The cores this process left for timing count as allowed: named again, not the next
+    # ones down (each judge of a suite named one core lower, until none was kept).
+    allowed = sorted(os.sched_getaffinity(0) | _left)
     if len(allowed) < MIN_CORES_TO_KEEP:
         return []
     # one per GPU, with its siblings, while half the allowed cores stay for the rest
@@ -99,6 +101,7 @@ def siblings(core: int, root: str = "/sys/devices/system/cpu") -> set[int]:
 
 
 _claimed = False  # whether this process is a command's, every thread of it ours
+_left: set[int] = set()  # the kept cores this process moved off (keep_off_timing_cores)
 
 
 def claim_process() -> None:
@@ -129,6 +132,7 @@ def keep_off_timing_cores(environ: Mapping[str, str] | None = None,
         os.sched_setaffinity(0, rest)
     except OSError:  # a core set this process may not narrow: it runs where it did
         return None
+    _left.update(allowed & kept)
     for thread, _ in (_threads() if every_thread else []):
         try:
             mask = os.sched_getaffinity(thread)
