@@ -120,9 +120,13 @@ def test_a_job_started_while_others_stand_still_is_held_as_it_registers_and_endi
         quiet.register(late.pid, _Limit())
         assert late.pid in quiet.held()
         assert _wait_state(late.pid, {"T"}) == "T"
-        quiet.unregister(late.pid)  # ended meanwhile: continued first, so it can exit
+        time.sleep(0.2)
+        quiet.ending(late.pid)  # being ended: continued first, so it can exit
         assert late.pid not in quiet.held()
         assert _wait_state(late.pid, {"S", "R"}) in {"S", "R"}
+        quiet.hold_others(timer)  # never stopped again
+        assert late.pid not in quiet.held()
+        assert quiet.unregister(late.pid) >= 0.15  # the seconds it stood, in all
     finally:
         late.kill()
         late.wait()
@@ -243,5 +247,6 @@ def test_a_sandboxed_job_stands_still_whole_and_is_not_timed_out_for_it(tmp_path
     worker.join(30)
     result = done["result"]
     assert not result.timed_out and result.exit_code == 0, result.log_tail
+    assert 3.0 <= result.stood_s < 10.0  # for the suite's breakdown of where time goes
     assert int(counter.read_text()) > int(frozen)
     assert quiet.held() == []

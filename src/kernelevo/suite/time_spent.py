@@ -38,6 +38,9 @@ PHASE_GROUPS: dict[str, tuple[str, ...]] = {
                                         "warmup_compile_gpu_wait", "warmup_store_gate_wait"),
     "re-check at other sizes": ("shape_variation",),
     "process exits": ("exit", "oracle_exit"),
+    # a job stopped while another lane's calls were timed (sandbox/quiet.py): inside
+    # whichever phase it was in, shown apart as what the quiet host cost
+    "stood still for other lanes' call timing": ("stood_still", "oracle_stood_still"),
 }
 
 # A row's path on its lane, in turn (evaluate/parent/session.py's PATH): what

@@ -145,6 +145,8 @@ class OracleRun:
                          isolate_network=config.isolate_network, deadline=self.deadline)
         if self._done_at is not None:  # from its last message until its process had ended
             self.phases["oracle_exit"] = time.monotonic() - self._done_at
+        if result.stood_s:  # while other jobs' calls were timed (sandbox/quiet.py)
+            self.phases["oracle_stood_still"] = result.stood_s
         if self.reference is None:
             _raise_oracle_failure(result, config, self._imported)
 

@@ -221,6 +221,8 @@ class Session:
                                   deadline=self.deadline)
             if self.state is not None:  # from its last message to its end (a context torn down)
                 self.state.phases["exit"] = time.monotonic() - self._last_message
+                if self.result.stood_s:  # while other jobs' calls were timed
+                    self.state.phases["stood_still"] = self.result.stood_s
         except BaseException as exc:  # raised in the caller's thread by run()
             self.error = exc
         finally:

@@ -170,6 +170,7 @@ class JobResult:
     log_tail: str = ""
     wall_s: float = 0.0
     exit_wait_s: float = 0.0  # from the kill to the child's exit
+    stood_s: float = 0.0  # stood still while other jobs' calls were timed (quiet.py)
 
     @property
     def final(self) -> dict[str, Any] | None:
@@ -369,7 +370,7 @@ def run_job(target: Callable[..., None], payload: dict[str, Any], scratch: Path,
     finally:
         with _live_lock:
             _live_jobs.pop(process.pid, None)
-        quiet.unregister(process.pid)  # a stopped job could not end
+        result.stood_s = quiet.unregister(process.pid)  # a stopped job could not end
         # A process killed mid-kernel keeps its GPU context until the driver
         # has torn it down, which can take seconds: the next job must not
         # share the GPU with it, so wait for the exit (bounded).
@@ -427,7 +428,7 @@ def _decode(raw: bytes) -> dict[str, Any]:
 
 def _end_job(pid: int) -> None:
     """Ask the job's keeper to kill every process of the job (and then end itself)."""
-    quiet.unregister(pid)  # continued first: a stopped keeper would not hear it
+    quiet.ending(pid)  # continued first: a stopped keeper would not hear it
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, signal.SIGTERM)
 

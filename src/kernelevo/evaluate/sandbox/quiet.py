@@ -41,6 +41,8 @@ _jobs: dict[int, _Limit] = {}  # every live job's first process -> its wall-cloc
 _timing: set[int] = set()  # jobs holding a GPU alone now: never stopped
 _asking: set[int] = set()  # jobs whose timing asked for the others to stand still
 _held: dict[int, float] = {}  # stopped jobs -> the seconds their limit had left
+_since: dict[int, float] = {}  # stopped jobs -> when they stopped (monotonic)
+_stood: dict[int, float] = {}  # live jobs -> seconds stood still so far
 
 
 def register(pid: int, limit: _Limit) -> None:
@@ -51,14 +53,23 @@ def register(pid: int, limit: _Limit) -> None:
             _stop(pid)
 
 
-def unregister(pid: int) -> None:
-    """A job ended (or is being ended): continued, so it can exit, and forgotten."""
+def unregister(pid: int) -> float:
+    """A job ended (or is being ended): continued, so it can exit, and forgotten; the
+    seconds it stood still in all."""
     with _lock:
         _continue(pid)
         _jobs.pop(pid, None)
         _timing.discard(pid)
         _asking.discard(pid)
         _release_if_unasked()
+        return _stood.pop(pid, 0.0)
+
+
+def ending(pid: int) -> None:
+    """A job is being ended: continued, so it can exit, and never stopped again."""
+    with _lock:
+        _continue(pid)
+        _jobs.pop(pid, None)
 
 
 def timing(pid: int | None, on: bool) -> None:
@@ -113,6 +124,7 @@ def _stop(pid: int) -> None:
     """Lock held: stop the job's process and its process group (each job is a session
     of its own once started; before that, its one process). Its limit waits meanwhile."""
     _signal(pid, signal.SIGSTOP)
+    _since[pid] = time.monotonic()
     limit = _jobs.get(pid)
     if limit is None:
         _held[pid] = float("inf")
@@ -127,6 +139,7 @@ def _continue(pid: int) -> None:
     if left is None:
         return
     _signal(pid, signal.SIGCONT)
+    _stood[pid] = _stood.get(pid, 0.0) + time.monotonic() - _since.pop(pid, time.monotonic())
     limit = _jobs.get(pid)
     if limit is not None and limit.at == float("inf"):  # not restarted meanwhile
         limit.at = time.monotonic() + left
