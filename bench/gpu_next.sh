@@ -8,6 +8,7 @@
 #   device run, same warm machine, carry [".kb"]: bash bench/gpu_next.sh suite-fresh-rest
 #   device run, carry [".kb", ".whl"]:           bash bench/gpu_next.sh harness
 #   device run, carry [".kb"]:                   bash bench/gpu_next.sh train
+#   device run, carry [".kb0", ".plain"]:        bash bench/gpu_next.sh agree
 #
 # probes: the host's speed by process (host_neighbours.py), CUDA contexts beside
 #   other processes' kernels and memory churn (cuda_init_load.py), then the six
@@ -33,8 +34,8 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=src
 OUT=${OUT:-/tmp/gpu_next}
 row=${1:-}
 case "$row" in
-probes|suite-fresh|suite-again|suite-fresh-rest|suite-again-rest|harness|train) ;;
-*) echo "usage: bash bench/gpu_next.sh probes|suite-fresh|suite-again|suite-fresh-rest|suite-again-rest|harness|train" >&2
+probes|suite-fresh|suite-again|suite-fresh-rest|suite-again-rest|harness|train|agree) ;;
+*) echo "usage: bash bench/gpu_next.sh probes|suite-fresh|suite-again|suite-fresh-rest|suite-again-rest|harness|train|agree" >&2
    exit 2 ;;
 esac
 base=${row%-rest}  # a rest row works in the folder of the phase it finishes
@@ -111,6 +112,15 @@ harness)
     timeout 585 python3 bench/suite_throughput.py --kb .kb --out "$work/kb" --one-per-task \
         --phases kb --kb-stratified --kb-budget-s ${HARNESS_BUDGET_S:-480} > "$work/kb.log" 2>&1
     stamp "harness exit $?"; tail -6 "$work/kb.log" | tee -a "$notes"
+    ;;
+agree)
+    stamp "speed agreement, 32 pairs, three plain runs"
+    (while sleep 5; do cp "$work/agree/agreement.md" "$work/agree/agreement.json" "$OUT/" 2>/dev/null; done) & copier=$!
+    timeout ${AGREE_S:-575} python3 bench/speed_agreement.py --kb .kb0 --out "$work/agree" \
+        --plain .plain/plain_timing.py --runs 3 > "$work/agree.log" 2>&1
+    stamp "speed agreement exit $?"; kill $copier 2>/dev/null
+    cp "$work/agree/agreement.md" "$work/agree/agreement.json" "$OUT/" 2>/dev/null
+    grep -E "^plain pass|^- " "$work/agree.log" | tee -a "$notes"
     ;;
 train)
     stamp "validate the training candidates, one at a time"
