@@ -175,7 +175,7 @@ def test_a_baseline_that_cannot_train_is_left_out_with_a_note():
 
 
 def test_the_workers_step_gives_speedup_intervals_from_paired_rounds():
-    from kernelevo.evaluate.shared.messages import ReadyReply
+    from kernelevo.evaluate.shared.replies import ReadyReply
     from kernelevo.evaluate.child.timing import TimingRun
     from kernelevo.evaluate.child.worker_timing import _backward_timing, speedup_ranges
 

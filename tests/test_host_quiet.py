@@ -16,8 +16,8 @@ from kernelevo.evaluate.child import host_speed, timing
 from kernelevo.evaluate.parent.gate import GpuGate, Hold
 from kernelevo.evaluate.parent.session import Session
 from kernelevo.evaluate.sandbox import quiet
-from kernelevo.evaluate.shared.messages import (WORKER_KINDS, HostQuiet, QuietReply, Sender,
-                                                decode)
+from kernelevo.evaluate.shared.messages import WORKER_KINDS, HostQuiet, Sender, decode
+from kernelevo.evaluate.shared.replies import QuietReply
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="needs /proc")
 

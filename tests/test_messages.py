@@ -7,10 +7,10 @@ import pytest
 from kernelevo.config import TimingConfig
 from kernelevo.errors import MessageError
 from kernelevo.evaluate.shared import messages
-from kernelevo.evaluate.shared.messages import (ORACLE_KINDS, WORKER_KINDS, Abort, CheckedCandidate,
-                                                Failed, OracleDone, Progress, Ready, ReadyReply,
-                                                TimeThese, Timing, WorkerJob, decode,
-                                                reply_to_ready)
+from kernelevo.evaluate.shared.messages import (ORACLE_KINDS, WORKER_KINDS, CheckedCandidate,
+                                                Failed, OracleDone, Progress, Ready, Timing,
+                                                WorkerJob, decode)
+from kernelevo.evaluate.shared.replies import Abort, ReadyReply, TimeThese, reply_to_ready
 
 
 def _over_the_pipe(data: dict) -> dict:

@@ -10,7 +10,8 @@ from kernelevo.config import TimingConfig
 from kernelevo.evaluate.analysis.baseline_drift import STORED_MIN_MS
 from kernelevo.evaluate.child import store_timing
 from kernelevo.evaluate.child.baselines import Baselines
-from kernelevo.evaluate.shared.messages import BaselinesReply, StoredBaselines, WorkerJob
+from kernelevo.evaluate.shared.messages import StoredBaselines, WorkerJob
+from kernelevo.evaluate.shared.replies import BaselinesReply
 
 LIMIT_S = store_timing.SURELY_SHORT_SHARE * STORED_MIN_MS / 1e3
 

@@ -10,8 +10,8 @@ import torch
 from kernelevo.config import EvalConfig, TimingConfig
 from kernelevo.evaluate.child import store_timing
 from kernelevo.evaluate.child.baselines import Baselines, warm_baselines
-from kernelevo.evaluate.shared.messages import (BaselinesReply, BaselineTimes, StoredBaselines,
-                                                WorkerJob)
+from kernelevo.evaluate.shared.messages import BaselineTimes, StoredBaselines, WorkerJob
+from kernelevo.evaluate.shared.replies import BaselinesReply
 from kernelevo.suite.time_spent import PHASE_GROUPS
 
 WAIT_S = 0.6

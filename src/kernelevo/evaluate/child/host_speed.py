@@ -18,7 +18,8 @@ import statistics
 import time
 from typing import Iterator
 
-from kernelevo.evaluate.shared.messages import HostQuiet, QuietReply, Sender
+from kernelevo.evaluate.shared.messages import HostQuiet, Sender
+from kernelevo.evaluate.shared.replies import QuietReply
 
 _PROBE_STEPS = 4000  # about 100 us of Python on a server core
 # Spread (third quartile over first, less one) below which nothing is said.

@@ -18,8 +18,9 @@ from kernelevo.evaluate.child.baselines import Baselines
 from kernelevo.evaluate.child.timing import time_contestants
 from kernelevo.evaluate.shared import inputs as task_inputs
 from kernelevo.evaluate.shared.cores import on_timing_core, timing_core, visible_gpu_ordinal
-from kernelevo.evaluate.shared.messages import (BaselinesReply, BaselineTimes, Progress, Sender,
-                                                StoredBaselines, WorkerJob)
+from kernelevo.evaluate.shared.messages import (BaselineTimes, Progress, Sender, StoredBaselines,
+                                                WorkerJob)
+from kernelevo.evaluate.shared.replies import BaselinesReply
 
 # Input sets the baselines are timed on for the store: the task's own distribution.
 _STORE_SETS = 2

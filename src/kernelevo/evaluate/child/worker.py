@@ -30,10 +30,10 @@ from kernelevo.evaluate.cuda.shims_host import BACKGROUND, wait_for_background
 from kernelevo.evaluate.sandbox.jobs import Channel
 from kernelevo.evaluate.sandbox.redact import candidate_traceback
 from kernelevo.evaluate.shared import inputs as task_inputs
-from kernelevo.evaluate.shared.messages import (BaselinesReply, Checked, CheckedCandidate,
-                                                CompileChecked, CpuWork, Failed, Gpu, PrebuildDone,
-                                                PrebuildJob, Progress, Ready, ReadyReply, Sender,
-                                                TimeThese, WorkerDone, WorkerJob, reply_to_ready)
+from kernelevo.evaluate.shared.messages import (Checked, CheckedCandidate, CompileChecked, CpuWork,
+                                                Failed, Gpu, PrebuildDone, PrebuildJob, Progress,
+                                                Ready, Sender, WorkerDone, WorkerJob)
+from kernelevo.evaluate.shared.replies import BaselinesReply, ReadyReply, TimeThese, reply_to_ready
 from kernelevo.evaluate.shared.oplog import record_ops
 from kernelevo.evaluate.shared.transfer import export_bundle
 

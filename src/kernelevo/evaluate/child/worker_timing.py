@@ -33,8 +33,8 @@ from kernelevo.evaluate.child.timing_backward import BackwardTiming, time_backwa
 from kernelevo.evaluate.shared.cores import (core_words, on_timing_core, timing_core,
                                              visible_gpu_ordinal)
 from kernelevo.evaluate.shared import inputs as task_inputs
-from kernelevo.evaluate.shared.messages import (BaselinesReply, Progress, ReadyReply, Sender, Timed,
-                                                Timing, WorkerJob)
+from kernelevo.evaluate.shared.messages import Progress, Sender, Timed, Timing, WorkerJob
+from kernelevo.evaluate.shared.replies import BaselinesReply, ReadyReply
 from kernelevo.evaluate.verdict import TimingStats
 
 _LAUNCH_BOUNDS = re.compile(r"__launch_bounds__\s*\([^)]*\)")

@@ -26,8 +26,9 @@ from kernelevo.evaluate.parent.gate import Hold
 from kernelevo.evaluate.parent.host import JudgeHost
 from kernelevo.evaluate.sandbox.jobs import Deadline, JobResult, run_job
 from kernelevo.evaluate.shared.gradients import backward_on
-from kernelevo.evaluate.shared.messages import (ORACLE_KINDS, Gpu, Granted, Message, OracleDone,
-                                                OracleJob, Progress, Reference, TaskFailed, decode)
+from kernelevo.evaluate.shared.messages import (ORACLE_KINDS, Gpu, Message, OracleDone, OracleJob,
+                                                Progress, Reference, TaskFailed, decode)
+from kernelevo.evaluate.shared.replies import Granted
 from kernelevo.evaluate.shared.transfer import import_bundle
 from kernelevo.task import Task
 

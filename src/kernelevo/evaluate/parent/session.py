@@ -40,11 +40,11 @@ from kernelevo.evaluate.parent.worker_state import WorkerState
 from kernelevo.evaluate.sandbox import quiet
 from kernelevo.evaluate.sandbox.jobs import Deadline, JobResult, run_job, stopping
 from kernelevo.evaluate.shared.gradients import backward_on
-from kernelevo.evaluate.shared.messages import (WORKER_KINDS, Abort, BaselinesReply, BaselineTimes,
-                                                Checked, CpuWork, Gpu, Granted, HostQuiet,
-                                                Message, QuietReply, Ready, ReadyReply,
-                                                StoredBaselines, Timed, TimeThese, Timing,
-                                                WorkerJob, decode)
+from kernelevo.evaluate.shared.messages import (WORKER_KINDS, BaselineTimes, Checked, CpuWork, Gpu,
+                                                HostQuiet, Message, Ready, StoredBaselines, Timed,
+                                                Timing, WorkerJob, decode)
+from kernelevo.evaluate.shared.replies import (Abort, BaselinesReply, Granted, QuietReply,
+                                               ReadyReply, TimeThese)
 from kernelevo.evaluate.verdict import Verdict, verdict_for
 from kernelevo.task import Task
 

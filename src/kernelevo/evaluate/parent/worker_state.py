@@ -21,9 +21,9 @@ from kernelevo.evaluate.analysis.reference import ReferenceResult
 from kernelevo.evaluate.parent.host import JudgeHost
 from kernelevo.evaluate.parent.oracle_run import OracleRun
 from kernelevo.evaluate.shared import preload_modules
-from kernelevo.evaluate.shared.messages import (Abort, Checked, CheckedCandidate, Failed, Granted,
-                                                Message, Progress, Ready, ReadyReply, TimeThese,
-                                                Timing)
+from kernelevo.evaluate.shared.messages import (Checked, CheckedCandidate, Failed, Message,
+                                                Progress, Ready, Timing)
+from kernelevo.evaluate.shared.replies import Abort, Granted, ReadyReply, TimeThese
 from kernelevo.evaluate.shared.transfer import TransferError, import_bundle
 
 # A checked candidate's decision: ("passed" or "failed", its details).

@@ -420,55 +420,6 @@ class CompileChecked(Message):
     wall_s: float = 0.0
 
 
-# --- the judge's replies -----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Granted(Message):
-    """The empty reply: go on."""
-
-
-@dataclass(frozen=True)
-class Abort(Message):
-    """The reply to `Ready` when no candidates will come: stop."""
-
-    abort: bool = True
-
-
-@dataclass(frozen=True)
-class ReadyReply(Message):
-    """The reply to `Ready`: the input sets to check on and the candidates (source, backend)."""
-
-    seeds: tuple[int, ...]
-    variants: tuple[float | None, ...]
-    tolerances: tuple[tuple[float, ...], ...]  # (atol, rtol) by output
-    candidates: tuple[dict[str, str], ...] = ()  # {"source": ..., "backend": ...} each
-
-
-@dataclass(frozen=True)
-class BaselinesReply(Message):
-    """The reply to `StoredBaselines`: the stored times, or whether to time them now."""
-
-    measures: dict[str, dict[str, dict[str, Any]]] | None = None
-    measured_at: str = ""
-    notes: tuple[str, ...] = ()
-    time_them: bool = False
-
-
-@dataclass(frozen=True)
-class QuietReply(Message):
-    """The reply to `HostQuiet`: how many of the judge's other jobs stand still now."""
-
-    held: int = 0
-
-
-@dataclass(frozen=True)
-class TimeThese(Message):
-    """The reply to `Checked`: the indexes of the candidates to time."""
-
-    time: tuple[int, ...] = ()
-
-
 ORACLE_KINDS: dict[str, type[Message]] = {
     m.kind: m for m in (Isolation, Gpu, Progress, Garbage, Reference, OracleDone, TaskFailed)}
 WORKER_KINDS: dict[str, type[Message]] = {
@@ -488,13 +439,6 @@ def decode(data: Any, kinds: dict[str, type[Message]]) -> Message:
         raise MessageError(f"a message of kind {kind!r} is none of {', '.join(kinds)}: "
                            "the sender and the judge are of different versions")
     return kinds[kind].from_json(data)
-
-
-def reply_to_ready(data: Any) -> "ReadyReply | Abort":
-    """The judge's answer to `Ready`, as the worker reads it."""
-    if isinstance(data, dict) and data.get("abort"):
-        return Abort.from_json(data)
-    return ReadyReply.from_json(data)
 
 
 class Sender:
