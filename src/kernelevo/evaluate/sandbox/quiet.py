@@ -40,8 +40,8 @@ _lock = threading.Lock()
 _jobs: dict[int, _Limit] = {}  # every live job's first process -> its wall-clock limit
 _timing: set[int] = set()  # jobs holding a GPU alone now: never stopped
 _asking: set[int] = set()  # jobs whose timing asked for the others to stand still
-_held: dict[int, float] = {}  # stopped jobs -> the seconds their limit had left
-_since: dict[int, float] = {}  # stopped jobs -> when they stopped (monotonic)
+# stopped jobs -> (when they stopped (monotonic), the seconds their limit had left)
+_held: dict[int, tuple[float, float]] = {}
 _stood: dict[int, float] = {}  # live jobs -> seconds stood still so far
 
 
@@ -124,25 +124,23 @@ def _stop(pid: int) -> None:
     """Lock held: stop the job's process and its process group (each job is a session
     of its own once started; before that, its one process). Its limit waits meanwhile."""
     _signal(pid, signal.SIGSTOP)
-    _since[pid] = time.monotonic()
-    limit = _jobs.get(pid)
-    if limit is None:
-        _held[pid] = float("inf")
-        return
-    _held[pid] = limit.at - time.monotonic()
-    limit.at = float("inf")
+    now, limit = time.monotonic(), _jobs.get(pid)
+    _held[pid] = (now, float("inf") if limit is None else limit.at - now)
+    if limit is not None:
+        limit.at = float("inf")
 
 
 def _continue(pid: int) -> None:
     """Lock held: continue a stopped job, its limit as far off as when it stopped."""
-    left = _held.pop(pid, None)
-    if left is None:
+    stopped = _held.pop(pid, None)
+    if stopped is None:
         return
     _signal(pid, signal.SIGCONT)
-    _stood[pid] = _stood.get(pid, 0.0) + time.monotonic() - _since.pop(pid, time.monotonic())
+    now, (since, left) = time.monotonic(), stopped
+    _stood[pid] = _stood.get(pid, 0.0) + now - since
     limit = _jobs.get(pid)
     if limit is not None and limit.at == float("inf"):  # not restarted meanwhile
-        limit.at = time.monotonic() + left
+        limit.at = now + left
 
 
 def _signal(pid: int, number: int) -> None:
