@@ -10,8 +10,9 @@ import pytest
 
 from tests.conftest import ROOT
 
-# A stand-in for plain_timing.py --one: it reports the state of every load process it can see
-# (their command lines hold the load's loop), and fixed times.
+# A stand-in for plain_timing.py --one: it reports the state of every load process of the bench
+# (its siblings whose command lines hold the load's loop; a machine's other processes are not
+# counted), and fixed times.
 FAKE_PLAIN = r'''
 import json, os, sys
 states = []
@@ -20,10 +21,10 @@ for pid in filter(str.isdigit, os.listdir("/proc")):
         with open(f"/proc/{pid}/cmdline", "rb") as handle:
             said = handle.read()
         with open(f"/proc/{pid}/stat") as handle:
-            state = handle.read().rsplit(")", 1)[1].split()[0]
+            state, parent = handle.read().rsplit(")", 1)[1].split()[:2]
     except OSError:
         continue
-    if b"while True" in said and int(pid) != os.getpid():
+    if b"while True" in said and int(pid) != os.getpid() and int(parent) == os.getppid():
         states.append(state)
 print(json.dumps({"loop_ms_ref": 0.01, "loop_ms_cand": 0.02, "loop_speedup": 0.5,
                   "load_states": sorted(states)}))
