@@ -15,7 +15,7 @@ from tests.conftest import ROOT
 # counted), and fixed times.
 FAKE_PLAIN = r'''
 import json, os, sys
-states = []
+states, pids = [], []
 for pid in filter(str.isdigit, os.listdir("/proc")):
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as handle:
@@ -26,8 +26,9 @@ for pid in filter(str.isdigit, os.listdir("/proc")):
         continue
     if b"while True" in said and int(pid) != os.getpid() and int(parent) == os.getppid():
         states.append(state)
+        pids.append(int(pid))
 print(json.dumps({"loop_ms_ref": 0.01, "loop_ms_cand": 0.02, "loop_speedup": 0.5,
-                  "load_states": sorted(states)}))
+                  "load_states": sorted(states), "load_pids": pids}))
 '''
 
 
@@ -61,20 +62,9 @@ def test_each_load_runs_beside_the_plain_runs_and_the_stopped_ones_stand_still(t
                                                             "stream-stopped"]
     assert "| l1_19_ReLU | none |" in (out / "host_load.md").read_text()
     # nothing of the loads is left running
-    assert _loads_running() == []
-
-
-def _loads_running() -> list[int]:
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as handle:
-                said = handle.read()
-        except OSError:
-            continue
-        if b"while True: pass" in said or b"bytearray(256" in said:
-            found.append(int(pid))
-    return found
+    seen = [pid for row in found["rows"] for pid in row["load_pids"]]
+    assert len(seen) == 3 * loaded
+    assert [pid for pid in seen if os.path.exists(f"/proc/{pid}")] == []
 
 
 def test_an_unknown_load_is_refused(tmp_path):
