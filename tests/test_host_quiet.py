@@ -150,13 +150,61 @@ def test_the_hold_says_when_it_holds_the_gpu_alone_and_when_not():
 def test_the_session_grants_quiet_only_to_a_worker_holding_the_gpu_alone(monkeypatch):
     asked: list[tuple[str, int]] = []
     monkeypatch.setattr(quiet, "hold_others", lambda pid: asked.append(("hold", pid)) or 4)
-    monkeypatch.setattr(quiet, "release", lambda pid: asked.append(("release", pid)))
+    cut = {"s": 0.0}
+    monkeypatch.setattr(quiet, "release", lambda pid: asked.append(("release", pid)) or cut["s"])
     session = SimpleNamespace(deadline=SimpleNamespace(pid=1234), hold=SimpleNamespace(state="shared"))
     assert Session._host_quiet(session, True) == QuietReply(held=0)  # a check: no quiet
     session.hold.state = "exclusive"
     assert Session._host_quiet(session, True) == QuietReply(held=4)
     assert Session._host_quiet(session, False) == QuietReply(held=0)
     assert asked == [("release", 1234), ("hold", 1234), ("release", 1234)]
+    cut["s"] = 10.0  # a quiet the judge had cut: the worker hears it as it lets go
+    assert Session._host_quiet(session, False) == QuietReply(held=0, cut_s=10.0)
+
+
+def test_a_quiet_is_cut_after_most_s_and_the_timing_asks_in_vain_until_it_leaves_timing(
+        jobs, monkeypatch):
+    monkeypatch.setattr(quiet, "MOST_S", 0.3)
+    started, limits = jobs
+    timer, others = started[0].pid, [p.pid for p in started[1:]]
+    quiet.timing(timer, True)
+    assert quiet.hold_others(timer) == 2
+    for pid in others:
+        assert _wait_state(pid, {"T"}) == "T"
+    time.sleep(1.0)  # the timing never lets go: the judge does
+    assert quiet.held() == []
+    for pid in others:
+        assert _wait_state(pid, {"S", "R"}) in {"S", "R"}
+        assert limits[pid].at != float("inf")
+    assert quiet.hold_others(timer) == 0  # refused while this hold lasts
+    assert quiet.held() == []
+    assert quiet.release(timer) == 0.3  # said so as it lets go
+    quiet.timing(timer, False)  # its hold on the GPU went back to shared
+    quiet.timing(timer, True)  # a later timing may ask again, cut off as late
+    assert quiet.hold_others(timer) == 2
+    assert quiet.release(timer) == 0.0
+    assert quiet.held() == []
+    quiet.timing(timer, False)
+
+
+def test_asks_in_one_hold_share_its_ten_seconds_and_the_next_hold_has_its_own(jobs, monkeypatch):
+    monkeypatch.setattr(quiet, "MOST_S", 1.0)
+    started, _ = jobs
+    timer = started[0].pid
+    quiet.timing(timer, True)
+    quiet.hold_others(timer)
+    assert quiet.release(timer) == 0.0  # let go in time
+    time.sleep(0.6)
+    assert quiet.hold_others(timer) == 2  # asked again in the same hold
+    time.sleep(0.9)  # 1.5 s since the hold's first ask: cut, though this ask is 0.9 s old
+    assert quiet.held() == []
+    assert quiet.hold_others(timer) == 0
+    assert quiet.release(timer) == 1.0
+    quiet.timing(timer, False)
+    quiet.timing(timer, True)  # the next hold
+    assert quiet.hold_others(timer) == 2
+    assert quiet.release(timer) == 0.0
+    quiet.timing(timer, False)
 
 
 def test_the_worker_may_send_host_quiet_and_read_the_reply():
@@ -191,6 +239,39 @@ def test_the_call_measure_is_timed_inside_the_quiet_and_the_gpu_measure_is_not(m
     assert entered == [1]
     assert asker.most == 5
     assert "5 at most" in asker.note()
+
+
+def test_calls_where_the_host_weighs_little_are_timed_with_nobody_held(monkeypatch):
+    channel = _Channel(held=5)
+    asker = host_speed.QuietHost(Sender(channel), asks=True)
+    # warm-ups read 5 ms a call, 0.1 ms of it the host's to queue: device-bound
+    monkeypatch.setattr(timing, "_warm", lambda call, _ms: (call(), (5.0, 0.1))[1])
+    config = TimingConfig(warmup_ms=1, target_ms=2, min_samples=2, max_samples=4, call_loop_ms=0.5,
+                          call_target_ms=2)
+    x = torch.ones(8)
+    run = timing.time_contestants({"eager": lambda v: v + 1, "candidate_0": lambda v: v + 1},
+                                  [[x]], config, lambda *_: None, quiet=asker)
+    assert channel.asked == []
+    assert "call" in run.measures and asker.note() is None
+
+
+def test_the_host_weighs_from_a_quarter_of_a_call_far_below_launch_bound():
+    assert host_speed.host_weighs(0.020, 0.005) and not host_speed.launch_bound(0.020, 0.005)
+    assert not host_speed.host_weighs(0.020, 0.004)
+    assert not host_speed.host_weighs(0.0, 0.1)
+
+
+def test_a_quiet_cut_short_is_said_in_the_note():
+    class Cut(_Channel):
+        def ask(self, kind: str, **fields):
+            self.asked.append((kind, fields))
+            return {"held": self.held} if fields.get("on") else {"cut_s": 10.0}
+
+    asker = host_speed.QuietHost(Sender(Cut(held=3)), asks=True)
+    with asker():
+        pass
+    assert asker.cut_s == 10.0
+    assert "longer than the 10 s" in asker.note()
 
 
 def test_a_quiet_host_that_may_not_ask_asks_nothing():

@@ -46,9 +46,23 @@ def spread(samples_us: list[float]) -> float:
     return max(high / low - 1.0, 0.0) if low > 0 else 0.0
 
 
+# A contestant whose host time to queue one call is this share of its time per call or
+# more is timed with the judge's other jobs held still (QuietHost): far below the
+# launch-bound share, so a call near that line is held either way, whatever the host's
+# speed read during its warm-up; a call where queueing is a smaller share stays device-bound
+# even with the host several times slower, and nothing else stands still for it.
+QUIET_SHARE = 0.25
+
+
 def launch_bound(per_call_ms: float, queue_ms: float) -> bool:
     """Whether a warm-up's (ms per call, host ms to queue one) make a launch-bound call."""
     return per_call_ms > 0 and queue_ms >= LAUNCH_BOUND_SHARE * per_call_ms
+
+
+def host_weighs(per_call_ms: float, queue_ms: float) -> bool:
+    """Whether the host's speed can move a call of a warm-up's (ms per call, host ms to queue
+    one): the call measure then asks for quiet."""
+    return per_call_ms > 0 and queue_ms >= QUIET_SHARE * per_call_ms
 
 
 def widened(interval: list[float], point: float, host_spread: float) -> list[float]:
@@ -77,6 +91,7 @@ class QuietHost:
     def __init__(self, channel: Sender, asks: bool) -> None:
         self.channel, self.asks = channel, asks
         self.most = 0  # the most of the judge's other jobs held at once
+        self.cut_s = 0.0  # a quiet ran past the judge's limit, these seconds, and others went on
 
     @contextlib.contextmanager
     def __call__(self) -> Iterator[int]:
@@ -88,12 +103,15 @@ class QuietHost:
         try:
             yield held
         finally:
-            self.channel.ask(HostQuiet(on=False))
+            ended = QuietReply.from_json(self.channel.ask(HostQuiet(on=False)))
+            self.cut_s = self.cut_s or ended.cut_s
 
     def note(self) -> str | None:
         """The verdict's note, where others stood still."""
         if not self.most:
             return None
+        cut = (f"; the calls took longer than the {self.cut_s:g} s the judge holds them for, "
+               "and they went on" if self.cut_s else "")
         return (f"call time: the judge's other jobs ({self.most} at most) stood still while "
-                "the calls were timed, as a plain process times on a quiet machine "
-                "([eval.timing] hold_other_jobs)")
+                f"the calls were timed, as a plain process times on a quiet machine "
+                f"([eval.timing] hold_other_jobs){cut}")

@@ -323,9 +323,7 @@ class Session:
         asks; going back to shared (or none) ends it too."""
         pid = self.deadline.pid
         if pid is None or not on or self.hold.state != "exclusive":
-            if pid is not None:
-                quiet.release(pid)
-            return QuietReply()
+            return QuietReply(cut_s=quiet.release(pid) if pid is not None else 0.0)
         return QuietReply(held=quiet.hold_others(pid))
 
     @contextmanager

@@ -13,6 +13,16 @@ launch-bound is itself read off the host, and 20 us calls fell either side),
 the judge stops every other job's processes (their oracles, workers, builds
 and compiles) and continues them after.
 
+A timing's quiet lasts MOST_S at most, counted from its first ask while it
+holds the GPU alone: the call measures it is asked for take under a second
+(0.18-0.46 s a row in a suite on an H100), and the worker asks only where
+the host's time is a share of a call worth it (child/timing.py). Past that,
+the others go on and the timing's further asks are refused until its hold
+leaves the timing phase: a candidate that asks and never lets go (or asks
+again and again), or a stopped job holding something the timing waits for
+(a file lock, say), stands the rest of the machine still for seconds, never
+until a limit runs out.
+
 Only a job that holds the GPU alone may ask (its session checks that), and
 a job that holds the GPU alone is never stopped: on a machine of several
 GPUs, two timings can run at once. A stopped job's wall-clock limit waits
@@ -32,6 +42,10 @@ import time
 from typing import Protocol
 
 
+# The longest a timing stands the other jobs still (module docstring).
+MOST_S = 10.0
+
+
 class _Limit(Protocol):
     at: float
 
@@ -43,6 +57,11 @@ _asking: set[int] = set()  # jobs whose timing asked for the others to stand sti
 # stopped jobs -> (when they stopped (monotonic), the seconds their limit had left)
 _held: dict[int, tuple[float, float]] = {}
 _stood: dict[int, float] = {}  # live jobs -> seconds stood still so far
+# jobs that asked while holding the GPU alone -> the number of that hold's first ask (its
+# timer cuts that hold's quiet, no later one's)
+_budget: dict[int, int] = {}
+_cut: set[int] = set()  # jobs whose quiet ran past MOST_S: refused until they leave timing
+_count = 0  # holds that asked, so far
 
 
 def register(pid: int, limit: _Limit) -> None:
@@ -61,6 +80,8 @@ def unregister(pid: int) -> float:
         _jobs.pop(pid, None)
         _timing.discard(pid)
         _asking.discard(pid)
+        _budget.pop(pid, None)
+        _cut.discard(pid)
         _release_if_unasked()
         return _stood.pop(pid, 0.0)
 
@@ -85,25 +106,49 @@ def timing(pid: int | None, on: bool) -> None:
             return
         _timing.discard(pid)
         _asking.discard(pid)
+        _budget.pop(pid, None)
+        _cut.discard(pid)
         _release_if_unasked()
         if _asking and pid in _jobs:  # another GPU's timing still wants quiet
             _stop(pid)
 
 
 def hold_others(pid: int) -> int:
-    """Stop every other job not timing, for the timing of job `pid`; how many are held."""
+    """Stop every other job not timing, for the timing of job `pid`, until MOST_S after its
+    first ask in this hold; how many are held (none once its quiet was cut)."""
+    global _count
     with _lock:
+        if pid in _cut:
+            return 0
         _asking.add(pid)
+        if pid not in _budget:
+            _count += 1
+            _budget[pid] = _count
+            cutter = threading.Timer(MOST_S, _cut_off, (pid, _count))
+            cutter.daemon = True
+            cutter.start()
         for other in _jobs:
             if other not in _timing and other not in _asking and other not in _held:
                 _stop(other)
         return len(_held)
 
 
-def release(pid: int) -> None:
+def release(pid: int) -> float:
     """The timing of job `pid` needs quiet no more; others' processes go on unless
-    another timing still asks."""
+    another timing still asks. MOST_S if its quiet had been cut there, else 0."""
     with _lock:
+        _asking.discard(pid)
+        _release_if_unasked()
+        return MOST_S if pid in _cut else 0.0
+
+
+def _cut_off(pid: int, number: int) -> None:
+    """MOST_S after the first ask of hold `number` of job `pid`: if that hold lasts, its
+    quiet ends and it asks in vain from now on."""
+    with _lock:
+        if _budget.get(pid) != number:
+            return
+        _cut.add(pid)
         _asking.discard(pid)
         _release_if_unasked()
 

@@ -47,9 +47,11 @@ class BaselinesReply(Message):
 
 @dataclass(frozen=True)
 class QuietReply(Message):
-    """The reply to `HostQuiet`: how many of the judge's other jobs stand still now."""
+    """The reply to `HostQuiet`: how many of the judge's other jobs stand still now; to its
+    end (`on` False), the seconds after which it was cut short, if it was (sandbox/quiet.py)."""
 
     held: int = 0
+    cut_s: float = 0.0
 
 
 @dataclass(frozen=True)
