@@ -241,26 +241,6 @@ def test_the_call_measure_is_timed_inside_the_quiet_and_the_gpu_measure_is_not(m
     assert "5 at most" in asker.note()
 
 
-def test_calls_where_the_host_weighs_little_are_timed_with_nobody_held(monkeypatch):
-    channel = _Channel(held=5)
-    asker = host_speed.QuietHost(Sender(channel), asks=True)
-    # warm-ups read 5 ms a call, 0.1 ms of it the host's to queue: device-bound
-    monkeypatch.setattr(timing, "_warm", lambda call, _ms: (call(), (5.0, 0.1))[1])
-    config = TimingConfig(warmup_ms=1, target_ms=2, min_samples=2, max_samples=4, call_loop_ms=0.5,
-                          call_target_ms=2)
-    x = torch.ones(8)
-    run = timing.time_contestants({"eager": lambda v: v + 1, "candidate_0": lambda v: v + 1},
-                                  [[x]], config, lambda *_: None, quiet=asker)
-    assert channel.asked == []
-    assert "call" in run.measures and asker.note() is None
-
-
-def test_the_host_weighs_from_a_quarter_of_a_call_far_below_launch_bound():
-    assert host_speed.host_weighs(0.020, 0.005) and not host_speed.launch_bound(0.020, 0.005)
-    assert not host_speed.host_weighs(0.020, 0.004)
-    assert not host_speed.host_weighs(0.0, 0.1)
-
-
 def test_a_quiet_cut_short_is_said_in_the_note():
     class Cut(_Channel):
         def ask(self, kind: str, **fields):

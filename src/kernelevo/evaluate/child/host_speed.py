@@ -46,23 +46,9 @@ def spread(samples_us: list[float]) -> float:
     return max(high / low - 1.0, 0.0) if low > 0 else 0.0
 
 
-# A contestant whose host time to queue one call is this share of its time per call or
-# more is timed with the judge's other jobs held still (QuietHost): far below the
-# launch-bound share, so a call near that line is held either way, whatever the host's
-# speed read during its warm-up; a call where queueing is a smaller share stays device-bound
-# even with the host several times slower, and nothing else stands still for it.
-QUIET_SHARE = 0.25
-
-
 def launch_bound(per_call_ms: float, queue_ms: float) -> bool:
     """Whether a warm-up's (ms per call, host ms to queue one) make a launch-bound call."""
     return per_call_ms > 0 and queue_ms >= LAUNCH_BOUND_SHARE * per_call_ms
-
-
-def host_weighs(per_call_ms: float, queue_ms: float) -> bool:
-    """Whether the host's speed can move a call of a warm-up's (ms per call, host ms to queue
-    one): the call measure then asks for quiet."""
-    return per_call_ms > 0 and queue_ms >= QUIET_SHARE * per_call_ms
 
 
 def widened(interval: list[float], point: float, host_spread: float) -> list[float]:

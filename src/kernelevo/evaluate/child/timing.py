@@ -311,12 +311,9 @@ def _measure(calls: dict[str, Callable[[], Any]], warm: dict[str, tuple[float, f
         run.launch_bound = [name for name in calls if host_speed.launch_bound(
             warm[name][0] * sampler.shares.get(name, 1), warm[name][1])]
         # host time is what a call measures where the host is the bottleneck: the
-        # machine as quiet as a plain process's while calls are timed, wherever the host's
-        # time is a share of a call worth it (whether a call is launch-bound is itself a
-        # host reading: 20 us calls fell either side)
-        weighs = any(host_speed.host_weighs(warm[name][0] * sampler.shares.get(name, 1),
-                                            warm[name][1]) for name in calls)
-        with ((quiet if weighs else None) or _nobody_held)():
+        # machine as quiet as a plain process's while calls are timed (whether a
+        # call is launch-bound is itself a host reading: 20 us calls fell either side)
+        with (quiet or _nobody_held)():
             run.measures["call"] = _call_time(calls, warm, sampler, rotation, config, after,
                                               run)
         run.seconds["call"], started = time.perf_counter() - started, time.perf_counter()

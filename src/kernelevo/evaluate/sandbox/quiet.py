@@ -15,8 +15,7 @@ and compiles) and continues them after.
 
 A timing's quiet lasts MOST_S at most, counted from its first ask while it
 holds the GPU alone: the call measures it is asked for take under a second
-(0.18-0.46 s a row in a suite on an H100), and the worker asks only where
-the host's time is a share of a call worth it (child/timing.py). Past that,
+(0.18-0.46 s a row in a suite on an H100). Past that,
 the others go on and the timing's further asks are refused until its hold
 leaves the timing phase: a candidate that asks and never lets go (or asks
 again and again), or a stopped job holding something the timing waits for
