@@ -302,6 +302,49 @@ def test_the_references_outputs_are_kept_on_the_cpu_when_the_gpu_is_full(monkeyp
     assert devices == ["cuda:0", "cpu"]
 
 
+def test_a_reference_sent_as_a_file_is_read_again_onto_the_cpu_when_the_gpu_is_full(
+        monkeypatch, tmp_path):
+    """An oracle whose outputs are all on the CPU sends them as a file; the judge's copy onto
+    a full GPU failed, and the file was gone before its copy onto the CPU."""
+    from kernelevo.evaluate.parent import oracle_run
+    from kernelevo.evaluate.shared import transfer
+
+    real_to = torch.Tensor.to
+
+    def to(self, *args, **kwargs):
+        if args and str(args[0]).startswith("cuda"):
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 6.00 GiB")
+        return real_to(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "to", to)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    sent = transfer.export_bundle({"set_0": [torch.arange(4.0)], "set_1": [torch.ones(2)]},
+                                  tmp_path)
+    assert sent["kind"] == "file"
+    judge = types.SimpleNamespace(compare_device="cuda:0", gpu_index=None)
+    copied = oracle_run._reference_copy(sent, judge)
+    assert copied["set_0"][0].tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert copied["set_1"][0].device.type == "cpu"
+    assert list(tmp_path.iterdir()) == []  # read onto the CPU, then removed
+    with pytest.raises(transfer.TransferError, match="unreadable"):
+        transfer.import_bundle(sent, "cpu")  # once only
+
+
+def test_a_candidates_outputs_sent_as_a_file_are_read_again_when_the_comparison_runs_out_of_room(
+        monkeypatch, tmp_path):
+    """The GPU may run out of room after the copy, in the comparison: the judge then reads the
+    outputs again (smaller chunks, then the CPU), and the file must still be there."""
+    from kernelevo.evaluate.shared import transfer
+
+    monkeypatch.setattr(torch.Tensor, "to", lambda self, *args, **kwargs: self)  # 'on the GPU'
+    sent = transfer.export_bundle({"set_0": [torch.arange(3.0)]}, tmp_path)
+    first = transfer.import_bundle(sent, "cuda:0")
+    again = transfer.import_bundle(sent, "cuda:0")  # smaller chunks, after an OOM
+    last = transfer.import_bundle(sent, "cpu")  # the CPU, after another
+    assert first["set_0"][0].tolist() == again["set_0"][0].tolist() == last["set_0"][0].tolist()
+    assert list(tmp_path.iterdir()) == []
+
+
 def _stats(median: float, mean: float, method: str) -> TimingStats:
     return TimingStats(median, 0.0, median, 10, method, mean)
 

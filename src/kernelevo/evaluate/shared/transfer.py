@@ -109,16 +109,25 @@ def import_bundle(description: Any, device: str, source_gpu: int | None = None,
 
 
 def _import_file(path: str, device: str) -> dict[str, list[Any]]:
+    """The file's tensors on `device`. Read onto the CPU, the file is removed: that is the
+    judge's last resort. Read onto a GPU it stays (in the child's scratch folder, removed
+    with it), since the GPU may run out of room, now or in the comparison after, and the
+    judge then reads it again, in smaller chunks or onto the CPU (oracle_run.py,
+    worker_state.py): removed at the first read, the second found nothing and an honest
+    candidate read as one that corrupted its report."""
     try:
         loaded = torch.load(path, weights_only=True)
     except Exception as exc:
-        raise TransferError(f"unreadable bundle file: {exc}") from None
-    finally:
         Path(path).unlink(missing_ok=True)
+        raise TransferError(f"unreadable bundle file: {exc}") from None
     if not isinstance(loaded, dict):
+        Path(path).unlink(missing_ok=True)
         raise TransferError("the bundle file holds no dictionary")
-    return {str(k): [v.to(device) if isinstance(v, torch.Tensor) else str(v) for v in values]
-            for k, values in loaded.items() if isinstance(values, list)}
+    bundle = {str(k): [v.to(device) if isinstance(v, torch.Tensor) else str(v) for v in values]
+              for k, values in loaded.items() if isinstance(values, list)}
+    if torch.device(device).type == "cpu":
+        Path(path).unlink(missing_ok=True)
+    return bundle
 
 
 def _import_one(spec: Any, device: str, source_gpu: int | None, copy: bool = True) -> Any:
