@@ -243,7 +243,8 @@ def compare(staged: list[dict], rows: list[dict], plain: dict[str, list[dict]]) 
                 host_spread=(row or {}).get("host_speed_spread") or "-",
                 timing_core=(row or {}).get("timing_core") or "-",
                 judge_host_us=_number((row or {}).get("host_probe_us")),
-                plain_host_us=[r.get("host_probe_us") for r in runs])
+                plain_host_us=[r.get("host_probe_us") for r in runs],
+                **quiet_cores((row or {}).get("phases_s") or {}))
             low, high = entry["interval"]
             entry["inside"] = low <= entry["plain_median"] <= high
             plain_width = entry["plain_range"][1] - entry["plain_range"][0]
@@ -254,6 +255,17 @@ def compare(staged: list[dict], rows: list[dict], plain: dict[str, list[dict]]) 
                 entry["plain_kernel_bound"] = kernel_bound(runs)
             table.append(entry)
     return table
+
+
+def quiet_cores(phases: dict) -> dict:
+    """Busy cores off the timing cores, and the judge's own, while the row's calls were
+    timed with the other jobs stood still (evaluate/sandbox/quiet_load.py); {} if unmeasured."""
+    seconds = phases.get("quiet") or 0.0
+    if seconds <= 0:
+        return {}
+    return {"quiet_busy_cores": (phases.get("quiet_busy_elsewhere") or 0.0) / seconds,
+            "quiet_judge_cores": (phases.get("quiet_judge_cpu") or 0.0) / seconds,
+            "quiet_steal_s": phases.get("quiet_steal") or 0.0}
 
 
 def kernel_bound(runs: list[dict]) -> bool:
@@ -358,6 +370,18 @@ def markdown(table: list[dict], facts: dict) -> str:
             lines.append(f"- host probe ratio (judge / plain) against each contestant's call ms "
                          f"ratio, in logarithms: correlation {follows[0]:.2f} for eager, "
                          f"{follows[1]:.2f} for the candidate, over {len(probed)} call rows")
+    quieted = [e for e in scored if e["measure"] == "call" and "quiet_busy_cores" in e]
+    if quieted:
+        busy = [e for e in quieted if e["quiet_busy_cores"] >= 1.0]
+        lines.append(
+            f"- while the judge timed the calls, others stood still: busy cores off the timing "
+            f"cores {statistics.median(e['quiet_busy_cores'] for e in quieted):.2f} (median; "
+            f"the judge's own process "
+            f"{statistics.median(e['quiet_judge_cores'] for e in quieted):.2f}), stolen from "
+            f"the timing cores {sum(e['quiet_steal_s'] for e in quieted):.2f} s in all; both ms "
+            f"within 10 % of plain where 1 core or more was busy: "
+            f"{sum(e['ms_ok'] for e in busy)}/{len(busy)}, where less: "
+            f"{sum(e['ms_ok'] for e in quieted if e not in busy)}/{len(quieted) - len(busy)}")
     gpu = [e for e in scored if "plain_kernel_bound" in e]
     if gpu:
         bound = [e for e in gpu if e["plain_kernel_bound"]]

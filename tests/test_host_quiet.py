@@ -15,6 +15,7 @@ from kernelevo.config import TimingConfig
 from kernelevo.evaluate.child import host_speed, timing
 from kernelevo.evaluate.parent.gate import GpuGate, Hold
 from kernelevo.evaluate.parent.session import Session
+from kernelevo.evaluate.sandbox.quiet_load import QuietLoad
 from kernelevo.evaluate.sandbox import quiet
 from kernelevo.evaluate.shared.messages import WORKER_KINDS, HostQuiet, Sender, decode
 from kernelevo.evaluate.shared.replies import QuietReply
@@ -152,12 +153,14 @@ def test_the_session_grants_quiet_only_to_a_worker_holding_the_gpu_alone(monkeyp
     monkeypatch.setattr(quiet, "hold_others", lambda pid: asked.append(("hold", pid)) or 4)
     cut = {"s": 0.0}
     monkeypatch.setattr(quiet, "release", lambda pid: asked.append(("release", pid)) or cut["s"])
-    session = SimpleNamespace(deadline=SimpleNamespace(pid=1234), hold=SimpleNamespace(state="shared"))
+    session = SimpleNamespace(deadline=SimpleNamespace(pid=1234), hold=SimpleNamespace(state="shared"),
+                              _quiet_load=QuietLoad())
     assert Session._host_quiet(session, True) == QuietReply(held=0)  # a check: no quiet
     session.hold.state = "exclusive"
     assert Session._host_quiet(session, True) == QuietReply(held=4)
     assert Session._host_quiet(session, False) == QuietReply(held=0)
     assert asked == [("release", 1234), ("hold", 1234), ("release", 1234)]
+    assert session._quiet_load.seconds > 0  # the granted quiet was measured, the refused not
     cut["s"] = 10.0  # a quiet the judge had cut: the worker hears it as it lets go
     assert Session._host_quiet(session, False) == QuietReply(held=0, cut_s=10.0)
 

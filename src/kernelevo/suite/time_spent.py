@@ -101,6 +101,7 @@ def time_spent(rows: list[dict[str, Any]], record: Any, wall_s: float) -> dict[s
     return {
         "wall_s": round(wall_s, 2), "lanes": len(record.lanes), "rows": len(rows),
         "host_probe_us": _median_probe(rows),
+        "quiet": _quiet(rows),
         "rows_wall_s": round(sum(row.get("wall_s") or 0.0 for row in rows), 2),
         "first_row_s": None if record.first_row_at_s is None else round(record.first_row_at_s,
                                                                           2),
@@ -127,6 +128,22 @@ def _median_probe(rows: list[dict[str, Any]]) -> float | None:
     return round(statistics.median(probes), 1) if probes else None
 
 
+def _quiet(rows: list[dict[str, Any]]) -> dict[str, float] | None:
+    """What still ran while the rows' calls were timed with the others stood still
+    (evaluate/sandbox/quiet_load.py), over every row: busy cores on average."""
+    seconds = sum(_phase(row, ("quiet",)) for row in rows)
+    if seconds <= 0:
+        return None
+    return {"seconds": round(seconds, 2),
+            "busy_cores_elsewhere": round(_phase_sum(rows, "quiet_busy_elsewhere") / seconds, 2),
+            "judge_cores": round(_phase_sum(rows, "quiet_judge_cpu") / seconds, 2),
+            "steal_s": round(_phase_sum(rows, "quiet_steal"), 2)}
+
+
+def _phase_sum(rows: list[dict[str, Any]], key: str) -> float:
+    return sum(_phase(row, (key,)) for row in rows)
+
+
 def _phase(row: dict[str, Any], keys: tuple[str, ...]) -> float:
     found = row.get("phases_s") or {}
     return sum(float(found.get(key) or 0.0) for key in keys)
@@ -140,7 +157,7 @@ def time_lines(spent: dict[str, Any]) -> list[str]:
     if first is not None and spent.get("first_row_s") is not None:
         grouped: dict[str, float] = {}
         for key, seconds in first["phases_s"].items():
-            if key != "total" and "path_" not in key:
+            if key != "total" and "path_" not in key and not key.startswith("quiet"):
                 grouped[_short(key)] = grouped.get(_short(key), 0.0) + seconds
         top = sorted(grouped.items(), key=lambda item: -item[1])[:4]
         parts = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in top if seconds >= 0.05)
@@ -165,6 +182,13 @@ def time_lines(spent: dict[str, Any]) -> list[str]:
         lines.append(f"  the host's speed: its probe loop read {spent['host_probe_us']:.0f} us "
                      "a round (median over the rows; the same loop, higher on a slower host: "
                      "111 and 251 us on two H100 machines)")
+    quiet = spent.get("quiet")
+    if quiet:
+        lines.append(f"  while calls were timed with the other jobs stood still "
+                     f"({quiet['seconds']:.1f} s): {quiet['busy_cores_elsewhere']:.2f} cores "
+                     f"busy on average off the timing cores, {quiet['judge_cores']:.2f} of "
+                     f"them the judge's own process; {quiet['steal_s']:.2f} s taken from the "
+                     "timing cores by the hypervisor")
     return lines
 
 

@@ -39,6 +39,7 @@ from kernelevo.evaluate.parent.outcome import build_verdicts
 from kernelevo.evaluate.parent.worker_state import WorkerState
 from kernelevo.evaluate.sandbox import quiet
 from kernelevo.evaluate.sandbox.jobs import Deadline, JobResult, run_job, stopping
+from kernelevo.evaluate.sandbox.quiet_load import QuietLoad
 from kernelevo.evaluate.shared.gradients import backward_on
 from kernelevo.evaluate.shared.messages import (WORKER_KINDS, BaselineTimes, Checked, CpuWork, Gpu,
                                                 HostQuiet, Message, Ready, StoredBaselines, Timed,
@@ -96,7 +97,9 @@ class Session:
                                  Hold(gate, self.abandoned, f"{label}:oracle"), self._yield)
         self.hold = Hold(gate, self.abandoned, f"{label}:worker")
         # A worker holding the GPU alone is never stood still for another's timing
-        self.hold.on_exclusive = lambda alone: quiet.timing(self.deadline.pid, alone)
+        self.hold.on_exclusive = self._alone
+        # what still ran while this worker's calls were timed with the others still
+        self._quiet_load = QuietLoad.for_children(judge.child_environment)
         self.hold.about = self.oracle.hold.about = self._about
         self._closed = False
         self._discarded = False  # nobody waits for its verdicts (discard())
@@ -223,6 +226,8 @@ class Session:
                 self.state.phases["exit"] = time.monotonic() - self._last_message
                 if self.result.stood_s:  # while other jobs' calls were timed
                     self.state.phases["stood_still"] = self.result.stood_s
+                self._quiet_load.end()
+                self.state.phases.update(self._quiet_load.phases())
         except BaseException as exc:  # raised in the caller's thread by run()
             self.error = exc
         finally:
@@ -323,8 +328,18 @@ class Session:
         asks; going back to shared (or none) ends it too."""
         pid = self.deadline.pid
         if pid is None or not on or self.hold.state != "exclusive":
+            self._quiet_load.end()  # before the others go on
             return QuietReply(cut_s=quiet.release(pid) if pid is not None else 0.0)
-        return QuietReply(held=quiet.hold_others(pid))
+        held = quiet.hold_others(pid)
+        self._quiet_load.start()  # what runs from here is what the quiet leaves
+        return QuietReply(held=held)
+
+    def _alone(self, alone: bool) -> None:
+        """The worker's hold on the GPU became exclusive, or stopped being so (its quiet
+        ends with it: quiet.timing)."""
+        if not alone:
+            self._quiet_load.end()
+        quiet.timing(self.deadline.pid, alone)
 
     @contextmanager
     def _off_gpu(self) -> Iterator[None]:

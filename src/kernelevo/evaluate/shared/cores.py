@@ -71,6 +71,11 @@ def _kept(environ: Mapping[str, str] | None) -> list[int]:
     return [int(core) for core in said.split(",") if core.strip().isdigit()]
 
 
+def kept_cores(environ: Mapping[str, str] | None = None) -> set[int]:
+    """Every core kept for timing, their hyperthread siblings included; none if none is."""
+    return {sibling for core in _kept(environ) for sibling in siblings(core)}
+
+
 def timing_core(gpu_ordinal: int = 0, environ: Mapping[str, str] | None = None) -> int | None:
     """The core for timing on the GPU of this ordinal: the one kept for it, else counted
     back from the last allowed one."""
@@ -121,7 +126,7 @@ def keep_off_timing_cores(environ: Mapping[str, str] | None = None,
     later; with `every_thread`, its other threads too) off the cores kept for timing and
     their hyperthread siblings; the cores the calling thread runs on now, or None if
     unchanged."""
-    kept = {sibling for core in _kept(environ) for sibling in siblings(core)}
+    kept = kept_cores(environ)
     if not kept or not hasattr(os, "sched_getaffinity"):
         return None
     allowed = os.sched_getaffinity(0)
