@@ -9,6 +9,7 @@
 #   device run, carry [".kb", ".whl"]:           bash bench/gpu_next.sh harness
 #   device run, carry [".kb"]:                   bash bench/gpu_next.sh train
 #   device run, carry [".kb0", ".plain"]:        bash bench/gpu_next.sh agree
+#   device run, carry [".kb0", ".plain"]:        bash bench/gpu_next.sh quiet
 #
 # probes: the host's speed by process (host_neighbours.py), CUDA contexts beside
 #   other processes' kernels and memory churn (cuda_init_load.py), then the six
@@ -21,6 +22,9 @@
 #   calls; its rate: all its rows over both calls' seconds).
 # harness: KernelBench's own harness on the same mix, stratified, within 540 s
 #   (HARNESS_BUDGET_S: its budget for solutions, 480 s).
+# quiet: the 32 agreement pairs' suite alone (about 90 s; plain's first pass is cut), and
+#   what still ran while each row's calls were timed with the others stood still
+#   (bench/suite_rows.py --quiet).
 # train: the KernelBench training candidates judged one at a time on the GPU, the
 #   layernorm example's training agreement, plain's training step with its thread and
 #   autograd's pinned to one core as the judge pins them and to two, and the kink rule's
@@ -34,8 +38,8 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=src
 OUT=${OUT:-/tmp/gpu_next}
 row=${1:-}
 case "$row" in
-probes|suite-fresh|suite-again|suite-fresh-rest|suite-again-rest|harness|train|agree) ;;
-*) echo "usage: bash bench/gpu_next.sh probes|suite-fresh|suite-again|suite-fresh-rest|suite-again-rest|harness|train|agree" >&2
+probes|suite-fresh|suite-again|suite-fresh-rest|suite-again-rest|harness|train|agree|quiet) ;;
+*) echo "usage: bash bench/gpu_next.sh probes|suite-fresh|suite-again|suite-fresh-rest|suite-again-rest|harness|train|agree|quiet" >&2
    exit 2 ;;
 esac
 base=${row%-rest}  # a rest row works in the folder of the phase it finishes
@@ -121,6 +125,13 @@ agree)
     stamp "speed agreement exit $?"; kill $copier 2>/dev/null
     cp "$work/agree/agreement.md" "$work/agree/agreement.json" "$OUT/" 2>/dev/null
     grep -E "^plain pass|^- " "$work/agree.log" | tee -a "$notes"
+    ;;
+quiet)
+    stamp "the agreement pairs' suite"
+    timeout ${QUIET_S:-170} python3 bench/speed_agreement.py --kb .kb0 --out "$work/agree" \
+        --plain .plain/plain_timing.py --runs 1 > "$work/agree.log" 2>&1
+    stamp "suite exit $?"; cp "$work/agree/suite/results.jsonl" "$OUT/quiet_rows.jsonl" 2>/dev/null
+    python3 bench/suite_rows.py "$work/agree/suite/results.jsonl" --quiet 2>&1 | tee -a "$notes"
     ;;
 train)
     stamp "validate the training candidates, one at a time"

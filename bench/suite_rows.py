@@ -2,6 +2,7 @@
 
     python bench/suite_rows.py RESULTS.jsonl [--late 40]
     python bench/suite_rows.py RESULTS.jsonl --against OTHER.jsonl
+    python bench/suite_rows.py RESULTS.jsonl --quiet
 
 One file: rows by baseline source, what each row's oracle and worker held on
 the GPU at their peaks against the lane's estimate (suite/footprint.py), the mean and max of every phase over the
@@ -9,7 +10,9 @@ last `--late` rows (the suite's steady state, past its first tasks), and how
 many re-checks at other sizes were already in when their evaluation ended.
 With `--against`: for the solutions both runs timed with measured baselines,
 p10 / median / p90 of the ratio of their eager speedups and of their
-candidate times (the run-to-run spread of the suite's timings).
+candidate times (the run-to-run spread of the suite's timings). With
+`--quiet`: what still ran while each row's calls were timed with the other
+jobs stood still (evaluate/sandbox/quiet_load.py), beside the row's host probe.
 """
 
 from __future__ import annotations
@@ -112,6 +115,24 @@ def agreement(first: list[dict], second: list[dict]) -> dict:
 SHORT_MS = 0.2
 
 
+def quiet(rows: list[dict]) -> dict:
+    """Busy cores off the timing cores (and the judge's own) while each row's calls were
+    timed with the others stood still, over the rows that measured it, and their host
+    probes: whether the machine's other work or the timing core's own speed moved."""
+    measured = [(row["phases_s"], row) for row in rows
+                if (row.get("phases_s") or {}).get("quiet")]
+    if not measured:
+        return {"rows": 0}
+    busy = [p["quiet_busy_elsewhere"] / p["quiet"] for p, _ in measured]
+    judge = [p["quiet_judge_cpu"] / p["quiet"] for p, _ in measured]
+    probes = [float(row["host_probe_us"]) for _, row in measured if row.get("host_probe_us")]
+    return {"rows": len(measured), "seconds": round(sum(p["quiet"] for p, _ in measured), 2),
+            "busy_cores_p10_p50_p90": _quantiles(busy), "busy_cores_max": round(max(busy), 2),
+            "judge_cores_p10_p50_p90": _quantiles(judge),
+            "steal_s": round(sum(p.get("quiet_steal") or 0.0 for p, _ in measured), 3),
+            "host_probe_us_p10_p50_p90": _quantiles(probes) if probes else None}
+
+
 def _outside(ratios: list[float]) -> int:
     """How many of `ratios` say the two runs differ by more than a quarter."""
     return sum(1 for ratio in ratios if not 0.8 <= ratio <= 1.25)
@@ -122,8 +143,12 @@ def main() -> None:
     parser.add_argument("results", type=Path)
     parser.add_argument("--late", type=int, default=40)
     parser.add_argument("--against", type=Path)
+    parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args()
     rows = rows_of(args.results)
+    if args.quiet:
+        print(json.dumps(quiet(rows), indent=1))
+        return
     print(json.dumps(phases(rows, args.late), indent=1))
     if args.against:
         print(json.dumps(agreement(rows, rows_of(args.against)), indent=1))

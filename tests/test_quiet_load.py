@@ -111,3 +111,20 @@ def test_the_agreement_table_reads_the_quiet_of_each_row():
                                          "quiet_judge_cpu": 0.25, "quiet_steal": 0.02})
     assert found == {"quiet_busy_cores": 2.0, "quiet_judge_cores": 0.5, "quiet_steal_s": 0.02}
     assert speed_agreement.quiet_cores({"timing": 1.0}) == {}
+
+
+def test_the_rows_say_how_busy_the_machine_was_beside_their_host_probes():
+    import suite_rows
+
+    rows = [{"host_probe_us": "110", "phases_s": {"quiet": 0.5, "quiet_busy_elsewhere": 0.05,
+                                                   "quiet_judge_cpu": 0.0, "quiet_steal": 0.0}},
+            {"host_probe_us": "210", "phases_s": {"quiet": 0.25, "quiet_busy_elsewhere": 0.25,
+                                                   "quiet_judge_cpu": 0.1, "quiet_steal": 0.02}},
+            {"phases_s": {"timing": 1.0}}]  # timed without a quiet (on the CPU): left out
+    found = suite_rows.quiet(rows)
+    assert found["rows"] == 2 and found["seconds"] == 0.75
+    assert found["busy_cores_p10_p50_p90"] == [0.1, 0.1, 0.1]  # the lower of two, as the rest
+    assert found["busy_cores_max"] == 1.0
+    assert found["steal_s"] == 0.02
+    assert found["host_probe_us_p10_p50_p90"] == [110.0, 110.0, 110.0]
+    assert suite_rows.quiet(rows[2:]) == {"rows": 0}
