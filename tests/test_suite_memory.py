@@ -25,7 +25,7 @@ GiB = 1 << 30
 # What the oracle reports when the task's forward runs out (task_code.py), and a
 # candidate's verdict for a CUDA allocation that failed in its forward (worker.py).
 REFERENCE_OOM = ("the task's Model.forward(*get_inputs()) ran out of memory (it tried to "
-                 "allocate 36.38 GiB): give the task smaller sizes")
+                 "allocate 36.38 GiB): give the task smaller sizes (--max-input-elements)")
 CUDA_OOM = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 6.40 GiB. GPU 0 "
             "has a total capacity of 79.19 GiB of which 2.10 GiB is free.")
 CANDIDATE_OOM = f"out of memory during forward: it tried to allocate 6.40 GiB\n{CUDA_OOM}"

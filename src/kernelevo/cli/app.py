@@ -27,7 +27,8 @@ from kernelevo.cli.serve import serve_command
 from kernelevo.cli.suite import suite_command
 from kernelevo.cli.options import (  # noqa: F401 (the choices, re-exported)
     ATOL_OPTION, BACKWARD_OPTION, CONFIG_OPTION, CUDA_GRAPH_OPTION, DEVICE_OPTION,
-    EXIT_BAD_INPUT, EXIT_FAILED, FLAGS, KERNELBENCH_OPTION, NO_COMPILE_OPTION, NO_STATIC_OPTION,
+    EXIT_BAD_INPUT, EXIT_FAILED, FLAGS, KERNELBENCH_OPTION, MAX_INPUT_ELEMENTS_OPTION,
+    NO_COMPILE_OPTION, NO_STATIC_OPTION, at_most,
     RTOL_OPTION, SETS_OPTION, TASK_ARGUMENT, TIMEOUT_OPTION, VARY_SHAPES_OPTION, App,
     POLICY_OPTION, PRECISION_OPTION, TIMING_OPTION, Backend, Device, Policy, Precision,
     SearchBackend, Timing, choice_value, console, errors, eval_overrides, eval_settings, out,
@@ -151,6 +152,7 @@ def eval_command(
     as_json: bool = typer.Option(False, "--json", help="print the full verdict as JSON"),
     local: bool = LOCAL_OPTION,
     kernelbench_dir: Optional[str] = KERNELBENCH_OPTION,
+    max_input_elements: Optional[int] = MAX_INPUT_ELEMENTS_OPTION,
     config_file: Optional[str] = CONFIG_OPTION,
 ) -> None:
     """Judge one candidate: correctness, honesty and speed against eager and torch.compile."""
@@ -162,7 +164,7 @@ def eval_command(
         config = eval_settings(config_file, eval_overrides(
             precision, device, policy, atol, rtol, sets, timeout, vary_shapes, cuda_graph,
             no_compile, no_static, timing, backward))
-        loaded_task = load_task(task, kernelbench_dir)
+        loaded_task = at_most(load_task(task, kernelbench_dir), max_input_elements)
         loaded = load_candidate(candidate, choice_value(backend))
         # Only checked inputs start anything heavy: a forkserver left importing torch
         # held a bad call's exit (and any pipe it wrote to) for 7-9 s.
@@ -196,6 +198,7 @@ def compare_command(
     as_json: bool = typer.Option(False, "--json", help="print both verdicts and the result"),
     local: bool = LOCAL_OPTION,
     kernelbench_dir: Optional[str] = KERNELBENCH_OPTION,
+    max_input_elements: Optional[int] = MAX_INPUT_ELEMENTS_OPTION,
     config_file: Optional[str] = CONFIG_OPTION,
 ) -> None:
     """Judge two candidates under the same protocol, timed interleaved, and say which is faster."""
@@ -208,7 +211,7 @@ def compare_command(
         config = eval_settings(config_file, eval_overrides(
             precision, device, policy, cuda_graph=cuda_graph, no_compile=no_compile,
             measure=timing))
-        loaded_task = load_task(task, kernelbench_dir)
+        loaded_task = at_most(load_task(task, kernelbench_dir), max_input_elements)
         a, b = load_candidate(first), load_candidate(second)
         service = _service_or_forkserver(local, device)  # only once the inputs are checked
         with _stopped_by_sigterm(), console.status("starting") as status:
@@ -264,6 +267,7 @@ def evolve_command(
     backward: bool = BACKWARD_OPTION,
     as_json: bool = typer.Option(False, "--json", help="print the final summary as JSON"),
     kernelbench_dir: Optional[str] = KERNELBENCH_OPTION,
+    max_input_elements: Optional[int] = MAX_INPUT_ELEMENTS_OPTION,
     config_file: Optional[str] = CONFIG_OPTION,
     no_memory: bool = typer.Option(False, "--no-memory", help="neither recall nor record "
                                    "what similar tasks taught (docs/memory.md)"),
@@ -287,7 +291,7 @@ def evolve_command(
                                        runs_dir=runs_dir, resume=resume, gpus=gpus, seeds=seed)
         if task is None and resume is None:
             raise typer.BadParameter("give a TASK, or --resume RUN")
-        loaded = load_task(task, kernelbench_dir) if task else None
+        loaded = at_most(load_task(task, kernelbench_dir), max_input_elements) if task else None
         with _stopped_by_sigterm():
             evolved = run_evolve(console, loaded, options)
     except KernelEvoError as exc:

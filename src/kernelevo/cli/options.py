@@ -146,10 +146,33 @@ BACKWARD_OPTION = typer.Option(False, "--backward", help="judge the backward too
 NO_STATIC_OPTION = typer.Option(False, "--no-static", help="skip the static checks "
                                 "(runtime checks only)")
 TASK_ARGUMENT = typer.Argument(..., metavar="TASK", help="task file or kernelbench:levelN/M")
+MAX_INPUT_ELEMENTS_OPTION = typer.Option(
+    None, "--max-input-elements", min=1, metavar="N",
+    help="judge the task at smaller sizes: its largest size constants halved until one "
+    "input set holds at most N values (KernelBench level 1's inputs hold up to 1.6 G, and "
+    "a backward keeps several copies)")
 TIMING_OPTION = typer.Option(None, "--timing", help="the measure speedups use: call (host "
                              "time per call in a loop of calls, what a user calling the model "
                              "waits; default), gpu (device time per call, launch gaps hidden) "
                              "or kernelbench (KernelBench's harness protocol)")
+
+
+def at_most(task: Any, max_elements: int | None) -> Any:
+    """`task` shrunk to `max_elements` values an input set (suite/shrink.py), saying which
+    sizes changed; `task` itself without a limit or when it already fits."""
+    if not max_elements:
+        return task
+    from kernelevo.suite.shrink import input_elements, shrink_to
+
+    smaller, changed = shrink_to(task, max_elements)
+    if changed:
+        console.print("judged at smaller sizes (--max-input-elements): " + ", ".join(
+            f"{name} {task.size_constants[name]} -> {value}" for name, value in changed.items()))
+        held = input_elements(smaller)
+        if held > max_elements:
+            console.print(f"its input set still holds {held:,} values: no size constant is "
+                          "left to halve")
+    return smaller
 
 
 def check_search_flags(models: Any = (), base_url: str | None = None,

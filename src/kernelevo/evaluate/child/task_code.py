@@ -64,7 +64,7 @@ class TaskRaised(Exception):
             size = oom.requested_size(str(error))
             lines = [f"{self.step.doing} ran out of memory"
                      + (f" (it tried to allocate {size})" if size else "")
-                     + ": give the task smaller sizes"]
+                     + ": give the task smaller sizes (--max-input-elements)"]
         else:
             text = " ".join(str(error).split())[:_MESSAGE_CHARS]
             fix = "fix the task (the lines below are its own)" if frames else self.step.must

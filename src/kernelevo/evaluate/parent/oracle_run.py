@@ -227,7 +227,7 @@ def _how_it_ended(result: JobResult, config: EvalConfig, imported: bool) -> str:
                 "output_limit_bytes): print less from the task's code")
     if result.signal_name == "SIGKILL":
         return ("the reference oracle was killed (SIGKILL), most likely because the machine's "
-                "memory ran out: give the task smaller sizes")
+                "memory ran out: give the task smaller sizes (--max-input-elements)")
     how = (f"was killed by {result.signal_name}" if result.signal_name
            else f"exited with code {result.exit_code}")
     return (f"the reference oracle {how} with no error of its own: the task's code ended its "
