@@ -1,4 +1,4 @@
-"""`--max-input-elements` on eval, compare and evolve: the task judged at smaller sizes, said."""
+"""`--max-input-elements` on eval, compare, evolve and profile: the task judged at smaller sizes, said."""
 
 from __future__ import annotations
 
@@ -63,3 +63,9 @@ def test_a_limit_below_one_is_refused():
     done = kernelevo("eval", str(ROOT / "examples/gelu/task.py"),
                      str(ROOT / "examples/gelu/triton_candidate.py"), "--max-input-elements", "0")
     assert done.returncode == 2 and "max-input-elements" in done.stderr
+
+
+def test_every_command_that_loads_one_task_takes_the_limit():
+    for command in ("eval", "compare", "evolve", "profile"):
+        done = kernelevo(command, "--help")
+        assert done.returncode == 0 and "--max-input-elements" in done.stdout, command

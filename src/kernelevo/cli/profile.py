@@ -18,9 +18,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from kernelevo.cli.options import (CONFIG_OPTION, KERNELBENCH_OPTION, PRECISION_OPTION,
-                                   TASK_ARGUMENT, Precision, choice_value, console,
-                                   eval_overrides, eval_settings, fail, out)
+from kernelevo.cli.options import (CONFIG_OPTION, KERNELBENCH_OPTION,
+                                   MAX_INPUT_ELEMENTS_OPTION, PRECISION_OPTION, TASK_ARGUMENT,
+                                   Precision, at_most, choice_value, console, eval_overrides,
+                                   eval_settings, fail, out)
 from kernelevo.errors import ConfigError, KernelEvoError
 from kernelevo.evaluate.analysis.profile import Profile, pct, table_lines
 from kernelevo.paths import check_file
@@ -60,6 +61,7 @@ def profile_command(
     ncu_path: Optional[str] = typer.Option(None, help="the ncu binary (default: from PATH)"),
     as_json: bool = typer.Option(False, "--json", help="print the profile as JSON"),
     kernelbench_dir: Optional[str] = KERNELBENCH_OPTION,
+    max_input_elements: Optional[int] = MAX_INPUT_ELEMENTS_OPTION,
     config_file: Optional[str] = CONFIG_OPTION,
 ) -> None:
     """Judge a candidate and print where its time goes: kernels, roofline, ncu metrics."""
@@ -73,7 +75,7 @@ def profile_command(
         if ncu_path is not None and ncu is not False:
             _check_ncu_path(ncu_path)
         config = eval_settings(config_file, eval_overrides(precision))
-        loaded_task = load_task(task, kernelbench_dir)
+        loaded_task = at_most(load_task(task, kernelbench_dir), max_input_elements)
         loaded = load_candidate(candidate)
         with console.status("judging"):
             verdict = Judge(loaded_task, config).evaluate(loaded)
