@@ -57,6 +57,11 @@ def test_a_task_shrinks_to_the_limit_and_one_that_cannot_is_said(capsys):
     stuck = task_from_source(LITERAL_SIZES)
     assert input_elements(at_most(stuck, 1024)) == 4096
     assert "no size constant is left to halve" in capsys.readouterr().err
+    # no size constant at all: nothing changed, and still said
+    bare = task_from_source(LITERAL_SIZES.replace("batch_size = 512\ndim = 2048\n", ""))
+    assert at_most(bare, 1024).source == bare.source
+    said = capsys.readouterr().err
+    assert "judged at smaller sizes" not in said and "no size constant is left to halve" in said
 
 
 def test_a_limit_below_one_is_refused():

@@ -167,11 +167,12 @@ def at_most(task: Any, max_elements: int | None) -> Any:
     smaller, changed = shrink_to(task, max_elements)
     if changed:
         console.print("judged at smaller sizes (--max-input-elements): " + ", ".join(
-            f"{name} {task.size_constants[name]} -> {value}" for name, value in changed.items()))
-        held = input_elements(smaller)
-        if held > max_elements:
-            console.print(f"its input set still holds {held:,} values: no size constant is "
-                          "left to halve")
+            f"{name} {task.size_constants[name]} -> {value}" for name, value in changed.items()),
+            soft_wrap=True)  # one line each, whatever the terminal's width
+    held = input_elements(smaller)
+    if held > max_elements:
+        console.print(f"its input set still holds {held:,} values (--max-input-elements "
+                      f"{max_elements:,}): no size constant is left to halve", soft_wrap=True)
     return smaller
 
 

@@ -6,9 +6,10 @@ nor any process the judge did not start as a job. In a 32-row suite on an
 H100 the judge's launch-bound calls read 1.17x a plain process's
 milliseconds, both contestants alike, with the others stood still. Three
 rows judged on the same machine right after read as plain's
-(bench/RESULTS.md, "Against a plain process", session 36). So something
-still ran, and each of a worker's quiets is measured from the moment the
-others stand still until they go on. A verdict's phases then say:
+(bench/RESULTS.md, "Against a plain process", session 36). So each of a
+worker's quiets is measured from the moment the others stand still until
+they go on (in the next such suite: 0.05 busy cores at the median, no steal;
+the timing core's own speed moved instead). A verdict's phases say:
 
 - `quiet`: the seconds of that;
 - `quiet_busy_elsewhere`: CPU seconds busy on the cores not kept for
@@ -55,7 +56,7 @@ def read(kept: set[int], stat_path: str = "/proc/stat") -> Reading | None:
     tick = _clock_ticks()
     busy = steal = 0
     for line in lines:
-        name, *values = line.split()
+        name, *values = line.split() or [""]
         if not name.startswith("cpu") or not name[3:].isdigit():
             continue
         counts = [int(value) for value in values[:8]] + [0] * (8 - len(values[:8]))
