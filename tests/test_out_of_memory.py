@@ -101,3 +101,18 @@ def test_the_size_is_read_from_gpu_and_host_messages():
     assert requested_size("RuntimeError: out of memory") is None
     assert (in_units(512), in_units(1536), in_units(3 << 30)) == ("512 bytes", "1.50 KiB",
                                                                   "3.00 GiB")
+
+
+def test_a_process_that_ended_without_reporting_says_what_it_said_last():
+    heard = [{"kind": "isolation"}, {"kind": "progress", "phase": "timing"},
+             {"kind": "timed"}, {"kind": "progress", "phase": "profiling"}]
+    verdict = _crash_verdict(JobResult(exit_code=0, messages=heard), "timing")
+    assert verdict.reason == "exited_early"
+    assert verdict.message == ("the process exited with code 0 during timing without "
+                               "reporting (its last message: 'timed', last step: 'profiling')")
+    silent = _crash_verdict(JobResult(exit_code=0), "loading or checking")
+    assert silent.message == ("the process exited with code 0 during loading or checking "
+                              "without reporting")
+    killed = _crash_verdict(JobResult(exit_code=-11, messages=heard[:1]), "timing")
+    assert killed.message == ("the process died from SIGSEGV during timing (its last "
+                              "message: 'isolation')")

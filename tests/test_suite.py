@@ -459,6 +459,41 @@ def test_a_suite_row_without_timings_says_no_baseline_was_measured(bench, monkey
     assert rows and all(r["baseline_source"] == "none" and r["baseline_ms"] == {} for r in rows)
 
 
+def test_a_crashed_row_keeps_the_end_of_its_process_output(bench, monkeypatch):
+    """Why a process crashed is told by its output: a crashed row keeps its last 2000
+    characters, so a crash seen on a GPU run can be read from results.jsonl alone."""
+    import kernelevo.evaluate.parent.judge as judge_module
+    from kernelevo.config import EvalConfig
+    from kernelevo.evaluate.verdict import Verdict
+    from kernelevo.suite import SuitePlan, run_suite
+
+    verdicts = iter([Verdict("crashed", "exited_early", message="exited with code 0",
+                             logs="x" * 3000 + "Fatal Python error: the end"),
+                     Verdict("ok", "passed", logs="a warning a passing run printed")])
+
+    class CrashingJudge:
+        def __init__(self, task, config, gpu_index=None, standby=False, baseline_store=None):
+            pass
+
+        def evaluate(self, candidate):
+            return next(verdicts)
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(judge_module, "Judge", CrashingJudge)
+    monkeypatch.setenv("KERNELEVO_CACHE_DIR", str(bench / "cache"))
+    rows = run_suite(SuitePlan(("kernelbench:level1/1",), bench / "solutions", bench / "out",
+                               EvalConfig(), str(bench / "kb"))).rows
+    crashed, passed = sorted(rows, key=lambda r: r["reason"])
+    assert crashed["reason"] == "exited_early"
+    assert len(crashed["logs"]) == 2000 and crashed["logs"].endswith("Fatal Python error: the end")
+    assert passed["reason"] == "passed" and "logs" not in passed
+    written = [json.loads(line)
+               for line in (bench / "out" / "results.jsonl").read_text().splitlines()]
+    assert any(r.get("logs", "").endswith("the end") for r in written)
+
+
 def test_a_suite_search_without_memory_asks_evolve_for_none(tmp_path, monkeypatch):
     import types
 

@@ -25,6 +25,7 @@ from kernelevo.suite.tasks import Solution, SuiteTask
 
 Row = dict[str, Any]
 MakeRow = Callable[..., Row]
+LOG_TAIL_CHARS = 2000  # of a crashed process's output, kept in its row
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,9 @@ class TaskLane:
             measures=_by_measure(verdict),
             # what the oracle and the worker held, against the lane's estimate (lane_bytes)
             **({"gpu_peak_bytes": dict(verdict.gpu_peak_bytes)} if verdict.gpu_peak_bytes else {}),
+            # a process that crashed: the end of its output, to tell why from the rows alone
+            **({"logs": verdict.logs[-LOG_TAIL_CHARS:]}
+               if verdict.status == "crashed" and verdict.logs else {}),
             **self.extra)
 
     def close(self) -> None:

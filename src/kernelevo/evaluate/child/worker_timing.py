@@ -131,6 +131,7 @@ def run_timing(loaded: dict[int, Any], baselines: Baselines, task: Any, job: Wor
     # needs no GPU to itself, only no timing beside it). Records the
     # profiler loses are caught by the launch count (outcome.unrecorded_note).
     channel.ask(Timed())
+    channel.send(Progress("profiling"))
     started = time.perf_counter()
     shares = {str(index): own_kernel_share(model, module, given.candidates[index], sets[0],
                                            launches)

@@ -43,12 +43,22 @@ def _crash_verdict(result: JobResult, during: str) -> Verdict:
                            logs=tail[-2000:])
     if result.signal_name:
         return verdict_for("killed_by_signal", f"the process died from {result.signal_name} "
-                           f"during {during}", logs=tail)
+                           f"during {during}{_last_heard(result)}", logs=tail)
     if result.exit_code and said_in(tail):  # out of memory where no report could be sent
         return verdict_for("out_of_memory", f"{summary(tail, during)} (the process exited with "
                            f"code {result.exit_code} without reporting)", logs=tail)
     return verdict_for("exited_early", f"the process exited with code {result.exit_code} "
-                       f"during {during} without reporting", logs=tail)
+                       f"during {during} without reporting{_last_heard(result)}", logs=tail)
+
+
+def _last_heard(result: JobResult) -> str:
+    """Where the process was by its own account: the kind of the last message it sent."""
+    kinds = [str(m.get("kind")) for m in result.messages if m.get("kind") != "progress"]
+    phases = [str(m.get("phase")) for m in result.messages if m.get("kind") == "progress"]
+    if not kinds:
+        return ""
+    return f" (its last message: {kinds[-1]!r}" + (f", last step: {phases[-1]!r})" if phases
+                                                    else ")")
 
 
 def build_verdicts(state: WorkerState, result: JobResult, judge: JudgeHost) -> list[Verdict]:

@@ -393,22 +393,15 @@ def _pump(process: Any, connection: Any, result: JobResult, deadline: Deadline,
     """Relay messages until the child ends, runs out of time or prints too much."""
     while True:
         if connection.poll(0.02):
-            try:
-                raw = connection.recv_bytes()
-            except (EOFError, OSError):
+            if not _relay(connection, result, on_message, secrets):
                 process.join(max(0.0, min(1.0, deadline.at - time.monotonic())))
                 return
-            message = redact.redact(_decode(raw), secrets)
-            result.messages.append(message)
-            reply = on_message(message) if on_message else None
-            if reply is not None:
-                try:
-                    connection.send_bytes(json.dumps(reply).encode())
-                except OSError:  # the child died while its question was answered: it ended
-                    process.join(max(0.0, min(1.0, deadline.at - time.monotonic())))
-                    return
             continue
         if not process.is_alive():
+            # What it sent between the poll above and its end is in the pipe still
+            # (its last report, sent just before it exits): read before giving up.
+            while _poll_now(connection) and _relay(connection, result, on_message, secrets):
+                pass
             return
         if time.monotonic() > deadline.at:
             result.timed_out = True
@@ -416,6 +409,32 @@ def _pump(process: Any, connection: Any, result: JobResult, deadline: Deadline,
         if log_path.exists() and log_path.stat().st_size > output_limit_bytes:
             result.output_exceeded = True
             return
+
+
+def _relay(connection: Any, result: JobResult,
+           on_message: Callable[[dict[str, Any]], dict[str, Any] | None] | None,
+           secrets: list[str]) -> bool:
+    """Read one message, keep it and answer it; False once the child's end is closed."""
+    try:
+        raw = connection.recv_bytes()
+    except (EOFError, OSError):
+        return False
+    message = redact.redact(_decode(raw), secrets)
+    result.messages.append(message)
+    reply = on_message(message) if on_message else None
+    if reply is not None:
+        try:
+            connection.send_bytes(json.dumps(reply).encode())
+        except OSError:  # the child died while its question was answered: it ended
+            return False
+    return True
+
+
+def _poll_now(connection: Any) -> bool:
+    try:
+        return bool(connection.poll(0))
+    except (EOFError, OSError):
+        return False
 
 
 def _decode(raw: bytes) -> dict[str, Any]:
