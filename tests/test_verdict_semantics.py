@@ -253,6 +253,30 @@ def test_a_candidates_outputs_are_compared_in_place_on_the_gpu_and_copied_for_th
     assert asked == [("cuda:0", False), ("cpu", True)]
 
 
+def test_the_time_to_open_the_workers_outputs_is_a_phase_of_the_decision(monkeypatch):
+    """`decide_outputs`: of `decide`, the worker's outputs opened here, counted also where
+    they could not be read (the decision then fails the candidate)."""
+    import time as clock
+
+    from kernelevo.evaluate.shared.transfer import TransferError
+
+    def slow_outputs(report, count, judge, device):
+        clock.sleep(0.05)
+        if report == "forged":
+            raise TransferError("invalid handle")
+        return {"sets": []}
+
+    state = types.SimpleNamespace(phases={}, reference=types.SimpleNamespace(outputs=[]),
+                                  judge=None)
+    monkeypatch.setattr(worker_state, "_outputs_from", slow_outputs)
+    monkeypatch.setattr(worker_state, "_decide", lambda *args: ("passed", {}))
+    assert worker_state._judge_on(state, 0, "report", "cuda:0")[0] == "passed"
+    assert 0.05 <= state.phases["decide_outputs"] < 1.0
+    failed = worker_state._judge_on(state, 0, "forged", "cuda:0")
+    assert failed[1]["reason"] == "harness_tampered"
+    assert state.phases["decide_outputs"] >= 0.1  # both openings, summed
+
+
 def _mapped_tensor_whose_copy_fails(monkeypatch, error: Exception) -> dict:
     """A well-formed description whose mapping works and whose copy to `device` raises."""
     from torch.multiprocessing import reductions

@@ -25,9 +25,11 @@ PHASE_GROUPS: dict[str, tuple[str, ...]] = {
     "builds (in the worker)": ("build",),
     "reference": ("reference_wait",),
     "checks": ("setup", "load", "first_call", "correctness", "judging", "trivial_check"),
-    # inside the checks, and shown apart: the judge's comparisons of the outputs,
-    # and of them those made again in smaller chunks, then on the CPU (the GPU's memory full)
+    # inside the checks, and shown apart: the judge's comparisons of the outputs, and
+    # of them the worker's outputs opened, the comparisons made again in smaller chunks,
+    # then on the CPU (the GPU's memory full)
     "the judge's decisions (of the checks)": ("decide",),
+    "the worker's outputs opened for them": ("decide_outputs",),
     "decisions in smaller chunks": ("decide_small_chunks",),
     "decisions on the CPU": ("decide_cpu",),
     "timing": ("timing", "profile"),

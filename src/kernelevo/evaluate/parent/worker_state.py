@@ -160,7 +160,8 @@ def judge_candidate(state: WorkerState, index: int, report: CheckedCandidate) ->
     slow host, the worker's hold on the GPU kept and every lane's timing
     waiting behind it (bench/RESULTS.md). On the CPU the hold goes once the
     worker's outputs are copied (`state.off_gpu`). Its seconds go to the phases:
-    `decide`, and of them `decide_small_chunks` and `decide_cpu`.
+    `decide`, and of them `decide_outputs` (the worker's outputs made readable
+    here), `decide_small_chunks` and `decide_cpu`.
     """
     started = time.perf_counter()
     device = state.judge.compare_device
@@ -193,10 +194,13 @@ def _add(phases: dict[str, float], name: str, seconds: float) -> None:
 def _judge_on(state: WorkerState, index: int, report: CheckedCandidate, device: str,
               off_gpu: Callable[[], ContextManager[None]] = nullcontext) -> Decision:
     """The decision on `device`; `off_gpu` is entered once the worker's outputs are here."""
+    started = time.perf_counter()
     try:
         outputs = _outputs_from(report, len(state.reference.outputs), state.judge, device)
     except TransferError as exc:  # a candidate that corrupts its own report fails, not the judge
         return "failed", {"reason": "harness_tampered", "message": f"unreadable outputs: {exc}"}
+    finally:  # of `decide`: the worker's outputs opened (CUDA IPC) or read here
+        _add(state.phases, "decide_outputs", time.perf_counter() - started)
     with off_gpu():
         return _decide(state, index, report, outputs, device)
 
