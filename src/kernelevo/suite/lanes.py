@@ -36,6 +36,7 @@ from kernelevo.errors import KernelEvoError
 from kernelevo.evaluate.parent.baseline_store import BaselineStore
 from kernelevo.suite.alone import GpuRoom
 from kernelevo.suite.footprint import measure_footprint
+from kernelevo.suite.lane_peaks import LanePeaks, peaks_key
 from kernelevo.suite.lane_judge import LaneContext, MakeRow, Row, TaskLane
 from kernelevo.suite.schedule import MemoryBook, PlannedTask, TaskQueue
 from kernelevo.suite.tasks import Solution, SuiteTask
@@ -133,7 +134,8 @@ def judge_on_lanes(jobs: list[tuple[SuiteTask, list[Solution]]], load: Load,
                    builds: BuildsAhead | None,
                    environment: Callable[[int | None], dict[str, str]],
                    warm_ahead: bool = False, memory: Memory | None = None,
-                   record: LaneRecord | None = None, head_start_s: float = 0.0) -> Iterator[Row]:
+                   record: LaneRecord | None = None, head_start_s: float = 0.0,
+                   peaks: LanePeaks | None = None) -> Iterator[Row]:
     """Rows as solutions are judged; `lanes` tasks at a time on each of `gpus`.
 
     Tasks are handed out quickest first, each to a lane whose GPU has the
@@ -145,12 +147,15 @@ def judge_on_lanes(jobs: list[tuple[SuiteTask, list[Solution]]], load: Load,
     baselines' compile run beside the last solution, not in the next
     task's first verdict. With `head_start_s`, each GPU's first lane starts
     alone: the others take their first task once the suite has its first
-    row, or after that many seconds.
+    row, or after that many seconds. With `peaks`, a task whose GPU peaks an
+    earlier suite on this GPU model recorded has its lane sized from them, and
+    each passing row's peaks are recorded (suite/lane_peaks.py).
     """
     record = record or LaneRecord()
     planned = plan_tasks(jobs)
     slots = [gpu_index for gpu_index in gpus for _ in range(max(1, lanes))]
-    tasks = TaskQueue(planned, lambda entry: _prepare(entry, load, config, memory is not None),
+    sized = memory is not None
+    tasks = TaskQueue(planned, lambda entry: _prepare(entry, load, config, sized, peaks),
                       config.import_timeout_s, len(slots))
     tasks.start()
     if builds is not None and config.device != "cpu":
@@ -159,7 +164,7 @@ def judge_on_lanes(jobs: list[tuple[SuiteTask, list[Solution]]], load: Load,
     books = {index: MemoryBook(functools.partial(memory, index)) for index in gpus} \
         if memory is not None else {}
     suite = _Lanes(tasks, {index: GpuRoom() for index in gpus}, books, builds, record,
-                   warm_ahead, head_start_s)
+                   warm_ahead, head_start_s, peaks if sized else None)
     for number, gpu_index in enumerate(slots):
         book = books.get(gpu_index)
         context = LaneContext(config, store, gpu, gpu_index, make_row, suite.rooms[gpu_index],
@@ -174,9 +179,11 @@ class _Lanes:
 
     def __init__(self, tasks: TaskQueue, rooms: dict[int | None, GpuRoom],
                  books: dict[int | None, MemoryBook], builds: BuildsAhead | None,
-                 record: LaneRecord, warm_ahead: bool, head_start_s: float = 0.0) -> None:
+                 record: LaneRecord, warm_ahead: bool, head_start_s: float = 0.0,
+                 peaks: LanePeaks | None = None) -> None:
         self.tasks, self.rooms, self.books, self.builds = tasks, rooms, books, builds
         self.record, self.warm_ahead, self.head_start_s = record, warm_ahead, head_start_s
+        self.peaks = peaks
         self._leads: set[int | None] = set()  # GPUs whose first lane is added
         self.sent: queue.Queue[Row | BaseException | None] = queue.Queue()
         self.stop, self.first_row = threading.Event(), threading.Event()
@@ -232,6 +239,9 @@ class _Lanes:
                     # when it ended, in seconds since this run of the suite began: with
                     # its wall time, where it lies beside the other lanes' rows
                     row["ended_s"] = round(self.record.since_start(), 2)
+                    if self.peaks is not None and current.peaks_key and \
+                            row.get("reason") == "passed" and row.get("gpu_peak_bytes"):
+                        self.peaks.record(current.peaks_key, row["gpu_peak_bytes"])
                     stats.rows += 1
                     self.first_row.set()
                     self.sent.put(row)
@@ -264,17 +274,28 @@ class _Lanes:
             self.stop.set()
 
 
-def _prepare(entry: PlannedTask, load: Load, config: EvalConfig, sized: bool) -> None:
-    """Load the task (shrunk where asked) and, where `sized`, estimate what a lane
-    judging it holds on the GPU."""
+def _prepare(entry: PlannedTask, load: Load, config: EvalConfig, sized: bool,
+             peaks: LanePeaks | None = None) -> None:
+    """Load the task (shrunk where asked) and, where `sized`, say what a lane judging it
+    holds on the GPU: what an earlier suite measured (`peaks`), else an estimate."""
+    from kernelevo.evaluate.shared.gradients import backward_on
+
     entry.loaded, entry.sizes = load(entry.task)
     if not sized:
         return
+    if peaks is not None:
+        entry.peaks_key = peaks_key(entry.loaded.source, config.dtype_name, config.input_sets,
+                                    backward_on(entry.loaded, config))
+        # a task of several solutions keeps a standby session beside the evaluation
+        measured = peaks.lane_bytes(entry.peaks_key, 2 if len(entry.pending) > 1 else 1)
+        if measured is not None:
+            entry.lane_bytes, entry.lane_bytes_from = measured, "peaks"
+            return
     try:
         footprint = measure_footprint(entry.loaded, config.dtype_name)
     except Exception:  # noqa: BLE001 - size unknown (0): the run alone catches the rest
         return
-    entry.lane_bytes = footprint.lane_bytes(config.input_sets)
+    entry.lane_bytes, entry.lane_bytes_from = footprint.lane_bytes(config.input_sets), "sizes"
 
 
 def _admit(entry: PlannedTask, book: MemoryBook | None) -> int | None:
@@ -289,7 +310,7 @@ class _TaskRun:
 
     def __init__(self, entry: PlannedTask, reservation: int, book: MemoryBook | None,
                  context: LaneContext) -> None:
-        self.task, self.pending = entry.task, entry.pending
+        self.task, self.pending, self.peaks_key = entry.task, entry.pending, entry.peaks_key
         self._book, self._reservation = book, reservation
         self._room, self._lane_number = context.room, context.lane
         self._lock = threading.Lock()
@@ -302,7 +323,8 @@ class _TaskRun:
                                     message=entry.error) for solution in entry.pending]
             return
         extra = {"gpu": gpu, "gpu_index": context.gpu_index, "sizes": entry.sizes,
-                 "lane": context.lane, "lane_bytes": entry.lane_bytes}
+                 "lane": context.lane, "lane_bytes": entry.lane_bytes,
+                 **({"lane_bytes_from": entry.lane_bytes_from} if entry.lane_bytes_from else {})}
         try:
             self.lane = TaskLane(entry.task, entry.loaded, context, extra)
         except KernelEvoError as exc:

@@ -171,6 +171,7 @@ def _judge_jobs(plan: SuitePlan, jobs: list[tuple[SuiteTask, list[Solution]]],
                 record: LaneRecord) -> Generator[dict[str, Any], None, None]:
     """Rows as solutions are judged, on `lanes` per GPU, CUDA builds ahead."""
     from kernelevo.evaluate.parent.judge import child_environment
+    from kernelevo.suite.lane_peaks import LanePeaks
     from kernelevo.suite.lanes import BuildsAhead, build_workers, judge_on_lanes
     from kernelevo.suite.schedule import gpu_memory
 
@@ -184,7 +185,8 @@ def _judge_jobs(plan: SuitePlan, jobs: list[tuple[SuiteTask, list[Solution]]],
                                   warm_ahead=device == "cuda",
                                   head_start_s=plan.head_start_s if device == "cuda" else 0.0,
                                   memory=gpu_memory if device == "cuda" else None,
-                                  record=record)
+                                  record=record,
+                                  peaks=LanePeaks.for_gpu(_cache_dir(), gpu) if gpu else None)
     finally:
         if builds is not None:
             builds.close()
