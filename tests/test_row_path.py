@@ -60,3 +60,49 @@ def test_the_suite_account_says_how_fast_the_host_was():
     assert spent["host_probe_us"] == 251.0  # rows without a probe (no timing) left out
     assert any("probe loop read 251 us a round" in line for line in time_lines(spent))
     assert time_spent(rows[2:3], LaneRecord(), 1.0)["host_probe_us"] is None
+
+
+def test_the_suite_account_says_when_each_of_its_own_steps_before_the_first_row_was_done():
+    record = LaneRecord(started=100.0)
+    clock = iter([100.25, 102.0, 102.0, 102.5])
+    record.since_start = lambda: next(clock) - record.started  # type: ignore[method-assign]
+    for step in ("tasks and solutions read", "the GPU named", "the GPU named",
+                 "lanes counted"):
+        record.mark(step)
+    assert record.marks == {"tasks and solutions read": 0.25, "the GPU named": 2.0,
+                            "lanes counted": 2.5}  # a step is marked once, when first done
+    spent = time_spent([], record, 3.0)
+    assert spent["steps_s"] == record.marks
+    line = next(line for line in time_lines(spent) if "own steps" in line)
+    assert line == ("  the suite's own steps, done at: tasks and solutions read 0.2 s, "
+                    "the GPU named 2.0 s, lanes counted 2.5 s")
+    assert not any("own steps" in line for line in time_lines(time_spent([], LaneRecord(), 1.0)))
+
+
+def test_a_suite_marks_its_steps_before_its_first_row(tmp_path, monkeypatch):
+    import kernelevo.evaluate.parent.judge as judge_module
+    from kernelevo.config import EvalConfig
+    from kernelevo.evaluate.verdict import Verdict
+    from kernelevo.suite import SuitePlan, run_suite
+    from tests.suite_layout import lay_out
+
+    bench = lay_out(tmp_path, [(1, "add", ["honest_add.py"])])
+
+    class QuickJudge:
+        def __init__(self, task, config, gpu_index=None, standby=False, baseline_store=None):
+            pass
+
+        def evaluate(self, candidate):
+            return Verdict("ok", "passed")
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(judge_module, "Judge", QuickJudge)
+    monkeypatch.setenv("KERNELEVO_CACHE_DIR", str(tmp_path / "cache"))
+    result = run_suite(SuitePlan(("kernelbench:level1",), bench / "solutions", tmp_path / "out",
+                                 EvalConfig(device="cpu"), str(bench / "kb")))
+    steps = result.time_spent["steps_s"]
+    assert list(steps) == ["tasks and solutions read", "the GPU named", "lanes counted",
+                           "the first task taken, its judge made"]
+    assert list(steps.values()) == sorted(steps.values())

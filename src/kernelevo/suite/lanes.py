@@ -235,6 +235,7 @@ class _Lanes:
                 current = upcoming.pop() if upcoming else take(True)
                 if current is None:
                     return
+                self.record.mark("the first task taken, its judge made")
                 for row in current.rows(self.builds, before_last=take_ahead):
                     # when it ended, in seconds since this run of the suite began: with
                     # its wall time, where it lies beside the other lanes' rows

@@ -92,6 +92,7 @@ def run_suite(plan: SuitePlan, progress: Progress | None = None) -> SuiteResult:
     solutions = find_solutions(plan.solutions, tasks) if plan.solutions else {}
     done = _open_out(plan)
     _start_judging_processes(plan.config.device)
+    record.mark("tasks and solutions read")
     if plan.search is not None:
         _search_tasks(plan, tasks, solutions, done, say)
         return _finish(plan, tasks, None)
@@ -103,10 +104,12 @@ def run_suite(plan: SuitePlan, progress: Progress | None = None) -> SuiteResult:
         # Fresh: the suite's tasks are timed again, and their new times stored.
         store = BaselineStore.for_gpu(_cache_dir(), gpu, fresh=not plan.reuse_baselines) \
             if gpu else None
+        record.mark("the GPU named")
         total = sum(max(1, len(solutions.get(t.key, []))) for t in tasks)
         jobs = _pending(plan, tasks, solutions, done, gpu)
         count = total - sum(len(pending) for _, pending in jobs)
         lanes = _lanes(plan)
+        record.mark("lanes counted")
         eta = Eta({task.key: len(pending) for task, pending in jobs},
                   lanes[1] * max(1, len(plan.gpus)))
         rows = _judge_jobs(plan, jobs, store, gpu, lanes, record)

@@ -77,9 +77,15 @@ class LaneRecord:
     started: float = field(default_factory=time.monotonic)
     lanes: list[LaneStats] = field(default_factory=list)
     first_row_at_s: float | None = None
+    # The suite's steps before its first row, each when it was done (seconds since the start)
+    marks: dict[str, float] = field(default_factory=dict)
 
     def since_start(self) -> float:
         return time.monotonic() - self.started
+
+    def mark(self, step: str) -> None:
+        """Note when `step` was first done, for the account of the time to the first row."""
+        self.marks.setdefault(step, round(self.since_start(), 3))
 
 
 def time_spent(rows: list[dict[str, Any]], record: Any, wall_s: float) -> dict[str, Any]:
@@ -107,6 +113,7 @@ def time_spent(rows: list[dict[str, Any]], record: Any, wall_s: float) -> dict[s
         "rows_wall_s": round(sum(row.get("wall_s") or 0.0 for row in rows), 2),
         "first_row_s": None if record.first_row_at_s is None else round(record.first_row_at_s,
                                                                           2),
+        "steps_s": dict(getattr(record, "marks", {})),
         "first_row": None if first is None else {
             "task": first["task"], "sample": first["sample"], "wall_s": first.get("wall_s"),
             "phases_s": first.get("phases_s", {})},
@@ -169,6 +176,9 @@ def time_lines(spent: dict[str, Any]) -> list[str]:
         lines.append(f"  first row after {spent['first_row_s']:.1f} s: {first['task']} "
                      f"sample {first['sample']}" + (f" ({parts})" if parts else "")
                      + (f"; its path: {steps}" if steps else ""))
+    if spent.get("steps_s"):
+        lines.append("  the suite's own steps, done at: " + ", ".join(
+            f"{step} {seconds:.1f} s" for step, seconds in spent["steps_s"].items()))
     shown = [(name, seconds) for name, seconds in spent["phases_s"].items() if seconds > 0]
     if shown:
         lines.append("  verdicts' phases, summed over the rows (they overlap): "
