@@ -7,7 +7,7 @@ import json
 from kernelevo.config import EvalConfig
 from kernelevo.evaluate.verdict import Verdict
 from kernelevo.suite.footprint import CONTEXT_BYTES, LANE_PROCESSES, measure_footprint
-from kernelevo.suite.lane_peaks import MARGIN, LanePeaks, peaks_key
+from kernelevo.suite.lane_peaks import LanePeaks, peaks_key
 from kernelevo.suite.schedule import PlannedTask
 from kernelevo.suite.tasks import Solution, SuiteTask
 from kernelevo.task import load_task
@@ -27,10 +27,10 @@ def test_the_largest_peak_of_each_process_is_kept_on_disk(tmp_path):
     store.record("k", {"oracle": 5 * GiB, "worker": 6 * GiB})  # the oracle's grew only
     store.record("k", {"worker": 0, "other": 99 * GiB})  # nothing of a lane's processes
     again = LanePeaks.for_gpu(tmp_path, "NVIDIA H100 80GB HBM3")
-    one = CONTEXTS + int(MARGIN * ((5 + 8) * GiB + (2 + 3) * GiB))
+    one = CONTEXTS + ((5 + 8) * GiB + (2 + 3) * GiB)
     assert again.lane_bytes("k", 1) == one
     # a standby beside the evaluation holds a second session's data, not a second re-check
-    assert again.lane_bytes("k", 2) == CONTEXTS + int(MARGIN * (2 * 13 * GiB + 5 * GiB))
+    assert again.lane_bytes("k", 2) == CONTEXTS + (2 * 13 * GiB + 5 * GiB)
     assert json.loads(again.path.read_text())["tasks"]["k"] == {
         "oracle": 5 * GiB, "worker": 8 * GiB, "recheck_oracle": 2 * GiB,
         "recheck_worker": 3 * GiB}
@@ -43,7 +43,7 @@ def test_an_unreadable_store_is_an_empty_one(tmp_path):
     store = LanePeaks(path, "gpu")
     assert store.lane_bytes("k", 1) is None
     store.record("k", {"oracle": GiB, "worker": GiB})
-    assert LanePeaks(path, "gpu").lane_bytes("k", 1) == CONTEXTS + int(MARGIN * 2 * GiB)
+    assert LanePeaks(path, "gpu").lane_bytes("k", 1) == CONTEXTS + 2 * GiB
 
 
 def test_the_key_holds_the_precision_the_input_sets_and_the_backward():
@@ -72,8 +72,8 @@ def test_a_task_with_recorded_peaks_is_sized_from_them_else_from_its_sizes(tmp_p
     one, two = entry(1), entry(2)
     for planned in (one, two):
         _prepare(planned, lambda t: (task, {}), config, sized=True, peaks=store)
-    assert (one.lane_bytes_from, one.lane_bytes) == ("peaks", CONTEXTS + int(MARGIN * 4 * GiB))
-    assert two.lane_bytes == CONTEXTS + int(MARGIN * 8 * GiB)  # and its standby's session
+    assert (one.lane_bytes_from, one.lane_bytes) == ("peaks", CONTEXTS + 4 * GiB)
+    assert two.lane_bytes == CONTEXTS + 8 * GiB  # and its standby's session
     unsized = entry(1)
     _prepare(unsized, lambda t: (task, {}), config, sized=False, peaks=store)
     assert (unsized.lane_bytes, unsized.lane_bytes_from) == (0, "")  # no GPU to size for
@@ -122,4 +122,4 @@ def test_a_suite_records_its_passing_rows_peaks_and_the_next_one_sizes_lanes_fro
     second = suite("second")
     assert {r["lane_bytes_from"] for r in second} == {"peaks"}
     # two solutions: the evaluation and its standby, each a session's data, and the re-check
-    assert {r["lane_bytes"] for r in second} == {CONTEXTS + int(MARGIN * (2 * 3 + 1) * GiB)}
+    assert {r["lane_bytes"] for r in second} == {CONTEXTS + (2 * 3 + 1) * GiB}

@@ -9,15 +9,21 @@ Each suite row on a GPU says what its processes held (`gpu_peak_bytes`, the
 allocators' peaks); they are kept here per GPU model in the cache folder, the
 largest seen for each task, and a later suite on that model sizes the task's
 lane from them: the data of one session (oracle and worker) for each session
-the lane holds at once, the re-check's beside them, each process's CUDA
-context on top, and a margin.
+the lane holds at once, the re-check's beside them, and each process's CUDA
+context on top.
+
+No margin is added: the four peaks, summed as if they came at once, already
+hold more than a lane does at any moment. Replayed on session 37's second
+pass (each row's span as recorded, its lane sized from the first pass's
+peaks), these sizes summed above the 79 GiB an H100 frees for 31 s, the
+seconds in which that pass's rows ran out of memory; with 15 % more, for
+62 s. A peak includes the candidate's own allocations, so another solution of
+the task may hold more: a row that runs out anyway is judged again alone
+(suite/alone.py), and its peaks are then recorded for the next suite.
 
 An entry's key holds what the peaks depend on: the task's source (its sizes
 included), the precision, the number of input sets and whether the backward
-is judged. A peak includes the candidate's own allocations, so another
-solution of the task may hold more: the margin covers some of that, and a
-row that runs out anyway is judged again alone (suite/alone.py), its peaks
-then recorded for the next suite.
+is judged.
 """
 
 from __future__ import annotations
@@ -33,7 +39,6 @@ from kernelevo.cache_dir import cache_key
 from kernelevo.suite.footprint import CONTEXT_BYTES, LANE_PROCESSES
 
 _FORMAT = "lane-peaks-1"
-MARGIN = 1.15  # over the largest peaks seen: another solution of the task may hold more
 SESSION_PARTS = ("oracle", "worker")
 RECHECK_PARTS = ("recheck_oracle", "recheck_worker")
 
@@ -85,7 +90,7 @@ class LanePeaks:
             return None
         session = sum(entry.get(part, 0) for part in SESSION_PARTS)
         recheck = sum(entry.get(part, 0) for part in RECHECK_PARTS)
-        return LANE_PROCESSES * CONTEXT_BYTES + int(MARGIN * (sessions * session + recheck))
+        return LANE_PROCESSES * CONTEXT_BYTES + sessions * session + recheck
 
     def _write(self) -> None:
         if self.path is None:
