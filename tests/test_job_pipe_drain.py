@@ -78,3 +78,44 @@ def test_a_real_child_that_reports_as_it_exits_is_heard_every_time(tmp_path):
         assert result.exit_code == 0
         assert [m.get("number") for m in result.messages if m.get("kind") == "report"] \
             == [0, 1, 2]
+
+
+class _Endless:
+    """A pipe that a process the child left behind keeps writing to."""
+
+    def poll(self, timeout: float = 0.0) -> bool:
+        return True
+
+    def recv_bytes(self) -> bytes:
+        return b'{"kind": "progress", "phase": "again"}'
+
+    def send_bytes(self, data: bytes) -> None:
+        pass
+
+
+def test_a_pipe_written_on_after_the_child_ended_does_not_keep_the_judge(tmp_path):
+    from kernelevo.evaluate.sandbox import jobs
+
+    result = JobResult()
+    deadline = Deadline()
+    deadline.restart(5.0)
+    started = time.monotonic()
+    _pump(_Ended(), _Endless(), result, deadline, tmp_path / "log", 10_000, None, [])
+    # the pump's first poll reads one; the drain after the end at most its few more
+    assert 1 <= len(result.messages) <= 1 + jobs._LAST_MESSAGES
+    assert time.monotonic() - started < 2.0
+
+
+class _Alive(_Ended):
+    def is_alive(self) -> bool:
+        return True
+
+
+def test_a_child_that_writes_without_end_is_stopped_at_its_limit(tmp_path):
+    result = JobResult()
+    deadline = Deadline()
+    deadline.restart(0.3)
+    started = time.monotonic()
+    _pump(_Alive(), _Endless(), result, deadline, tmp_path / "log", 10_000, None, [])
+    assert result.timed_out
+    assert 0.3 <= time.monotonic() - started < 2.0

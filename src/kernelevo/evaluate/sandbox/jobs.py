@@ -396,12 +396,18 @@ def _pump(process: Any, connection: Any, result: JobResult, deadline: Deadline,
             if not _relay(connection, result, on_message, secrets):
                 process.join(max(0.0, min(1.0, deadline.at - time.monotonic())))
                 return
-            continue
+            # messages that never stop (a process it left behind writing on) do not
+            # keep the judge past the child's end or its limit
+            if time.monotonic() <= deadline.at and process.is_alive():
+                continue
         if not process.is_alive():
             # What it sent between the poll above and its end is in the pipe still
-            # (its last report, sent just before it exits): read before giving up.
-            while _poll_now(connection) and _relay(connection, result, on_message, secrets):
-                pass
+            # (its last report, sent just before it exits): read before giving up. A
+            # process it left behind may hold the pipe and write on: a few, in time.
+            for _ in range(_LAST_MESSAGES):
+                if time.monotonic() > deadline.at or not _poll_now(connection) \
+                        or not _relay(connection, result, on_message, secrets):
+                    break
             return
         if time.monotonic() > deadline.at:
             result.timed_out = True
@@ -409,6 +415,9 @@ def _pump(process: Any, connection: Any, result: JobResult, deadline: Deadline,
         if log_path.exists() and log_path.stat().st_size > output_limit_bytes:
             result.output_exceeded = True
             return
+
+
+_LAST_MESSAGES = 16  # read from the pipe of a child that has ended (a worker sends two)
 
 
 def _relay(connection: Any, result: JobResult,
