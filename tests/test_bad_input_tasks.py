@@ -21,7 +21,7 @@ from kernelevo.config import EvalConfig
 from kernelevo.errors import TaskError
 from kernelevo.evaluate.parent.judge import Judge
 from kernelevo.evaluate.parent.oracle_run import _how_it_ended
-from kernelevo.evaluate.sandbox.jobs import JobResult
+from kernelevo.evaluate.sandbox.pipe import JobResult
 from kernelevo.task import load_task
 from tests.test_bad_input import HONEST, cli, refused, said, toml
 

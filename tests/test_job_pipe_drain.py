@@ -9,7 +9,8 @@ says the child exited without reporting.
 import multiprocessing
 import time
 
-from kernelevo.evaluate.sandbox.jobs import Deadline, JobResult, _pump, run_job
+from kernelevo.evaluate.sandbox.jobs import Deadline, run_job
+from kernelevo.evaluate.sandbox.pipe import JobResult, pump
 
 
 class _Ended:
@@ -47,7 +48,7 @@ def test_messages_sent_before_the_end_are_read(tmp_path):
     result, heard = JobResult(), []
     deadline = Deadline()
     deadline.restart(5.0)
-    _pump(_Ended(), _PollsEmptyOnce(parent_end), result, deadline, tmp_path / "log",
+    pump(_Ended(), _PollsEmptyOnce(parent_end), result, deadline, tmp_path / "log",
           10_000, lambda m: heard.append(m["kind"]) or None, [])
     assert heard == ["timing", "done"]
     assert [m["kind"] for m in result.messages] == ["timing", "done"]
@@ -60,7 +61,7 @@ def test_an_ended_child_with_nothing_sent_ends_the_pump(tmp_path):
     deadline = Deadline()
     deadline.restart(5.0)
     started = time.monotonic()
-    _pump(_Ended(), _PollsEmptyOnce(parent_end), result, deadline, tmp_path / "log",
+    pump(_Ended(), _PollsEmptyOnce(parent_end), result, deadline, tmp_path / "log",
           10_000, None, [])
     assert result.messages == [] and not result.timed_out
     assert time.monotonic() - started < 2.0
@@ -94,15 +95,15 @@ class _Endless:
 
 
 def test_a_pipe_written_on_after_the_child_ended_does_not_keep_the_judge(tmp_path):
-    from kernelevo.evaluate.sandbox import jobs
+    from kernelevo.evaluate.sandbox import pipe
 
     result = JobResult()
     deadline = Deadline()
     deadline.restart(5.0)
     started = time.monotonic()
-    _pump(_Ended(), _Endless(), result, deadline, tmp_path / "log", 10_000, None, [])
+    pump(_Ended(), _Endless(), result, deadline, tmp_path / "log", 10_000, None, [])
     # the pump's first poll reads one; the drain after the end at most its few more
-    assert 1 <= len(result.messages) <= 1 + jobs._LAST_MESSAGES
+    assert 1 <= len(result.messages) <= 1 + pipe.LAST_MESSAGES
     assert time.monotonic() - started < 2.0
 
 
@@ -116,6 +117,6 @@ def test_a_child_that_writes_without_end_is_stopped_at_its_limit(tmp_path):
     deadline = Deadline()
     deadline.restart(0.3)
     started = time.monotonic()
-    _pump(_Alive(), _Endless(), result, deadline, tmp_path / "log", 10_000, None, [])
+    pump(_Alive(), _Endless(), result, deadline, tmp_path / "log", 10_000, None, [])
     assert result.timed_out
     assert 0.3 <= time.monotonic() - started < 2.0

@@ -5,7 +5,7 @@ from kernelevo.config import EvalConfig
 from kernelevo.evaluate.analysis.oom import in_units, requested_size
 from kernelevo.evaluate.parent.judge import Judge
 from kernelevo.evaluate.parent.outcome import WARM_UP, _crash_verdict, _decided
-from kernelevo.evaluate.sandbox.jobs import JobResult
+from kernelevo.evaluate.sandbox.pipe import JobResult
 from kernelevo.task import load_task
 from tests.conftest import ROOT
 

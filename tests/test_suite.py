@@ -533,7 +533,7 @@ def test_a_source_built_ahead_starts_no_second_build_process(monkeypatch, tmp_pa
     from kernelevo.config import EvalConfig
     from kernelevo.evaluate.cuda import prebuild as prebuild_module
     from kernelevo.evaluate.shared.messages import PrebuildDone
-    from kernelevo.evaluate.sandbox.jobs import JobResult
+    from kernelevo.evaluate.sandbox.pipe import JobResult
 
     jobs = []
 
@@ -634,7 +634,7 @@ def test_builds_ahead_go_to_the_judge_s_cache_before_any_judge_exists(monkeypatc
     from kernelevo.config import EvalConfig
     from kernelevo.evaluate.cuda import prebuild as prebuild_module
     from kernelevo.evaluate.shared.messages import PrebuildDone
-    from kernelevo.evaluate.sandbox.jobs import JobResult
+    from kernelevo.evaluate.sandbox.pipe import JobResult
 
     jobs = []
 

@@ -15,7 +15,7 @@ import pytest
 from kernelevo.config import EvalConfig
 from kernelevo.errors import TaskError
 from kernelevo.evaluate.parent.outcome import WARM_UP, _decided
-from kernelevo.evaluate.sandbox.jobs import JobResult
+from kernelevo.evaluate.sandbox.pipe import JobResult
 from kernelevo.evaluate.verdict import Verdict, verdict_for
 from kernelevo.suite.alone import GpuRoom, out_of_memory_in, worth_running_alone
 from kernelevo.suite.footprint import Footprint

@@ -19,7 +19,7 @@ from kernelevo.evaluate.child.checkpoint import gpu_checkpoint
 from kernelevo.evaluate.child.oracle_backward import reference_backward
 from kernelevo.evaluate.child.task_code import (ANY, BUILD, FORWARD, IMPORT, INIT_INPUTS, INPUTS,
                                                 TaskProblem, TaskRaised, task_code)
-from kernelevo.evaluate.sandbox.jobs import Channel
+from kernelevo.evaluate.sandbox.pipe import Channel
 from kernelevo.evaluate.shared import inputs as task_inputs
 from kernelevo.evaluate.shared.messages import (Gpu, OracleDone, OracleJob, Progress, Reference,
                                                 Sender, TaskFailed)

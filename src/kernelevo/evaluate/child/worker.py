@@ -27,7 +27,7 @@ from kernelevo.evaluate.child.worker_timing import rotation_check, run_timing
 from kernelevo.evaluate.cuda.build import CompileOnly, LoadInlineHook
 from kernelevo.evaluate.cuda.diagnostics import with_first_error
 from kernelevo.evaluate.cuda.shims_host import BACKGROUND, wait_for_background
-from kernelevo.evaluate.sandbox.jobs import Channel
+from kernelevo.evaluate.sandbox.pipe import Channel
 from kernelevo.evaluate.sandbox.redact import candidate_traceback
 from kernelevo.evaluate.shared import inputs as task_inputs
 from kernelevo.evaluate.shared.messages import (Checked, CheckedCandidate, CompileChecked, CpuWork,

@@ -21,7 +21,8 @@ from kernelevo.cache_dir import cache_key, default_cache_dir
 from kernelevo.config import EvalConfig
 from kernelevo.evaluate.child.worker import run_prebuild
 from kernelevo.evaluate.sandbox.environment import cache_environment
-from kernelevo.evaluate.sandbox.jobs import JobResult, run_job
+from kernelevo.evaluate.sandbox.jobs import run_job
+from kernelevo.evaluate.sandbox.pipe import JobResult
 from kernelevo.evaluate.shared.messages import PrebuildDone, PrebuildJob
 
 # Sources this process has prebuilt (built, or refused by the compiler), by

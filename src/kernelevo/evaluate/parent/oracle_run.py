@@ -24,7 +24,8 @@ from kernelevo.evaluate.analysis.reference import ReferenceResult
 from kernelevo.evaluate.child.oracle import run_oracle
 from kernelevo.evaluate.parent.gate import Hold
 from kernelevo.evaluate.parent.host import JudgeHost
-from kernelevo.evaluate.sandbox.jobs import Deadline, JobResult, run_job
+from kernelevo.evaluate.sandbox.jobs import Deadline, run_job
+from kernelevo.evaluate.sandbox.pipe import JobResult
 from kernelevo.evaluate.shared.gradients import backward_on
 from kernelevo.evaluate.shared.messages import (ORACLE_KINDS, Gpu, Message, OracleDone, OracleJob,
                                                 Progress, Reference, TaskFailed, decode)

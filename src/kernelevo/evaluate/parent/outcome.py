@@ -17,7 +17,7 @@ from kernelevo.evaluate.analysis.oom import said_in, summary
 from kernelevo.evaluate.analysis.profile import timed_profile, untimed_profile
 from kernelevo.evaluate.parent.host import JudgeHost
 from kernelevo.evaluate.parent.worker_state import WorkerState
-from kernelevo.evaluate.sandbox.jobs import JobResult
+from kernelevo.evaluate.sandbox.pipe import JobResult
 from kernelevo.evaluate.shared.messages import CheckedCandidate, Failed, Timing
 from kernelevo.evaluate.verdict import (AUTOTUNE_BUDGET_FLAG, CONSTANTS_NOTE,
                                         NO_CUSTOM_KERNEL_FLAG, SPECIALISED_FLAG, TimingStats,

@@ -38,7 +38,8 @@ from kernelevo.evaluate.parent.oracle_run import OracleRun, wait_for
 from kernelevo.evaluate.parent.outcome import build_verdicts
 from kernelevo.evaluate.parent.worker_state import WorkerState
 from kernelevo.evaluate.sandbox import quiet
-from kernelevo.evaluate.sandbox.jobs import Deadline, JobResult, run_job, stopping
+from kernelevo.evaluate.sandbox.jobs import Deadline, run_job, stopping
+from kernelevo.evaluate.sandbox.pipe import JobResult
 from kernelevo.evaluate.sandbox.quiet_load import QuietLoad
 from kernelevo.evaluate.shared.gradients import backward_on
 from kernelevo.evaluate.shared.messages import (WORKER_KINDS, BaselineTimes, Checked, CpuWork, Gpu,

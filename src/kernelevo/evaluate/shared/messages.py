@@ -1,7 +1,7 @@
 """What the judge and its children say to each other: one frozen dataclass per kind.
 
 A child's message crosses the pipe as one JSON object, `{"kind": ..., **fields}`
-(`sandbox.jobs.Channel`); a reply to an `ask` is a JSON object of its fields.
+(`sandbox.pipe.Channel`); a reply to an `ask` is a JSON object of its fields.
 A child's start is a job (`OracleJob`, `WorkerJob`, `PrebuildJob`), handed
 over as a plain dict. `decode(data, kinds)` turns what arrived into its
 dataclass, or raises a `MessageError` naming the kind and the field that is
@@ -442,7 +442,7 @@ def decode(data: Any, kinds: dict[str, type[Message]]) -> Message:
 
 
 class Sender:
-    """A child's side of the pipe, typed: `sandbox.jobs.Channel` underneath."""
+    """A child's side of the pipe, typed: `sandbox.pipe.Channel` underneath."""
 
     def __init__(self, channel: Any) -> None:
         self.channel = channel
