@@ -116,7 +116,7 @@ def host_follows(probed: list[dict]) -> tuple[float, float] | None:
 def markdown(table: list[dict], facts: dict) -> str:
     lines = [f"Speed agreement, {facts['date']}, {facts['gpu']}, torch {facts['torch']}, "
              f"triton {facts['triton']}; suite {facts['suite_s']:.0f} s, plain "
-             f"{facts['plain_s']:.0f} s ({facts['runs']} runs per pair)", "",
+             f"{facts['plain_s']:.0f} s ({_runs_words(facts)} runs per pair)", "",
              "| task | kind | measure | judge | judge interval | plain median | plain range "
              "| inside | width ok | eager ms (judge / plain) | candidate ms (judge / plain) "
              "| host spread | host probe us (judge / plain) |",
@@ -199,6 +199,11 @@ def markdown(table: list[dict], facts: dict) -> str:
                      f"{len(bound)}; above it (launches or a cold L2 in do_bench): "
                      f"{sum(e['inside'] for e in hosted)}/{len(hosted)}")
     return "\n".join(lines) + "\n"
+
+
+def _runs_words(facts: dict) -> str:
+    fewest, most = facts["runs"], facts.get("runs_most", facts["runs"])
+    return str(fewest) if most == fewest else f"{fewest}-{most}"
 
 
 def _probes(entry: dict) -> str:

@@ -4,6 +4,7 @@
                                      [--shard I/N] [--only l2_81,...] [--kind conv]
                                      [--suite-args "..."]
     python3 bench/speed_agreement.py --out DIR --summarize SHARD_DIR ...   # one table
+    python3 bench/speed_agreement.py --out DIR --rescore AGREEMENT.json PLAIN.log
 
 One GPU run: `kernelevo suite` judges every pair below with default flags
 (the task files copied into DIR/tasks, the candidates into DIR/solutions),
@@ -16,7 +17,11 @@ the plain loop, gpu against do_bench) it prints the judge's speedup over
 eager and its interval, the plain runs' median and range, whether the
 median lies inside the interval, whether the interval is no wider than the
 plain range plus 10 % of its median, and each contestant's milliseconds
-against the plain process's. Writes DIR/agreement.json and DIR/agreement.md.
+against the plain process's. Writes DIR/agreement.json and DIR/agreement.md,
+again after every plain run, so a call cut by its limit keeps each run done.
+`--rescore` makes the table again from a run's agreement.json and its
+plain.log, every plain run the log holds counted (a pass cut before that
+table was written; those runs' host probes are not in the log).
 
 `--kb` is a KernelBench checkout (its KernelBench/level1 and level2 folders).
 The pairs are the honest Triton candidates of bench/kernelbench/candidates;
@@ -152,15 +157,15 @@ class _Waiting:
 
 
 def run_plain(plain: Path, staged: list[dict], runs: int, log: Path,
-              after_pass: Any = None, ahead: int = 8) -> dict[str, list[dict]]:
+              after_run: Any = None, ahead: int = 8) -> dict[str, list[dict]]:
     """Each pair `runs` times, pass after pass; pair stem -> its runs' JSON rows.
 
     Each run is plain_timing.py's `--one` in a fresh process of its own, as its
     own driver runs it. With `ahead` > 0 the next `ahead` runs' processes import
     torch and Triton together while none is timing, then time one after
     another, each alone (4.9 s a run on one H100; 6.5 s without, on another: bench/RESULTS.md);
-    `ahead` 0 starts each run's process on its turn. `after_pass(by_stem)`
-    runs after each pass, so a call cut by its limit keeps the passes done."""
+    `ahead` 0 starts each run's process on its turn. `after_run(by_stem)`
+    runs after each run, so a call cut by its limit keeps every run done."""
     by_stem: dict[str, list[dict]] = {item["stem"]: [] for item in staged}
     batch = max(ahead, 1)
     with log.open("w") as sink:
@@ -189,11 +194,40 @@ def run_plain(plain: Path, staged: list[dict], runs: int, log: Path,
                             by_stem[item["stem"]].append({**json.loads(line),
                                                           "host_probe_us": host_us,
                                                           "imported_ahead": bool(ahead)})
+                    if after_run is not None:
+                        after_run(by_stem)
             print(f"plain pass {index + 1}/{runs}: {time.perf_counter() - started:.0f} s",
                   flush=True)
-            if after_pass is not None:
-                after_pass(by_stem)
     return by_stem
+
+
+def rescore(recorded: Path, log: Path, out: Path) -> str:
+    """The table again from a run's agreement.json and every plain run its plain.log holds
+    (in the log's order; host probes from the recorded runs where they are there)."""
+    data = json.loads(recorded.read_text())
+    kinds = {row["task"]: row["kind"] for row in data["rows"]}
+    runs: dict[str, list[dict]] = {stem: [] for stem in kinds}
+    for line in log.read_text().splitlines():
+        if line.startswith("{"):
+            run = json.loads(line)
+            stem = Path(run["task"]).stem
+            if stem in runs:
+                known = data.get("plain", {}).get(stem, [])
+                probe = known[len(runs[stem])].get("host_probe_us") \
+                    if len(runs[stem]) < len(known) else None
+                runs[stem].append({**run, "host_probe_us": probe})
+    staged = [{"stem": stem, "kind": kind} for stem, kind in kinds.items()]
+    table = compare(staged, data["suite_rows"], runs)
+    facts = {**data["facts"], "runs": min((len(v) for v in runs.values()), default=0),
+             "runs_most": max((len(v) for v in runs.values()), default=0),
+             "rescored_from": str(log)}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "agreement.json").write_text(json.dumps(
+        {"facts": facts, "rows": table, "suite_rows": data["suite_rows"], "plain": runs},
+        indent=1))
+    text = markdown(table, facts)
+    (out / "agreement.md").write_text(text)
+    return text
 
 
 PROBE = ("import statistics; from kernelevo.evaluate.child.host_speed import probe_us; "
@@ -251,11 +285,17 @@ def main() -> None:
     parser.add_argument("--shard", default="1/1",
                         help="I/N: every Nth pair from the Ith (32 pairs: the suite about 85 s, "
                              "a plain pass about 160 s on an H100)")
+    parser.add_argument("--rescore", nargs=2, type=Path, default=None,
+                        metavar=("AGREEMENT_JSON", "PLAIN_LOG"),
+                        help="the table again from a run's files, every plain run counted")
     parser.add_argument("--summarize", nargs="*", type=Path, default=None,
                         help="merge these shards' agreement.json into --out's table; no GPU")
     args = parser.parse_args()
     if args.summarize is not None:
         merge(args.summarize, args.out)
+        return
+    if args.rescore is not None:
+        print(rescore(args.rescore[0], args.rescore[1], args.out))
         return
     # Bytecode kept where the machine writes none (cache_dir.keep_bytecode): the plain
     # processes started from here then import torch in about 5 s, not 14 (GPU machine);
@@ -296,6 +336,7 @@ def main() -> None:
         facts = {"date": time.strftime("%Y-%m-%d %H:%M"), "gpu": torch.cuda.get_device_name(0),
                  "torch": torch.__version__, "triton": triton.__version__, "suite_s": suite_s,
                  "plain_s": time.perf_counter() - started, "runs": passes,
+                 "runs_most": max((len(v) for v in plain_rows.values()), default=0),
                  "host": os.uname().nodename}
         (args.out / "agreement.json").write_text(json.dumps(
             {"facts": facts, "rows": table, "suite_rows": rows, "plain": plain_rows}, indent=1))
@@ -303,7 +344,7 @@ def main() -> None:
         (args.out / "agreement.md").write_text(text)
         return text
 
-    print(write(run_plain(plain, staged, args.runs, args.out / "plain.log", after_pass=write,
+    print(write(run_plain(plain, staged, args.runs, args.out / "plain.log", after_run=write,
                           ahead=args.ahead)))
 
 
