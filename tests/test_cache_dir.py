@@ -127,3 +127,15 @@ def test_a_fresh_folder_gets_its_packages_compiled_ahead_once(tmp_path, monkeypa
     assert {"__init__", "deep"} <= names, names
     assert "test_it" not in names  # tests are not what a judge imports
     assert not (package / "__pycache__").exists()  # nothing beside the sources
+
+
+def test_a_per_gpu_file_is_named_by_the_model_and_written_whole(tmp_path):
+    from kernelevo.cache_dir import per_gpu_file, write_json_whole
+
+    path = per_gpu_file(tmp_path, "lane_peaks", "NVIDIA H100 80GB HBM3")
+    assert path == tmp_path / "lane_peaks" / "nvidia-h100-80gb-hbm3.json"
+    assert per_gpu_file(tmp_path, "baselines", "???").name == "gpu.json"
+    write_json_whole(path, {"tasks": {"k": 1}})
+    write_json_whole(path, {"tasks": {"k": 2}})
+    assert json.loads(path.read_text()) == {"tasks": {"k": 2}}
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no scratch file left

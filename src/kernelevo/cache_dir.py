@@ -25,10 +25,14 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
+import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 _OURS = "KERNELEVO_PYCACHE"  # the folder, as set for this process's children
 
@@ -139,3 +143,18 @@ def _shipped(module: str) -> bool:
     if spec is None or not spec.origin or not spec.origin.endswith(".py"):
         return False
     return os.path.exists(importlib.util.cache_from_source(spec.origin))
+
+
+def per_gpu_file(cache_dir: Path, folder: str, gpu: str) -> Path:
+    """A file kept for one GPU model under the cache folder: `<folder>/<model's slug>.json`."""
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", gpu).strip("-").lower() or "gpu"
+    return cache_dir / folder / f"{slug}.json"
+
+
+def write_json_whole(path: Path, data: Any) -> None:
+    """`data` as JSON at `path`, whole or not at all: written to a scratch file of this
+    process and thread, then renamed over it, so a reader never sees a part."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
+    scratch.write_text(json.dumps(data, indent=1))
+    os.replace(scratch, path)

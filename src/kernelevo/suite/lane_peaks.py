@@ -29,13 +29,11 @@ is judged.
 from __future__ import annotations
 
 import json
-import os
-import re
 import threading
 from pathlib import Path
 from typing import Any
 
-from kernelevo.cache_dir import cache_key
+from kernelevo.cache_dir import cache_key, per_gpu_file, write_json_whole
 from kernelevo.suite.footprint import CONTEXT_BYTES, LANE_PROCESSES
 
 _FORMAT = "lane-peaks-1"
@@ -64,8 +62,7 @@ class LanePeaks:
 
     @classmethod
     def for_gpu(cls, cache_dir: Path, gpu: str) -> "LanePeaks":
-        slug = re.sub(r"[^A-Za-z0-9]+", "-", gpu).strip("-").lower() or "gpu"
-        return cls(cache_dir / "lane_peaks" / f"{slug}.json", gpu)
+        return cls(per_gpu_file(cache_dir, "lane_peaks", gpu), gpu)
 
     def record(self, key: str, peaks: dict[str, Any]) -> None:
         """Keep the largest of each process's peak for the task (bytes, from a row)."""
@@ -96,9 +93,6 @@ class LanePeaks:
         if self.path is None:
             return
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            scratch = self.path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-            scratch.write_text(json.dumps({"gpu": self.gpu, "tasks": self._entries}, indent=1))
-            os.replace(scratch, self.path)
+            write_json_whole(self.path, {"gpu": self.gpu, "tasks": self._entries})
         except OSError:
             pass  # a cache folder that cannot be written: the next suite estimates from sizes

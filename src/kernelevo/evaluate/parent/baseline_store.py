@@ -25,15 +25,13 @@ versions of the libraries that run the baselines.
 from __future__ import annotations
 
 import json
-import os
-import re
 import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kernelevo.cache_dir import cache_key
+from kernelevo.cache_dir import cache_key, per_gpu_file, write_json_whole
 from kernelevo.config import TimingConfig
 from kernelevo.evaluate.analysis.baseline_drift import Measures
 
@@ -112,8 +110,7 @@ class BaselineStore:
     @classmethod
     def for_gpu(cls, cache_dir: Path, gpu: str, fresh: bool = False) -> "BaselineStore":
         """The store on disk for one GPU model, shared by every suite on it."""
-        slug = re.sub(r"[^A-Za-z0-9]+", "-", gpu).strip("-").lower() or "gpu"
-        return cls(cache_dir / "baselines" / f"{slug}.json", gpu, fresh)
+        return cls(per_gpu_file(cache_dir, "baselines", gpu), gpu, fresh)
 
     def get(self, key: str) -> StoredTimes | None:
         with self._lock:
@@ -142,7 +139,4 @@ class BaselineStore:
     def _write(self) -> None:
         if self.path is None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        scratch = self.path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
-        scratch.write_text(json.dumps({"gpu": self.gpu, "tasks": self._entries}, indent=1))
-        os.replace(scratch, self.path)
+        write_json_whole(self.path, {"gpu": self.gpu, "tasks": self._entries})
