@@ -94,17 +94,23 @@ class _Endless:
         pass
 
 
+def _pumped(process, limit_s: float, log) -> tuple[JobResult, float]:
+    """What the pump kept of an endless pipe, and the seconds it took."""
+    result = JobResult()
+    deadline = Deadline()
+    deadline.restart(limit_s)
+    started = time.monotonic()
+    pump(process, _Endless(), result, deadline, log, 10_000, None, [])
+    return result, time.monotonic() - started
+
+
 def test_a_pipe_written_on_after_the_child_ended_does_not_keep_the_judge(tmp_path):
     from kernelevo.evaluate.sandbox import pipe
 
-    result = JobResult()
-    deadline = Deadline()
-    deadline.restart(5.0)
-    started = time.monotonic()
-    pump(_Ended(), _Endless(), result, deadline, tmp_path / "log", 10_000, None, [])
+    result, took_s = _pumped(_Ended(), 5.0, tmp_path / "log")
     # the pump's first poll reads one; the drain after the end at most its few more
     assert 1 <= len(result.messages) <= 1 + pipe.LAST_MESSAGES
-    assert time.monotonic() - started < 2.0
+    assert took_s < 2.0
 
 
 class _Alive(_Ended):
@@ -113,10 +119,6 @@ class _Alive(_Ended):
 
 
 def test_a_child_that_writes_without_end_is_stopped_at_its_limit(tmp_path):
-    result = JobResult()
-    deadline = Deadline()
-    deadline.restart(0.3)
-    started = time.monotonic()
-    pump(_Alive(), _Endless(), result, deadline, tmp_path / "log", 10_000, None, [])
+    result, took_s = _pumped(_Alive(), 0.3, tmp_path / "log")
     assert result.timed_out
-    assert 0.3 <= time.monotonic() - started < 2.0
+    assert 0.3 <= took_s < 2.0
