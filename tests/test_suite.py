@@ -579,12 +579,13 @@ def test_a_prebuild_answers_once_built_while_its_job_finishes_the_header(monkeyp
     monkeypatch.setattr(prebuild_module, "_prebuilt", set())
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "ext"))
     before = set(Path(tempfile.gettempdir()).glob("kernelevo-build-*"))
-    started = time.monotonic()
     assert prebuild_module.prebuild_source("source", EvalConfig(), {}) == 1.5
-    assert time.monotonic() - started < 3.5
     scratch = set(Path(tempfile.gettempdir()).glob("kernelevo-build-*")) - before
     assert len(scratch) == 1  # the job still runs: its folder is there
     folder = scratch.pop()
+    # answered before the header was done (4 s after the answer), not when the job ended;
+    # by the order of events, not by a clock a loaded machine stretches
+    assert not (folder / "header-done").exists()
     deadline = time.monotonic() + 30
     while folder.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
