@@ -1,22 +1,27 @@
-"""What a suite row's processes held on the GPU, against the task's sizes: a fit for lane sizing.
+"""What a suite row's processes held on the GPU, against the task's sizes: the fit lanes are sized by.
 
-    python bench/lane_memory_fit.py RESULTS.jsonl --kb .kb [--max-elements 16777216] [--out FIT.json]
-                                    [--gpu-gib 79]
+    python bench/lane_memory_fit.py RESULTS.jsonl [RESULTS.jsonl ...] --kb .kb
+                                    [--max-elements 16777216] [--out FIT.json] [--gpu-gib 79]
 
-Each row of a GPU suite run carries its oracle's and its worker's allocator
-peaks (`gpu_peak_bytes`) and its lane's estimate (`lane_bytes`,
-suite/footprint.py). This script rebuilds each row's task as the suite
-judged it (the corpus's problems, shrunk as `suite_throughput.py` shrinks
-them), measures on the meta device its input, output and parameter bytes
-and the peak of its forward's live tensors (the intermediates the estimate
-leaves out), fits each process's peak as a linear sum of those by least
-squares, and prints the fit with each row's measured peak over the fitted
-one and over the current estimate. Then it replays the pass: over the rows'
+Each row of a GPU suite run carries its processes' allocator peaks
+(`gpu_peak_bytes`: the oracle's and the worker's, and since session 37 the
+re-check's two) and its lane's size (`lane_bytes`). This script rebuilds
+each row's task as the suite judged it (the corpus's problems, shrunk as
+`suite_throughput.py` shrinks them), measures on the meta device one input
+set, its outputs, the forward's intermediates at their peak and the
+parameters (suite/footprint.py's `measure_footprint`), and fits by least
+squares, over the rows of every file given, the evaluation's two processes
+together (`session`) and the re-check's two (`recheck`): the constants
+`SESSION_FIT` and `RECHECK_FIT` in suite/footprint.py are this fit over
+sessions 31 and 37's passes. Each process alone is fitted too, and each
+fit is also made on the first file alone and tried on the others (how it
+holds on another machine's pass). Then each pass is replayed: over its rows'
 own spans on their lanes (a row's wall time up to its end), the most GPU
-memory the rows judged at once would hold by their measured peaks, by the
-lane's estimate and by the fit with and without a standby's copy, and how
-long each sum stood above the GPU's `--gpu-gib`. Nothing runs on a GPU: it
-reads recorded rows.
+memory the rows judged at once held by their measured peaks (with each
+lane's contexts), by the lane sizes the pass had, and by the size the suite
+gives now from the task's sizes, and the seconds each sum stood above the
+GPU's `--gpu-gib`, beside when the rows that ran out of memory began.
+Nothing runs on a GPU: it reads recorded rows.
 """
 
 from __future__ import annotations
@@ -24,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import weakref
 from pathlib import Path
 from typing import Any
 
@@ -33,105 +37,103 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 GIB = float(1 << 30)
 TERMS = ("fixed", "inputs", "outputs", "live", "parameters")
-
-
-def forward_live_peak(module: Any) -> int:
-    """The most bytes of tensors alive at once during one forward of the task on the meta
-    device (inputs and parameters not counted), or -1 where the forward cannot run there."""
-    import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    class _Live(TorchDispatchMode):
-        def __init__(self) -> None:
-            super().__init__()
-            self.live = self.peak = 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
-            out = func(*args, **(kwargs or {}))
-            for value in out if isinstance(out, (list, tuple)) else [out]:
-                if isinstance(value, torch.Tensor) and not value._is_view():
-                    size = value.numel() * value.element_size()
-                    self.live += size
-                    self.peak = max(self.peak, self.live)
-                    weakref.finalize(value, self._free, size)
-            return out
-
-        def _free(self, size: int) -> None:
-            self.live -= size
-
-    try:
-        with torch.device("meta"):
-            inputs = list(module.get_inputs())
-            model = module.Model(*module.get_init_inputs())
-            with torch.no_grad(), _Live() as live:
-                model(*inputs)
-    except Exception:  # noqa: BLE001 - ops the meta device lacks
-        return -1
-    return live.peak
+PARTS = {"oracle": ("oracle",), "worker": ("worker",), "session": ("oracle", "worker"),
+         "recheck": ("recheck_oracle", "recheck_worker")}
 
 
 def sizes(path: str) -> dict[str, float]:
     """The task's terms, in GiB: one input set, its outputs, its forward's live peak, the
-    parameters."""
+    parameters (and 1 for the fixed part)."""
     from kernelevo.suite.footprint import measure_footprint
-    from kernelevo.suite.shrink import meta_module
     from kernelevo.task import load_task
 
-    task = load_task(path)
-    footprint = measure_footprint(task)
-    live = forward_live_peak(meta_module(task))
+    footprint = measure_footprint(load_task(path))
     return {"fixed": 1.0, "inputs": footprint.input_bytes / GIB,
-            "outputs": footprint.output_bytes / GIB, "live": max(live, 0) / GIB,
+            "outputs": footprint.output_bytes / GIB, "live": footprint.live_bytes / GIB,
             "parameters": footprint.parameter_bytes / GIB}
 
 
-def fit(rows: list[dict], terms: list[dict[str, float]], process: str) -> dict:
-    """Least squares of one process's peak (GiB) on the terms; each row's measured/fitted."""
+def held(row: dict, part: str) -> float:
+    """GiB the row's processes of `part` held at their peaks (0 where not recorded)."""
+    peaks = row.get("gpu_peak_bytes") or {}
+    return sum(peaks.get(name, 0) for name in PARTS[part]) / GIB
+
+
+def fit(rows: list[dict], terms: list[dict[str, float]], part: str) -> dict:
+    """Least squares of `part`'s peak (GiB) on the terms, over the rows that recorded it."""
     import numpy
 
-    matrix = numpy.array([[t[name] for name in TERMS] for t in terms])
-    peaks = numpy.array([row["gpu_peak_bytes"][process] / GIB for row in rows])
+    kept = [(row, t) for row, t in zip(rows, terms) if held(row, part) > 0]
+    matrix = numpy.array([[t[name] for name in TERMS] for _, t in kept])
+    peaks = numpy.array([held(row, part) for row, _ in kept])
     coefficients = numpy.linalg.lstsq(matrix, peaks, rcond=None)[0]
-    ratios = peaks / numpy.maximum(matrix @ coefficients, 1e-9)
-    return {"coefficients": dict(zip(TERMS, (round(float(c), 3) for c in coefficients))),
-            "measured_over_fit_p10_p50_p90_max": [round(float(q), 2) for q in
+    found = {"rows": len(kept),
+             "coefficients": dict(zip(TERMS, (round(float(c), 3) for c in coefficients)))}
+    return {**found, **tried(found["coefficients"], [row for row, _ in kept],
+                             [t for _, t in kept], part)}
+
+
+def tried(coefficients: dict[str, float], rows: list[dict], terms: list[dict[str, float]],
+          part: str) -> dict:
+    """How the measured peaks stand against the fitted ones on these rows."""
+    import numpy
+
+    fitted = numpy.array([sum(coefficients[n] * t[n] for n in TERMS) for t in terms])
+    peaks = numpy.array([held(row, part) for row in rows])
+    ratios = peaks / numpy.maximum(fitted, 1e-9)
+    return {"measured_over_fit_p10_p50_p90_max": [round(float(q), 2) for q in
                                                   numpy.percentile(ratios, [10, 50, 90, 100])],
-            "ratios": [round(float(r), 3) for r in ratios]}
+            "at_or_under_fit": int((peaks <= fitted).sum())}
 
 
-def replay(rows: list[dict], terms: list[dict[str, float]], coefficients: dict[str, float],
-           gpu_gib: float) -> dict[str, Any]:
+def suite_size(terms: dict[str, float]) -> float:
+    """The lane's size in GiB, as the suite gives it now from these sizes (one session)."""
+    from kernelevo.suite.footprint import Footprint
+
+    footprint = Footprint(*(int(terms[name] * GIB) for name in
+                            ("inputs", "outputs", "parameters", "live")))
+    return footprint.lane_bytes() / GIB
+
+
+def replay(rows: list[dict], terms: list[dict[str, float]], gpu_gib: float) -> dict[str, Any]:
     """Sums over the rows judged at once (each from its end less its wall time, to its end):
-    {name: (most GiB, seconds above gpu_gib)} for the measured peaks of oracle and worker,
-    the lane's estimate, the fit plus the lane's CUDA contexts, and twice the fit (a standby
-    holding what the evaluation holds)."""
-    from kernelevo.suite.footprint import LANE_MIN_BYTES
+    {name: (most GiB, seconds above gpu_gib)} for the rows' measured peaks with their lanes'
+    contexts, the lane sizes the pass had, and the size the suite gives now."""
+    from kernelevo.suite.footprint import CONTEXT_BYTES, LANE_PROCESSES
 
-    contexts = LANE_MIN_BYTES / GIB
-    fitted = [sum(coefficients[name] * t[name] for name in TERMS) for t in terms]
+    contexts = LANE_PROCESSES * CONTEXT_BYTES / GIB
     spans = [(row["ended_s"] - row["wall_s"], row["ended_s"]) for row in rows]
     ways = {
-        "measured peaks (oracle + worker)": [sum(row["gpu_peak_bytes"][p] for p in
-                                                 ("oracle", "worker")) / GIB for row in rows],
-        "lane estimate (footprint.py)": [row.get("lane_bytes", 0) / GIB for row in rows],
-        "fit + contexts": [f + contexts for f in fitted],
-        "fit x 2 + contexts": [2 * f + contexts for f in fitted]}
+        "measured peaks + contexts": [sum(held(row, p) for p in ("session", "recheck"))
+                                      + contexts for row in rows],
+        "the pass's lane sizes": [row.get("lane_bytes", 0) / GIB for row in rows],
+        # the re-check counted on every row: a suite runs it by default, recorded or not
+        "the suite's size now (footprint.py)": [suite_size(t) for t in terms]}
     moments = sorted({t for span in spans for t in span})
-    sums: dict[str, tuple[float, float]] = {}
+    sums: dict[str, dict[str, Any]] = {}
     for name, sizes_gib in ways.items():
         most = above = 0.0
+        stretches: list[list[float]] = []
         for start, end in zip(moments, moments[1:]):
             middle = (start + end) / 2
-            held = sum(size for size, (a, b) in zip(sizes_gib, spans) if a <= middle < b)
-            most = max(most, held)
-            above += (end - start) if held > gpu_gib else 0.0
-        sums[name] = (round(most, 1), round(above, 1))
-    return {"seconds": round(moments[-1] - moments[0], 1) if moments else 0.0, "sums": sums}
+            total = sum(size for size, (a, b) in zip(sizes_gib, spans) if a <= middle < b)
+            most = max(most, total)
+            if total > gpu_gib:
+                above += end - start
+                if stretches and stretches[-1][1] == round(start, 1):
+                    stretches[-1][1] = round(end, 1)
+                else:
+                    stretches.append([round(start, 1), round(end, 1)])
+        sums[name] = {"most_gib": round(most, 1), "seconds_above": round(above, 1),
+                      "stretches_above_s": stretches}
+    return {"seconds": round(moments[-1] - moments[0], 1) if moments else 0.0, "sums": sums,
+            "judged_alone_from_s": [round(row["ended_s"] - row["wall_s"], 1)
+                                    for row in rows if row.get("judged_alone")]}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("results", type=Path)
+    parser.add_argument("results", type=Path, nargs="+")
     parser.add_argument("--kb", type=Path, required=True)
     parser.add_argument("--max-elements", type=int, default=1 << 24)
     parser.add_argument("--work", type=Path, default=Path("/tmp/lane_memory_fit"))
@@ -141,47 +143,49 @@ def main() -> None:
     args = parser.parse_args()
     from kernelbench_batch import load_entries, prepare
 
-    rows = [json.loads(line) for line in args.results.read_text().splitlines() if line.strip()]
-    rows = [row for row in rows if row.get("gpu_peak_bytes", {}).get("worker")]
-    if len(rows) < len(TERMS):
-        sys.exit(f"{args.results}: {len(rows)} rows with GPU peaks, too few to fit")
     problems = prepare(load_entries(None, forward_only=True), args.kb, args.work,
                        args.max_elements)
     by_task = {Path(info["path"]).stem: info["path"] for info in problems.values()}
-    kept = [row for row in rows if row["task"] in by_task]
-    terms = [sizes(by_task[row["task"]]) for row in kept]
-    result = {"rows": len(kept), **{p: fit(kept, terms, p) for p in ("oracle", "worker")}}
-    both = [{**row, "gpu_peak_bytes": {"both": sum(row["gpu_peak_bytes"][p]
-                                                     for p in ("oracle", "worker"))}}
-            for row in kept]
-    result["both"] = fit(both, terms, "both")
-    over_estimate = sorted(both[i]["gpu_peak_bytes"]["both"] / row["lane_bytes"]
-                           for i, row in enumerate(kept) if row.get("lane_bytes"))
-    result["both_over_lane_estimate_p50_max"] = (
-        [round(over_estimate[len(over_estimate) // 2], 2), round(over_estimate[-1], 2)]
-        if over_estimate else None)
-    result["largest"] = sorted(
-        ({"task": row["task"], "oracle_gib": round(row["gpu_peak_bytes"]["oracle"] / GIB, 2),
-          "worker_gib": round(row["gpu_peak_bytes"]["worker"] / GIB, 2),
-          "lane_estimate_gib": round(row.get("lane_bytes", 0) / GIB, 2),
-          **{k: round(v, 3) for k, v in t.items() if k != "fixed"}}
-         for row, t in zip(kept, terms)), key=lambda r: -r["worker_gib"])[:8]
-    result["replay"] = replay(kept, terms, result["both"]["coefficients"], args.gpu_gib)
+    cache: dict[str, dict[str, float]] = {}
+    passes = []
+    for path in args.results:
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        rows = [row for row in rows if held(row, "worker") > 0 and row["task"] in by_task]
+        for row in rows:
+            cache.setdefault(row["task"], sizes(by_task[row["task"]]))
+        passes.append((path, rows, [cache[row["task"]] for row in rows]))
+    rows = [row for _, found, _ in passes for row in found]
+    terms = [t for _, _, found in passes for t in found]
+    if len(rows) < len(TERMS):
+        sys.exit(f"{len(rows)} rows with GPU peaks, too few to fit")
+    result: dict[str, Any] = {"rows": len(rows), "files": [str(p) for p, *_ in passes]}
+    result["fits"] = {part: fit(rows, terms, part) for part in PARTS
+                      if sum(1 for row in rows if held(row, part) > 0) >= len(TERMS)}
+    first, first_rows, first_terms = passes[0]
+    if len(passes) > 1 and len(first_rows) >= len(TERMS):
+        on_first = fit(first_rows, first_terms, "session")
+        result["session_fit_on_the_first_tried_on_each"] = {
+            "coefficients": on_first["coefficients"],
+            **{str(path): tried(on_first["coefficients"], found, found_terms, "session")
+               for path, found, found_terms in passes[1:]}}
+    result["replays"] = {str(path): replay(found, found_terms, args.gpu_gib)
+                         for path, found, found_terms in passes}
     if args.out:
         args.out.write_text(json.dumps(result, indent=1))
-    for process in ("oracle", "worker", "both"):
-        part = result[process]
-        print(f"{process}: peak GiB = " + " + ".join(
-            f"{c} x {name}" for name, c in part["coefficients"].items())
-            + f"; measured/fit p10 p50 p90 max {part['measured_over_fit_p10_p50_p90_max']}")
-    print(f"oracle and worker over the lane's whole estimate, median and max: "
-          f"{result['both_over_lane_estimate_p50_max']} ({len(kept)} rows)")
-    for row in result["largest"]:
-        print(f"  {row}")
-    print(f"the pass replayed ({result['replay']['seconds']} s, rows' own spans), GiB held at "
-          f"once at most, and seconds above {args.gpu_gib:g} GiB:")
-    for name, (most, above) in result["replay"]["sums"].items():
-        print(f"  {name}: {most} GiB, {above} s")
+    for part, found in result["fits"].items():
+        print(f"{part} ({found['rows']} rows): peak GiB = " + " + ".join(
+            f"{c} x {name}" for name, c in found["coefficients"].items())
+            + f"; measured/fit p10 p50 p90 max {found['measured_over_fit_p10_p50_p90_max']}")
+    for path, found in (result.get("session_fit_on_the_first_tried_on_each") or {}).items():
+        if path != "coefficients":
+            print(f"session fit on {first} alone, tried on {path}: {found}")
+    for path, played in result["replays"].items():
+        print(f"{path} replayed ({played['seconds']} s, rows' own spans): GiB held at once at "
+              f"most, seconds above {args.gpu_gib:g} GiB; rows run again alone from "
+              f"{played['judged_alone_from_s']} s")
+        for name, found in played["sums"].items():
+            print(f"  {name}: {found['most_gib']} GiB, {found['seconds_above']} s "
+                  f"{found['stretches_above_s']}")
 
 
 if __name__ == "__main__":

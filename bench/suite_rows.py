@@ -52,36 +52,35 @@ def phases(rows: list[dict], late: int) -> dict:
 
 
 def memory(rows: list[dict], top: int = 5) -> dict:
-    """What the rows' oracle and worker held at their peaks, against their lane's estimate.
-
-    `lane_bytes` (suite/footprint.py) prices a whole lane: its six processes'
-    contexts and two sessions' data; one evaluation's two processes hold one
-    session's, so the estimate's data share per session is set beside them.
-    Rows that carry the re-check's peaks too (`recheck_oracle`, `recheck_worker`)
-    also set all four against the lane's whole estimate.
+    """What each row's processes held at their peaks, with its lane's CUDA contexts, against
+    the lane's size (`lane_bytes`): the oracle's and worker's peaks, and the re-check's two
+    where the row has them, plus the six contexts the size counts. By where the size came
+    from too (`lane_bytes_from`): the task's sizes (suite/footprint.py) or the peaks an
+    earlier suite recorded (suite/lane_peaks.py).
     """
-    from kernelevo.suite.footprint import LANE_MIN_BYTES, SESSIONS_WITH_DATA
+    from kernelevo.suite.footprint import CONTEXT_BYTES, LANE_PROCESSES
 
-    seen, lanes = [], []
+    contexts = LANE_PROCESSES * CONTEXT_BYTES
+    seen = []
     for row in rows:
-        peaks, estimate = row.get("gpu_peak_bytes") or {}, row.get("lane_bytes") or 0
-        own = {k: v for k, v in peaks.items() if k in ("oracle", "worker")}
-        if own and estimate:
-            session = max(1, (estimate - LANE_MIN_BYTES) // SESSIONS_WITH_DATA)
-            seen.append((sum(own.values()) / session, row["task"], own, session))
-            if len(peaks) > len(own):
-                lanes.append(sum(peaks.values()) / estimate)
+        peaks, size = row.get("gpu_peak_bytes") or {}, row.get("lane_bytes") or 0
+        if peaks and size:
+            seen.append(((sum(peaks.values()) + contexts) / size, row["task"], peaks, size,
+                         row.get("lane_bytes_from") or "sizes"))
     if not seen:
         return {"rows_with_peaks": 0}
-    ratios = sorted(ratio for ratio, *_ in seen)
+    by_source = {}
+    for source in sorted({found[4] for found in seen}):
+        ratios = [ratio for ratio, *_, where in seen if where == source]
+        by_source[source] = {"rows": len(ratios), "held_over_size_p10_p50_p90": _quantiles(ratios),
+                             "over_the_size": sum(1 for ratio in ratios if ratio > 1)}
     return {"rows_with_peaks": len(seen),
-            "peaks_over_estimate_p10_p50_p90": _quantiles(ratios),
-            "with_recheck_over_lane_p10_p50_p90": _quantiles(lanes) if lanes else None,
-            "over_the_estimate": sum(1 for ratio in ratios if ratio > 1),
-            "largest": [{"task": task, "ratio": round(ratio, 2), "peaks_gib": {
+            "held_over_size_p10_p50_p90": _quantiles([found[0] for found in seen]),
+            "over_the_size": sum(1 for found in seen if found[0] > 1), "by_source": by_source,
+            "largest": [{"task": task, "ratio": round(ratio, 2), "from": where, "peaks_gib": {
                 k: round(v / 2**30, 2) for k, v in peaks.items()},
-                "estimate_gib": round(session / 2**30, 2)}
-                for ratio, task, peaks, session in sorted(seen, reverse=True)[:top]]}
+                "size_gib": round(size / 2**30, 2)}
+                for ratio, task, peaks, size, where in sorted(seen, reverse=True)[:top]]}
 
 
 def _quantiles(values: list[float]) -> list[float]:

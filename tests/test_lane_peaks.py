@@ -67,7 +67,12 @@ def test_a_task_with_recorded_peaks_is_sized_from_them_else_from_its_sizes(tmp_p
     first = entry(1)
     _prepare(first, lambda t: (task, {}), config, sized=True, peaks=store)
     assert first.lane_bytes_from == "sizes"
-    assert first.lane_bytes == measure_footprint(task).lane_bytes(config.input_sets)
+    assert first.lane_bytes == measure_footprint(task).lane_bytes(config.input_sets, 1,
+                                                                  config.vary_shapes)
+    several = entry(2)  # its standby's session beside the evaluation
+    _prepare(several, lambda t: (task, {}), config, sized=True, peaks=store)
+    assert several.lane_bytes == measure_footprint(task).lane_bytes(config.input_sets, 2,
+                                                                    config.vary_shapes)
     store.record(first.peaks_key, {"oracle": GiB, "worker": 3 * GiB})
     one, two = entry(1), entry(2)
     for planned in (one, two):

@@ -261,9 +261,10 @@ def test_a_lane_takes_no_task_that_the_gpu_s_free_memory_cannot_hold_beside_anot
 
     stand_in_judges(monkeypatch, gpu, behave)
     monkeypatch.setattr(schedule_module, "gpu_memory", lambda index: (79 * GiB, 80 * GiB))
-    # lane bytes: 3 GiB of contexts and 2 x 5 x 4.2 GiB of data, 45 GiB in all
+    # a lane: 3 GiB of contexts and what its processes hold for a 1.5 GiB input set
+    # (footprint.py's fit), about 45 GiB in all
     monkeypatch.setattr(lanes_module, "measure_footprint",
-                        lambda task, dtype: Footprint(int(4.2 * GiB), 0, 0))
+                        lambda task, dtype: Footprint(int(1.5 * GiB), 0, 0))
     result = run(lay_out(tmp_path, TWO_TASKS), lanes=2)
     assert [r["reason"] for r in result.rows] == ["passed", "passed"]
     assert overlap == [1, 1]  # never both at once

@@ -1,41 +1,39 @@
-"""bench/suite_rows.py: what rows' processes held on the GPU, against their lane's estimate."""
+"""bench/suite_rows.py: what rows' processes held on the GPU, against their lane's size."""
 
 from __future__ import annotations
 
-
-from kernelevo.suite.footprint import LANE_MIN_BYTES, SESSIONS_WITH_DATA
+from kernelevo.suite.footprint import CONTEXT_BYTES, LANE_PROCESSES
 from tests.conftest import bench_module
 
 GIB = 1 << 30
+CONTEXTS = LANE_PROCESSES * CONTEXT_BYTES
 
 
-def _suite_rows():
-    return bench_module("suite_rows")
+def _row(task: str, size_gib: float, source: str = "sizes", **peaks_gib: float) -> dict:
+    return {"task": task, "lane_bytes": CONTEXTS + int(size_gib * GIB), "lane_bytes_from": source,
+            "gpu_peak_bytes": {k: int(v * GIB) for k, v in peaks_gib.items()}}
 
 
-def _row(task: str, session_gib: int, oracle_gib: int, worker_gib: int) -> dict:
-    return {"task": task, "lane_bytes": LANE_MIN_BYTES + SESSIONS_WITH_DATA * session_gib * GIB,
-            "gpu_peak_bytes": {"oracle": oracle_gib * GIB, "worker": worker_gib * GIB}}
-
-
-def test_peaks_are_set_against_one_sessions_share_of_the_estimate():
-    rows = [_row("small", 4, 1, 1), _row("conv3d", 2, 3, 5), _row("middle", 4, 2, 2),
+def test_every_process_s_peak_and_the_contexts_are_set_against_the_lane_s_size():
+    rows = [_row("small", 4, oracle=1, worker=1), _row("middle", 4, oracle=2, worker=2),
+            _row("conv3d", 2, oracle=3, worker=5, recheck_oracle=2, recheck_worker=2),
             {"task": "cpu", "lane_bytes": 0}, {"task": "untimed", "lane_bytes": GIB}]
-    found = _suite_rows().memory(rows)
-    assert found["rows_with_peaks"] == 3 and found["over_the_estimate"] == 1
-    assert found["peaks_over_estimate_p10_p50_p90"] == [0.5, 1.0, 1.0]  # p90 of 3: the 2nd
+    found = bench_module("suite_rows").memory(rows)
+    assert found["rows_with_peaks"] == 3 and found["over_the_size"] == 1
     top = found["largest"][0]
-    assert top["task"] == "conv3d" and top["ratio"] == 4.0
-    assert top["peaks_gib"] == {"oracle": 3.0, "worker": 5.0} and top["estimate_gib"] == 2.0
-    assert _suite_rows().memory([{"task": "cpu"}]) == {"rows_with_peaks": 0}
+    assert top["task"] == "conv3d" and top["from"] == "sizes"
+    assert top["ratio"] == round((CONTEXTS + 12 * GIB) / (CONTEXTS + 2 * GIB), 2)
+    assert top["peaks_gib"] == {"oracle": 3.0, "worker": 5.0, "recheck_oracle": 2.0,
+                                "recheck_worker": 2.0}
+    assert top["size_gib"] == round((CONTEXTS + 2 * GIB) / GIB, 2)
+    assert found["largest"][-1]["task"] == "small"  # 2 of 4 GiB: the lowest
+    assert bench_module("suite_rows").memory([{"task": "cpu"}]) == {"rows_with_peaks": 0}
 
 
-def test_a_rows_re_check_peaks_count_against_the_whole_lane_not_the_session():
-    row = _row("conv3d", 2, 3, 5)
-    row["gpu_peak_bytes"].update(recheck_oracle=2 * GIB, recheck_worker=2 * GIB)
-    found = _suite_rows().memory([row, _row("small", 4, 1, 1)])
-    assert found["largest"][0]["ratio"] == 4.0  # the evaluation's two against one session
-    whole = (3 + 5 + 2 + 2) * GIB / row["lane_bytes"]
-    assert found["with_recheck_over_lane_p10_p50_p90"] == [round(whole, 3)] * 3
-    assert _suite_rows().memory([_row("small", 4, 1, 1)])["with_recheck_over_lane_p10_p50_p90"] \
-        is None
+def test_rows_sized_from_recorded_peaks_are_told_apart_from_those_sized_from_sizes():
+    rows = [_row("a", 2, "peaks", oracle=1, worker=1), _row("b", 2, "sizes", oracle=3, worker=3),
+            _row("c", 2, "sizes", oracle=1, worker=1)]
+    by_source = bench_module("suite_rows").memory(rows)["by_source"]
+    assert by_source["peaks"] == {"rows": 1, "held_over_size_p10_p50_p90": [1.0] * 3,
+                                  "over_the_size": 0}
+    assert by_source["sizes"]["rows"] == 2 and by_source["sizes"]["over_the_size"] == 1

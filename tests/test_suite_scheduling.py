@@ -13,7 +13,7 @@ import pytest
 
 from kernelevo.suite.eta import Eta
 from kernelevo.suite.footprint import CONTEXT_BYTES, LANE_MIN_BYTES, LANE_PROCESSES, \
-    Footprint, measure_footprint
+    RECHECK_FIT, SESSION_FIT, Footprint, measure_footprint
 from kernelevo.suite.schedule import MemoryBook, PlannedTask, TaskQueue, fits, \
     judging_order, lanes_for_memory
 from kernelevo.suite.tasks import Solution, SuiteTask
@@ -26,16 +26,40 @@ TASKS = ROOT / "tests" / "fixtures" / "tasks"
 
 def test_a_task_s_footprint_comes_from_its_sizes_on_the_meta_device():
     add = measure_footprint(load_task(str(TASKS / "add.py")))
-    # two (64, 1000) float32 inputs, one output of the same shape, no parameters
-    assert add == Footprint(2 * 64 * 1000 * 4, 64 * 1000 * 4, 0)
+    # two (64, 1000) float32 inputs, one output of the same shape (the one tensor its
+    # forward makes), no parameters
+    assert add == Footprint(2 * 64 * 1000 * 4, 64 * 1000 * 4, 0, 64 * 1000 * 4)
     assert measure_footprint(load_task(str(TASKS / "add.py")), "float16") == Footprint(
-        2 * 64 * 1000 * 2, 64 * 1000 * 2, 0)  # floating values at the judged precision
+        2 * 64 * 1000 * 2, 64 * 1000 * 2, 0, 64 * 1000 * 2)  # at the judged precision
     linear = measure_footprint(load_task(str(TASKS / "linear_relu.py")))
-    assert linear == Footprint(32 * 64 * 4, 32 * 48 * 4, (64 * 48 + 48) * 4)
-    # Per lane: its processes' contexts, then the evaluation's and the standby's data
-    # (the parameters twice, the input sets and the timing's two rotated copies).
-    assert add.lane_bytes(3) == LANE_PROCESSES * CONTEXT_BYTES + 2 * 5 * (512_000 + 256_000)
-    assert LANE_MIN_BYTES == LANE_PROCESSES * CONTEXT_BYTES
+    assert linear.input_bytes == 32 * 64 * 4 and linear.output_bytes == 32 * 48 * 4
+    assert linear.parameter_bytes == (64 * 48 + 48) * 4
+    assert linear.live_bytes >= 2 * 32 * 48 * 4  # the linear's output, and the relu's
+
+
+def test_a_lane_is_sized_by_the_fit_of_what_its_processes_held():
+    add = measure_footprint(load_task(str(TASKS / "add.py")))
+
+    def fitted(fit, copies=1.0):
+        return (fit["fixed"] * GiB + copies * (fit["inputs"] * add.input_bytes
+                                               + fit["outputs"] * add.output_bytes)
+                + fit["live"] * add.live_bytes)
+
+    contexts = LANE_PROCESSES * CONTEXT_BYTES
+    one = add.lane_bytes()
+    assert one == contexts + int(fitted(SESSION_FIT) + fitted(RECHECK_FIT))
+    # a standby session beside the evaluation holds as much again; no re-check, none of it
+    assert add.lane_bytes(sessions=2) == contexts + int(2 * fitted(SESSION_FIT)
+                                                        + fitted(RECHECK_FIT))
+    assert add.lane_bytes(recheck=False) == contexts + int(fitted(SESSION_FIT))
+    # more input sets than the fit's three: more copies of the inputs and outputs
+    assert add.lane_bytes(5) == contexts + int(fitted(SESSION_FIT, 7 / 5)
+                                               + fitted(RECHECK_FIT, 7 / 5))
+    assert LANE_MIN_BYTES == Footprint(0, 0, 0).lane_bytes() == contexts + int(
+        (SESSION_FIT["fixed"] + RECHECK_FIT["fixed"]) * GiB)
+    # the largest level-2 convolutions held about 25 GiB a lane (bench/RESULTS.md): sized so
+    conv = Footprint(int(0.062 * GiB), int(0.5 * GiB), 0, int(1.0 * GiB))
+    assert 20 * GiB < conv.lane_bytes() < 30 * GiB
 
 
 def test_a_forward_the_meta_device_cannot_run_is_sized_by_its_inputs():
@@ -46,7 +70,7 @@ def test_a_forward_the_meta_device_cannot_run_is_sized_by_its_inputs():
         "        return torch.tensor(x.tolist())\n"  # reads values: no meta run
         "def get_inputs():\n    return [torch.randn(n, n)]\n"
         "def get_init_inputs():\n    return []\n", "reads_values")
-    assert measure_footprint(task) == Footprint(4096 * 4096 * 4, 4096 * 4096 * 4, 0)
+    assert measure_footprint(task) == Footprint(4096 * 4096 * 4, 4096 * 4096 * 4, 0, 0)
 
 
 def planned(name, position, needs_build=False, lane_gib=0):
@@ -97,7 +121,7 @@ def test_the_memory_book_reserves_what_each_lane_is_expected_to_take():
 def test_a_gpu_gets_the_lanes_its_cores_allow_and_its_free_memory_holds():
     assert lanes_for_memory(6, None) == 6
     assert lanes_for_memory(6, 79 * GiB) == 6
-    assert lanes_for_memory(6, 10 * GiB) == 10 * GiB // LANE_MIN_BYTES == 3
+    assert lanes_for_memory(6, 15 * GiB) == 15 * GiB // LANE_MIN_BYTES == 3
     assert lanes_for_memory(6, 1 * GiB) == 1  # one lane whatever is free
 
 

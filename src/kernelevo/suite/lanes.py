@@ -284,11 +284,12 @@ def _prepare(entry: PlannedTask, load: Load, config: EvalConfig, sized: bool,
     entry.loaded, entry.sizes = load(entry.task)
     if not sized:
         return
+    # a task of several solutions keeps a standby session beside the evaluation
+    sessions = 2 if len(entry.pending) > 1 else 1
     if peaks is not None:
         entry.peaks_key = peaks_key(entry.loaded.source, config.dtype_name, config.input_sets,
                                     backward_on(entry.loaded, config))
-        # a task of several solutions keeps a standby session beside the evaluation
-        measured = peaks.lane_bytes(entry.peaks_key, 2 if len(entry.pending) > 1 else 1)
+        measured = peaks.lane_bytes(entry.peaks_key, sessions)
         if measured is not None:
             entry.lane_bytes, entry.lane_bytes_from = measured, "peaks"
             return
@@ -296,7 +297,8 @@ def _prepare(entry: PlannedTask, load: Load, config: EvalConfig, sized: bool,
         footprint = measure_footprint(entry.loaded, config.dtype_name)
     except Exception:  # noqa: BLE001 - size unknown (0): the run alone catches the rest
         return
-    entry.lane_bytes, entry.lane_bytes_from = footprint.lane_bytes(config.input_sets), "sizes"
+    entry.lane_bytes = footprint.lane_bytes(config.input_sets, sessions, config.vary_shapes)
+    entry.lane_bytes_from = "sizes"
 
 
 def _admit(entry: PlannedTask, book: MemoryBook | None) -> int | None:
