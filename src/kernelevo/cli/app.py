@@ -1,11 +1,10 @@
-"""The command line: eval | compare | evolve | suite | runs | show | export | report | ui
-| config
-| model."""
+"""The command line: eval | compare | evolve here, and every command registered on `app`
+(runs | show | export | report | ui | migrate: cli/runs.py; config | suite | memory | serve
+| model | profile: their modules)."""
 
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +21,8 @@ from kernelevo.version import __version__
 from kernelevo.cli.config import config_command
 from kernelevo.cli.memory import memory_app
 from kernelevo.cli.profile import print_profile, profile_command
+from kernelevo.cli.runs import (export_command, migrate_command, report_command,
+                                runs_command, show_command, ui_command)
 from kernelevo.cli.model import model_app
 from kernelevo.cli.serve import serve_command
 from kernelevo.cli.suite import suite_command
@@ -31,17 +32,16 @@ from kernelevo.cli.options import (  # noqa: F401 (the choices, re-exported)
     NO_COMPILE_OPTION, NO_STATIC_OPTION, at_most,
     RTOL_OPTION, SETS_OPTION, TASK_ARGUMENT, TIMEOUT_OPTION, VARY_SHAPES_OPTION, App,
     POLICY_OPTION, PRECISION_OPTION, TIMING_OPTION, Backend, Device, Policy, Precision,
-    SearchBackend, Timing, choice_value, console, errors, eval_overrides, eval_settings, out,
-    start_judges_forkserver)
+    SearchBackend, Timing, choice_value, console, errors, eval_overrides, eval_settings,
+    judge_progress, out, print_json, start_judges_forkserver)
 from kernelevo.cli.options import fail as _fail
 from kernelevo.errors import KernelEvoError
 from kernelevo.evaluate.shared.cores import claim_process
-from kernelevo.logs import configure, get_logger, level_for
+from kernelevo.logs import configure, level_for
 from kernelevo.run.signals import EXIT_TERMINATED, Terminated, sigterm_as_interrupt
 
 app = App(add_completion=False, no_args_is_help=True,
                   help="Turn slow PyTorch code into fast, verified GPU kernels.")
-log = get_logger("cli")
 
 # Exit codes (cli_options): 0 the candidate passed, 1 it did not, 2 the input or setup is
 # wrong; `evolve`: 0 the run finished or spent its budget, 1 it failed (llm_failed, error).
@@ -80,14 +80,6 @@ def _stopped_by_sigterm() -> Iterator[None]:
         except Terminated as stop:
             errors.print(f"[bold red]stopped:[/] {escape(str(stop))}")
             raise typer.Exit(EXIT_TERMINATED) from None
-
-
-def _progress(status: Any) -> Any:
-    """A judge's progress callback: the spinner's text, and a record for --verbose."""
-    def report(phase: str) -> None:
-        log.debug("%s", phase)
-        status.update(f"{phase}...")
-    return report
 
 
 LOCAL_OPTION = typer.Option(False, "--local", help="judge in this process even when an "
@@ -170,7 +162,7 @@ def eval_command(
         # held a bad call's exit (and any pipe it wrote to) for 7-9 s.
         service = _service_or_forkserver(local, device)
         with _stopped_by_sigterm(), console.status("starting") as status:
-            judge = _judge(loaded_task, config, _progress(status), service)
+            judge = _judge(loaded_task, config, judge_progress(status), service)
             verdict = judge.evaluate(loaded)
     except KernelEvoError as exc:
         _fail(exc)
@@ -215,7 +207,7 @@ def compare_command(
         a, b = load_candidate(first), load_candidate(second)
         service = _service_or_forkserver(local, device)  # only once the inputs are checked
         with _stopped_by_sigterm(), console.status("starting") as status:
-            progress = _progress(status)
+            progress = judge_progress(status)
             result = compare_candidates(loaded_task, a, b, config, progress=progress,
                                         judge=_judge(loaded_task, config, progress, service))
     except KernelEvoError as exc:
@@ -300,7 +292,7 @@ def evolve_command(
     if as_json:
         from kernelevo.run.as_json import evolve_json
 
-        _print_json(evolve_json(evolved.run_id, evolved.run_dir, result))
+        print_json(evolve_json(evolved.run_id, evolved.run_dir, result))
     else:
         _print_summary(result)
     outcome = result.outcome
@@ -321,159 +313,10 @@ def _print_summary(result: Any) -> None:
                   "but seeds)")
 
 
-_RUN_ARGUMENT = typer.Argument(..., metavar="RUN", help="run id, part of it, or its folder")
-_RUNS_DIR = typer.Option(None, "--runs-dir", envvar="KERNELEVO_RUNS_DIR", metavar="DIR",
-                         help="where runs are stored (default ./runs)")
-
-
-@app.command("runs")
-def runs_command(runs_dir: Optional[Path] = _RUNS_DIR,
-                 as_json: bool = typer.Option(False, "--json", help="print the runs as a "
-                                              "JSON list")) -> None:
-    """List the runs with their best speedups, tokens and cost.
-
-    A run is `running` only while a process drives it: one whose driver was
-    killed outright (SIGKILL, out of memory) shows `interrupted`, as a stopped
-    run does, and continues with --resume.
-    """
-    from kernelevo.run.view import (check_runs_dir, default_runs_dir, list_runs_table,
-                                    not_runs_note)
-
-    try:
-        folder = check_runs_dir(runs_dir or default_runs_dir(), missing_ok=True)
-        if as_json:
-            from kernelevo.run.as_json import runs_json
-
-            _print_json(runs_json(folder))
-        else:
-            list_runs_table(out, folder)
-    except KernelEvoError as exc:
-        _fail(exc)
-    note = not_runs_note(folder)
-    if note:  # on stderr: the list itself stays what a script reads
-        console.print(f"note: {escape(note)}")
-
-
-@app.command("show")
-def show_command(run: str = _RUN_ARGUMENT,
-                 runs_dir: Optional[Path] = _RUNS_DIR,
-                 as_json: bool = typer.Option(False, "--json", help="print the run's settings, "
-                                              "spend, ranking and best verdict as JSON")) -> None:
-    """Summarise one run: settings, spending, the best candidates and the best verdict."""
-    from kernelevo.run.view import default_runs_dir, open_run, show_run
-
-    try:
-        if as_json:
-            from kernelevo.run.as_json import run_json
-
-            with open_run(runs_dir or default_runs_dir(), run) as store:
-                _print_json(run_json(store))
-        else:
-            show_run(out, runs_dir or default_runs_dir(), run)
-    except KernelEvoError as exc:
-        _fail(exc)
-
-
-def _print_json(value: Any) -> None:
-    """JSON on stdout as plain text: rich would wrap long lines and colour them."""
-    sys.stdout.write(json.dumps(value, indent=2) + "\n")
-
-
-@app.command("export")
-def export_command(
-    run: str = _RUN_ARGUMENT,
-    output: Path = typer.Option(..., "-o", "--output", metavar="FILE", help="file to write"),
-    best: bool = typer.Option(False, "--best", help="export the fastest correct candidate"),
-    candidate: Optional[str] = typer.Option(None, "--candidate", metavar="ID",
-                                            help="candidate id"),
-    no_recheck: bool = typer.Option(False, "--no-recheck", help="skip judging the exported "
-                                    "file again"),
-    force: bool = typer.Option(False, "--force", help="overwrite the output file if it exists"),
-    runs_dir: Optional[Path] = _RUNS_DIR,
-) -> None:
-    """Write a candidate as a standalone KernelBench file, re-judged on the way out."""
-    from kernelevo.render import print_verdict
-    from kernelevo.run.view import default_runs_dir, export_candidate
-
-    try:
-        with console.status("re-checking the candidate") as status:
-            path, verdict = export_candidate(runs_dir or default_runs_dir(), run, output,
-                                             candidate, best, recheck=not no_recheck,
-                                             progress=_progress(status), force=force)
-    except KernelEvoError as exc:
-        _fail(exc)
-    out.print(f"wrote {escape(str(path))}")
-    if verdict is not None:
-        print_verdict(out, path.name, verdict, brief=console.quiet)
-        if not verdict.ok:
-            raise typer.Exit(EXIT_FAILED)
-
-
-@app.command("report")
-def report_command(
-    runs: list[str] = typer.Argument(..., metavar="RUN", help="run id(s) or folder(s); "
-                                     "two or more make a comparison"),
-    output: Path = typer.Option(Path("report.html"), "-o", "--output", metavar="FILE",
-                                help="HTML file to write"),
-    force: bool = typer.Option(False, "--force", help="overwrite the output file if it exists"),
-    runs_dir: Optional[Path] = _RUNS_DIR,
-) -> None:
-    """Write a self-contained HTML report of a run, or a comparison of several runs."""
-    from kernelevo.report import write_comparison, write_report
-    from kernelevo.run.view import default_runs_dir, open_run, refuse_to_overwrite
-
-    try:
-        if not force:
-            refuse_to_overwrite(output)
-        paths = []
-        for run in runs:
-            with open_run(runs_dir or default_runs_dir(), run) as store:
-                paths.append(store.path)
-        written = (write_report(paths[0], output) if len(paths) == 1
-                   else write_comparison(paths, output))
-    except KernelEvoError as exc:
-        _fail(exc)
-    out.print(f"wrote {escape(str(written))}")
-
-
-@app.command("ui")
-def ui_command(
-    runs_dir: Optional[Path] = _RUNS_DIR,
-    host: str = typer.Option("127.0.0.1", help="address to bind (keep 127.0.0.1; forward the "
-                             "port over SSH); beyond loopback the UI asks for a token, "
-                             "printed in its URL (KERNELEVO_UI_TOKEN to choose it)"),
-    port: int = typer.Option(8765, min=0, max=65535,
-                             help="port to serve on (0: any free port)"),
-    open_browser: bool = typer.Option(False, "--open", help="open the UI in a browser"),
-) -> None:
-    """Serve a local web UI that lists runs and follows them live."""
-    from kernelevo.report import serve
-    from kernelevo.run.view import check_runs_dir, default_runs_dir
-
-    try:
-        # A folder given must be one; the default may not exist yet (runs appear as they start).
-        serve(check_runs_dir(runs_dir or default_runs_dir(), missing_ok=runs_dir is None),
-              host, port, open_browser)
-    except KernelEvoError as exc:
-        _fail(exc)
-
-
-@app.command("migrate")
-def migrate_command(run: str = typer.Argument(..., help="run id, part of it, or its folder"),
-                    runs_dir: Optional[Path] = _RUNS_DIR) -> None:
-    """Bring a run made by an older KernelEvo up to date: its indexes and running totals.
-
-    Reading a run (runs, show, export, report, ui) never writes to its run.db;
-    an older one is read as it is, more slowly. This, or --resume, migrates it.
-    """
-    from kernelevo.run.view import default_runs_dir, migrate_run
-
-    try:
-        out.print(escape(migrate_run(runs_dir or default_runs_dir(), run)))
-    except KernelEvoError as exc:
-        _fail(exc)
-
-
+for name, command in (("runs", runs_command), ("show", show_command),
+                      ("export", export_command), ("report", report_command),
+                      ("ui", ui_command), ("migrate", migrate_command)):
+    app.command(name)(command)
 app.command("config")(config_command)
 app.command("suite")(suite_command)
 app.add_typer(memory_app, name="memory")

@@ -197,3 +197,23 @@ def eval_settings(config_file: str | None, overrides: dict[str, dict[str, Any]])
     config = eval_config(resolve(config_file, overrides, FLAGS))
     get_logger("cli").debug("settings: %s", config)
     return config
+
+
+def judge_progress(status: Any) -> Any:
+    """A judge's progress callback: the spinner's text, and a record for --verbose."""
+    from kernelevo.logs import get_logger
+
+    log = get_logger("cli")
+
+    def report(phase: str) -> None:
+        log.debug("%s", phase)
+        status.update(f"{phase}...")
+    return report
+
+
+def print_json(value: Any) -> None:
+    """JSON on stdout as plain text: rich would wrap long lines and colour them."""
+    import json
+    import sys
+
+    sys.stdout.write(json.dumps(value, indent=2) + "\n")
