@@ -131,8 +131,8 @@ def replay(rows: list[dict], terms: list[dict[str, float]], gpu_gib: float) -> d
                                     for row in rows if row.get("judged_alone")]}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def corpus_arguments(parser: argparse.ArgumentParser) -> None:
+    """The recorded passes, and how their tasks are rebuilt (this script's and order_replay's)."""
     parser.add_argument("results", type=Path, nargs="+")
     parser.add_argument("--kb", type=Path, required=True)
     parser.add_argument("--max-elements", type=int, default=1 << 24)
@@ -140,12 +140,22 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--gpu-gib", type=float, default=79.0,
                         help="the GPU's memory for the replay (an H100 80GB frees about 79)")
-    args = parser.parse_args()
+
+
+def task_paths(args: argparse.Namespace) -> dict[str, str]:
+    """Each task's file by its name in the rows, shrunk as the suite's passes judged it."""
     from kernelbench_batch import load_entries, prepare
 
     problems = prepare(load_entries(None, forward_only=True), args.kb, args.work,
                        args.max_elements)
-    by_task = {Path(info["path"]).stem: info["path"] for info in problems.values()}
+    return {Path(info["path"]).stem: info["path"] for info in problems.values()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    corpus_arguments(parser)
+    args = parser.parse_args()
+    by_task = task_paths(args)
     cache: dict[str, dict[str, float]] = {}
     passes = []
     for path in args.results:

@@ -84,21 +84,13 @@ def tasks_of(rows: list[dict], size_of: Callable[[str], float]) -> list[Task]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("results", type=Path, nargs="+")
-    parser.add_argument("--kb", type=Path, required=True)
-    parser.add_argument("--max-elements", type=int, default=1 << 24)
-    parser.add_argument("--work", type=Path, default=Path("/tmp/lane_memory_fit"))
-    parser.add_argument("--lanes", type=int, default=6)
-    parser.add_argument("--gpu-gib", type=float, default=79.0)
-    parser.add_argument("--out", type=Path)
-    args = parser.parse_args()
-    from kernelbench_batch import load_entries, prepare
-    from lane_memory_fit import suite_size, sizes
+    from lane_memory_fit import corpus_arguments, sizes, suite_size, task_paths
 
-    problems = prepare(load_entries(None, forward_only=True), args.kb, args.work,
-                       args.max_elements)
-    by_task = {Path(info["path"]).stem: info["path"] for info in problems.values()}
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    corpus_arguments(parser)
+    parser.add_argument("--lanes", type=int, default=6)
+    args = parser.parse_args()
+    by_task = task_paths(args)
     cache: dict[str, float] = {}
 
     def size_of(task: str) -> float:
