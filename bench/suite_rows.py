@@ -54,17 +54,17 @@ def phases(rows: list[dict], late: int) -> dict:
 def memory(rows: list[dict], top: int = 5) -> dict:
     """What each row's processes held at their peaks, with its lane's CUDA contexts, against
     the lane's size (`lane_bytes`): the oracle's and worker's peaks, and the re-check's two
-    where the row has them, plus the six contexts the size counts. By where the size came
-    from too (`lane_bytes_from`): the task's sizes (suite/footprint.py) or the peaks an
+    where the row has them, plus a context for each of those processes. By where the size
+    came from too (`lane_bytes_from`): the task's sizes (suite/footprint.py) or the peaks an
     earlier suite recorded (suite/lane_peaks.py).
     """
-    from kernelevo.suite.footprint import CONTEXT_BYTES, LANE_PROCESSES
+    from kernelevo.suite.footprint import lane_contexts
 
-    contexts = LANE_PROCESSES * CONTEXT_BYTES
     seen = []
     for row in rows:
         peaks, size = row.get("gpu_peak_bytes") or {}, row.get("lane_bytes") or 0
         if peaks and size:
+            contexts = lane_contexts(1, any(part.startswith("recheck") for part in peaks))
             seen.append(((sum(peaks.values()) + contexts) / size, row["task"], peaks, size,
                          row.get("lane_bytes_from") or "sizes"))
     if not seen:

@@ -15,7 +15,7 @@ from tests.conftest import ROOT
 from tests.suite_layout import lay_out
 
 GiB = 1 << 30
-CONTEXTS = LANE_PROCESSES * CONTEXT_BYTES
+CONTEXTS = 4 * CONTEXT_BYTES  # the evaluation's oracle and worker, the re-check's two
 
 
 def test_the_largest_peak_of_each_process_is_kept_on_disk(tmp_path):
@@ -29,8 +29,12 @@ def test_the_largest_peak_of_each_process_is_kept_on_disk(tmp_path):
     again = LanePeaks.for_gpu(tmp_path, "NVIDIA H100 80GB HBM3")
     one = CONTEXTS + ((5 + 8) * GiB + (2 + 3) * GiB)
     assert again.lane_bytes("k", 1) == one
-    # a standby beside the evaluation holds a second session's data, not a second re-check
-    assert again.lane_bytes("k", 2) == CONTEXTS + (2 * 13 * GiB + 5 * GiB)
+    # a standby beside the evaluation holds a second session's data and its two processes'
+    # contexts, not a second re-check
+    assert again.lane_bytes("k", 2) == LANE_PROCESSES * CONTEXT_BYTES + (2 * 13 * GiB + 5 * GiB)
+    # a task judged with no re-check recorded none: its lane counts no re-check's processes
+    store.record("plain", {"oracle": GiB, "worker": GiB})
+    assert store.lane_bytes("plain", 1) == 2 * CONTEXT_BYTES + 2 * GiB
     assert json.loads(again.path.read_text())["tasks"]["k"] == {
         "oracle": 5 * GiB, "worker": 8 * GiB, "recheck_oracle": 2 * GiB,
         "recheck_worker": 3 * GiB}
@@ -43,7 +47,8 @@ def test_an_unreadable_store_is_an_empty_one(tmp_path):
     store = LanePeaks(path, "gpu")
     assert store.lane_bytes("k", 1) is None
     store.record("k", {"oracle": GiB, "worker": GiB})
-    assert LanePeaks(path, "gpu").lane_bytes("k", 1) == CONTEXTS + 2 * GiB
+    # no re-check recorded: the evaluation's two processes' contexts
+    assert LanePeaks(path, "gpu").lane_bytes("k", 1) == 2 * CONTEXT_BYTES + 2 * GiB
 
 
 def test_the_key_holds_the_precision_the_input_sets_and_the_backward():
@@ -77,8 +82,8 @@ def test_a_task_with_recorded_peaks_is_sized_from_them_else_from_its_sizes(tmp_p
     one, two = entry(1), entry(2)
     for planned in (one, two):
         _prepare(planned, lambda t: (task, {}), config, sized=True, peaks=store)
-    assert (one.lane_bytes_from, one.lane_bytes) == ("peaks", CONTEXTS + 4 * GiB)
-    assert two.lane_bytes == CONTEXTS + 8 * GiB  # and its standby's session
+    assert (one.lane_bytes_from, one.lane_bytes) == ("peaks", 2 * CONTEXT_BYTES + 4 * GiB)
+    assert two.lane_bytes == 4 * CONTEXT_BYTES + 8 * GiB  # its standby: two sessions, no re-check
     unsized = entry(1)
     _prepare(unsized, lambda t: (task, {}), config, sized=False, peaks=store)
     assert (unsized.lane_bytes, unsized.lane_bytes_from) == (0, "")  # no GPU to size for
@@ -127,4 +132,5 @@ def test_a_suite_records_its_passing_rows_peaks_and_the_next_one_sizes_lanes_fro
     second = suite("second")
     assert {r["lane_bytes_from"] for r in second} == {"peaks"}
     # two solutions: the evaluation and its standby, each a session's data, and the re-check
-    assert {r["lane_bytes"] for r in second} == {CONTEXTS + (2 * 3 + 1) * GiB}
+    assert {r["lane_bytes"] for r in second} == {LANE_PROCESSES * CONTEXT_BYTES
+                                                  + (2 * 3 + 1) * GiB}

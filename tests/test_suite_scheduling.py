@@ -45,13 +45,15 @@ def test_a_lane_is_sized_by_the_fit_of_what_its_processes_held():
                                                + fit["outputs"] * add.output_bytes)
                 + fit["live"] * add.live_bytes)
 
-    contexts = LANE_PROCESSES * CONTEXT_BYTES
+    # a context for each process: the evaluation's oracle and worker, the re-check's two
+    contexts = 4 * CONTEXT_BYTES
     one = add.lane_bytes()
     assert one == contexts + int(fitted(SESSION_FIT) + fitted(RECHECK_FIT))
-    # a standby session beside the evaluation holds as much again; no re-check, none of it
-    assert add.lane_bytes(sessions=2) == contexts + int(2 * fitted(SESSION_FIT)
-                                                        + fitted(RECHECK_FIT))
-    assert add.lane_bytes(recheck=False) == contexts + int(fitted(SESSION_FIT))
+    # a standby session beside the evaluation holds as much again, its two processes'
+    # contexts too; no re-check, none of it
+    assert add.lane_bytes(sessions=2) == LANE_PROCESSES * CONTEXT_BYTES + int(
+        2 * fitted(SESSION_FIT) + fitted(RECHECK_FIT))
+    assert add.lane_bytes(recheck=False) == 2 * CONTEXT_BYTES + int(fitted(SESSION_FIT))
     # more input sets than the fit's three: more copies of the inputs and outputs
     assert add.lane_bytes(5) == contexts + int(fitted(SESSION_FIT, 7 / 5)
                                                + fitted(RECHECK_FIT, 7 / 5))
@@ -121,7 +123,7 @@ def test_the_memory_book_reserves_what_each_lane_is_expected_to_take():
 def test_a_gpu_gets_the_lanes_its_cores_allow_and_its_free_memory_holds():
     assert lanes_for_memory(6, None) == 6
     assert lanes_for_memory(6, 79 * GiB) == 6
-    assert lanes_for_memory(6, 15 * GiB) == 15 * GiB // LANE_MIN_BYTES == 3
+    assert lanes_for_memory(6, 15 * GiB) == 15 * GiB // LANE_MIN_BYTES == 4
     assert lanes_for_memory(6, 1 * GiB) == 1  # one lane whatever is free
 
 

@@ -28,10 +28,19 @@ from typing import Any
 
 from kernelevo.task import Task
 
-# Processes of one lane that hold a CUDA context at once: the evaluation's
-# oracle and worker, the re-check's beside it, the standby session's two.
-LANE_PROCESSES = 6
+# Processes of one session that hold a CUDA context: its oracle and its worker. A lane
+# runs its evaluation's, the re-check's beside it where shapes are varied, and a
+# standby session's where the task has another solution to judge.
+SESSION_PROCESSES = 2
+LANE_PROCESSES = 6  # the most a lane runs at once: all three sessions'
 CONTEXT_BYTES = 512 << 20  # one process's CUDA context, kernels and allocator start
+
+
+def lane_contexts(sessions: int = 1, recheck: bool = True) -> int:
+    """Bytes of the CUDA contexts of a lane's processes: `sessions` evaluations' (one,
+    or two with a standby) and the re-check's (`recheck`)."""
+    return SESSION_PROCESSES * (sessions + int(recheck)) * CONTEXT_BYTES
+
 _GIB = 1 << 30
 # GiB an evaluation's oracle and worker held at their peaks, together, per GiB of each
 # term ("fixed": one): `bench/lane_memory_fit.py` over sessions 31 and 37's four passes.
@@ -62,7 +71,7 @@ class Footprint:
         held = sessions * self._fitted(SESSION_FIT, input_sets)
         if recheck:
             held += self._fitted(RECHECK_FIT, input_sets)
-        return LANE_PROCESSES * CONTEXT_BYTES + int(held * _GIB)
+        return lane_contexts(sessions, recheck) + int(held * _GIB)
 
     def _fitted(self, fit: dict[str, float], input_sets: int) -> float:
         copies = (input_sets + 2) / (FITTED_INPUT_SETS + 2)  # the sets, the timing's two

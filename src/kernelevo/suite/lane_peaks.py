@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelevo.cache_dir import cache_key, per_gpu_file, write_json_whole
-from kernelevo.suite.footprint import CONTEXT_BYTES, LANE_PROCESSES
+from kernelevo.suite.footprint import lane_contexts
 
 _FORMAT = "lane-peaks-1"
 SESSION_PARTS = ("oracle", "worker")
@@ -87,7 +87,7 @@ class LanePeaks:
             return None
         session = sum(entry.get(part, 0) for part in SESSION_PARTS)
         recheck = sum(entry.get(part, 0) for part in RECHECK_PARTS)
-        return LANE_PROCESSES * CONTEXT_BYTES + sessions * session + recheck
+        return lane_contexts(sessions, recheck > 0) + sessions * session + recheck
 
     def _write(self) -> None:
         if self.path is None:

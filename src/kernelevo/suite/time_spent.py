@@ -58,6 +58,21 @@ PATH_GROUPS: dict[str, str] = {
 }
 
 
+# A worker's start, step by step (the first row's, printed apart): what its
+# "worker start" phase holds, in turn; what these leave of it is waits.
+START_STEPS: dict[str, tuple[str, ...]] = {
+    "waiting for the forkserver's imports": ("warmup_forkserver_wait",),
+    "the process's start": ("warmup_process_start",),
+    "its sandbox": ("warmup_sandbox",),
+    "the task's import": ("warmup_task_import",),
+    "its CUDA context": ("warmup_cuda_init",),
+    "the baselines' model and inputs": ("warmup_model_inputs",),
+    "torch.compile's compile": ("compile_baseline",),
+    "the GPU's gate": ("warmup_gpu_wait", "warmup_compile_gpu_wait"),
+    "the stored baselines": ("warmup_baselines_store",),
+}
+
+
 @dataclass
 class LaneStats:
     """One lane's own waits, in seconds since the suite's start where a time."""
@@ -176,6 +191,9 @@ def time_lines(spent: dict[str, Any]) -> list[str]:
         lines.append(f"  first row after {spent['first_row_s']:.1f} s: {first['task']} "
                      f"sample {first['sample']}" + (f" ({parts})" if parts else "")
                      + (f"; its path: {steps}" if steps else ""))
+        start = start_line(first["phases_s"])
+        if start:
+            lines.append(f"  its worker's start: {start}")
     if spent.get("steps_s"):
         lines.append("  the suite's own steps, done at: " + ", ".join(
             f"{step} {seconds:.1f} s" for step, seconds in spent["steps_s"].items()))
@@ -202,6 +220,20 @@ def time_lines(spent: dict[str, Any]) -> list[str]:
                      f"them the judge's own process; {quiet['steal_s']:.2f} s taken from the "
                      "timing cores by the hypervisor")
     return lines
+
+
+def start_line(phases: dict[str, float]) -> str:
+    """A worker's start in its steps ('' where its verdict does not say them)."""
+    total = phases.get("worker_start")
+    if not total or "warmup_process_start" not in phases:
+        return ""
+    steps = [(name, _phase({"phases_s": phases}, keys)) for name, keys in START_STEPS.items()]
+    summed = sum(seconds for _, seconds in steps)
+    # a standby's phase counts from when it was given candidates, its steps from its start
+    ahead = " (warmed up ahead: its steps from its process's start)" if summed > total else ""
+    steps.append(("the rest", max(0.0, total - summed)))
+    return f"{total:.1f} s{ahead}: " + ", ".join(f"{name} {seconds:.2f} s" for name, seconds in steps
+                                          if seconds >= 0.005)
 
 
 def _short(phase: str) -> str:

@@ -8,6 +8,7 @@ times the torch.compile baseline would otherwise pay that again.
 """
 
 import os
+import time
 
 from kernelevo.cache_dir import keep_bytecode
 from kernelevo.evaluate.sandbox import namespaces
@@ -86,6 +87,10 @@ if torch.version.cuda is not None:
             importlib.import_module(_name)
         except Exception:  # noqa: BLE001 - a module that cannot load ahead loads later
             pass
+
+# When the imports above were done (wall clock): a child forked before then
+# waited for them (the judge's account of a worker's start, session.py).
+READY_AT = time.time()
 
 if torch.cuda.is_initialized():  # pragma: no cover - a torch change would be caught here
     raise RuntimeError("preloading initialised CUDA; children of the forkserver could not use it")

@@ -43,8 +43,8 @@ from kernelevo.evaluate.sandbox.pipe import JobResult
 from kernelevo.evaluate.sandbox.quiet_load import QuietLoad
 from kernelevo.evaluate.shared.gradients import backward_on
 from kernelevo.evaluate.shared.messages import (WORKER_KINDS, BaselineTimes, Checked, CpuWork, Gpu,
-                                                HostQuiet, Message, Ready, StoredBaselines, Timed,
-                                                Timing, WorkerJob, decode)
+                                                HostQuiet, Isolation, Message, Ready,
+                                                StoredBaselines, Timed, Timing, WorkerJob, decode)
 from kernelevo.evaluate.shared.replies import (Abort, BaselinesReply, Granted, QuietReply,
                                                ReadyReply, TimeThese)
 from kernelevo.evaluate.verdict import Verdict, verdict_for
@@ -107,6 +107,9 @@ class Session:
         self._ready_heard = False  # from the worker's Ready on, its candidates may run
         self._timing_baselines = False  # told to time the baselines for the store
         self._yielded_s: float | None = None
+        # The worker process's own start, before its first step (start_steps())
+        self._asked_at = 0.0
+        self._start_steps: dict[str, float] = {}
         self._last_message = time.monotonic()
         # When the caller's wait passed each milestone (PATH), from `run()` on
         self._marks: dict[str, float] = {}
@@ -168,6 +171,7 @@ class Session:
         self.state.phases.update(self.oracle.phases)
         if self._yielded_s is not None:  # a standby's warm-up, behind the evaluation it stood by
             self.state.phases["warmup_yield"] = self._yielded_s
+        self.state.phases.update(self._start_steps)
         return build_verdicts(self.state, self.result, self.judge)
 
     def kill(self) -> None:
@@ -216,6 +220,7 @@ class Session:
                             time=self.time_them, timing=judge.config.timing,
                             task_folder=self.task.folder, rotation=not self.recheck,
                             backward=backward_on(self.task, judge.config)).to_json()
+        self._asked_at = time.time()  # wall clock: the child's stamps are of another process
         try:
             self.result = run_job(run_worker, payload, self.scratch / "worker",
                                   judge.config.timeout_s, judge.config.output_limit_bytes,
@@ -253,6 +258,9 @@ class Session:
         return None if reply is None else reply.to_json()
 
     def _answer(self, message: Message) -> Message | None:
+        if isinstance(message, Isolation):  # the sandbox's first word: how the start went
+            self._start_steps = start_steps(message, self._asked_at)
+            return None
         if isinstance(message, Gpu):  # about to run kernels (the warm-up): shared with others
             # A standby's brief kernels (its model and inputs made) go at once;
             # a longer warm-up waits for the evaluation beside it to time.
@@ -394,6 +402,19 @@ class Session:
         self._marks.setdefault("ready", time.monotonic())
         return dataclasses.replace(reply, candidates=tuple(
             {"source": c.source, "backend": c.backend} for c in self.state.candidates))
+
+
+def start_steps(message: Isolation, asked_at: float) -> dict[str, float]:
+    """A worker's start before its first step, from its sandbox's first message: the
+    wait for the forkserver's imports (a child forked only once they are done), the
+    fork and the child's start up to its code, and the sandbox's set-up. Wall-clock
+    stamps of two processes on one machine; none where the child sent none."""
+    if not message.started_at or not asked_at:
+        return {}
+    forked_after = max(asked_at, message.preloaded_at)
+    return {"warmup_forkserver_wait": round(max(0.0, forked_after - asked_at), 4),
+            "warmup_process_start": round(max(0.0, message.started_at - forked_after), 4),
+            "warmup_sandbox": round(max(0.0, message.setup_s), 4)}
 
 
 # The milestones of an evaluation as its caller waits for it, in order: the

@@ -203,6 +203,7 @@ def _child_main(target: Callable[..., None], payload: dict[str, Any], connection
                 environment: dict[str, str], isolate_network: bool,
                 plan: confine.Plan) -> None:
     """Entry point in the forked child: detach, confine, redirect output, run."""
+    started_at = time.time()
     os.setsid()
     namespaces.undumpable()  # the guard forked next, too
     # Bytecode of what the forkserver imported may be cached (cache_dir.py);
@@ -241,7 +242,10 @@ def _child_main(target: Callable[..., None], payload: dict[str, Any], connection
     sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
     os.chdir(workdir)
     channel = Channel(connection)
-    channel.send("isolation", network=network, layers=layers)
+    preload = sys.modules.get("kernelevo.evaluate.child.preload")
+    channel.send("isolation", network=network, layers=layers, started_at=started_at,
+                 preloaded_at=getattr(preload, "READY_AT", 0.0),
+                 setup_s=round(time.time() - started_at, 4))
     try:
         target(payload, channel)
         sys.stdout.flush()

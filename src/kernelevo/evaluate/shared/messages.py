@@ -137,6 +137,12 @@ class Isolation(Message):
     kind: ClassVar[str] = "isolation"
     network: str = "unknown"
     layers: tuple[str, ...] = ()
+    # The child's start (wall clock, time.time()): when its code first ran after
+    # the fork, when the forkserver it came from had finished its imports (0:
+    # unknown), and the seconds its sandbox then took to set up.
+    started_at: float = 0.0
+    preloaded_at: float = 0.0
+    setup_s: float = 0.0
 
 
 @dataclass(frozen=True)
