@@ -174,3 +174,66 @@ def test_an_exclusive_hold_is_kept_through_a_decision_on_the_cpu():
         assert timing.state == "exclusive" and gate.holders() == (0, True)
     assert timing.state == "exclusive"
     timing.release()
+
+
+def test_the_trivial_answers_are_checked_as_the_reference_comes_not_after_the_oracle_exits(
+        monkeypatch):
+    """A decision waits for the reference's trivial answers; the oracle's process then
+    still had to end first (0.5 s at the median on an H100, up to 3 s beside other lanes)."""
+    from types import SimpleNamespace
+
+    from kernelevo.evaluate.parent import oracle_run
+    from kernelevo.evaluate.shared.messages import OracleDone
+
+    exited, checked_under = threading.Event(), []
+    gate = GpuGate()
+    config = SimpleNamespace(timeout_s=60.0, import_timeout_s=30.0)
+    run = oracle_run.OracleRun(SimpleNamespace(config=config, compare_device="cpu"), None,
+                               Path("."), Hold(gate, label="1:task:oracle"), None)
+
+    def check(reference, device):
+        checked_under.append(run.hold.state)  # its kernels under the oracle's hold
+        return "checked reference"
+
+    def compute():
+        run._answer(Gpu(brief=True))
+        run._bundle, run._job = {}, object()
+        run._answer(object.__new__(OracleDone))  # its last message (its fields unread here);
+        # its process goes on to exit
+        assert run.checked.wait(5)  # checked while the process has not ended yet
+        assert not exited.is_set() and not run.done.is_set()
+        exited.set()
+
+    monkeypatch.setattr(oracle_run, "_check_trivial_answers", check)
+    monkeypatch.setattr(run, "_reference_from", lambda message, job: "reference")
+    monkeypatch.setattr(run, "_compute", compute)
+    run.run()
+    assert exited.is_set() and run.done.is_set() and run.error is None
+    assert run.reference == "checked reference" and checked_under == ["shared"]
+    assert "trivial_check" in run.phases
+    assert run.hold.state != "shared"  # given up once the process had ended
+
+
+def test_a_trivial_answers_check_that_fails_fails_the_oracle_as_before(monkeypatch):
+    from types import SimpleNamespace
+
+    from kernelevo.evaluate.parent import oracle_run
+    from kernelevo.evaluate.shared.messages import OracleDone
+
+    config = SimpleNamespace(timeout_s=60.0, import_timeout_s=30.0)
+    run = oracle_run.OracleRun(SimpleNamespace(config=config, compare_device="cpu"), None,
+                               Path("."), Hold(GpuGate(), label="1:task:oracle"), None)
+
+    def check(reference, device):
+        raise ValueError("no comparison")
+
+    def compute():
+        run._bundle, run._job = {}, object()
+        run._answer(object.__new__(OracleDone))
+
+    monkeypatch.setattr(oracle_run, "_check_trivial_answers", check)
+    monkeypatch.setattr(run, "_reference_from", lambda message, job: "reference")
+    monkeypatch.setattr(run, "_compute", compute)
+    run.run()
+    assert run.checked.is_set() and run.done.is_set()
+    assert run.reference is None and "no comparison" in str(run.error)

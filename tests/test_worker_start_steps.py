@@ -57,7 +57,7 @@ def test_the_first_rows_worker_start_is_printed_step_by_step():
         [{**rows[0], "phases_s": {"worker_start": 4.7}}], _first_row_at(9.0), 9.0)))
 
 
-def test_a_judged_candidates_worker_start_holds_its_steps():
+def test_a_judged_candidates_worker_start_and_decision_hold_their_steps():
     from kernelevo.config import EvalConfig
     from kernelevo.evaluate.parent.judge import Judge
     from kernelevo.candidate import load_candidate
@@ -77,6 +77,10 @@ def test_a_judged_candidates_worker_start_holds_its_steps():
     steps = sum(phases.get(key, 0.0) for keys in START_STEPS.values() for key in keys)
     assert steps <= phases["worker_start"] + 0.05, phases  # steps of that phase, not more
     assert phases["recheck_warmup_process_start"] > 0.0  # the re-check's worker too
+    # and the judge's decision on the outputs, step by step: its parts within it
+    parts = ("decide_outputs", "decide_correctness", "decide_honesty", "decide_trivial")
+    assert all(phases[key] >= 0.0 for key in parts), phases
+    assert sum(phases[key] for key in parts) <= phases["decide"] + 0.01
 
 
 def _first_row_at(seconds: float) -> LaneRecord:

@@ -30,6 +30,9 @@ PHASE_GROUPS: dict[str, tuple[str, ...]] = {
     # then on the CPU (the GPU's memory full)
     "the judge's decisions (of the checks)": ("decide",),
     "the worker's outputs opened for them": ("decide_outputs",),
+    "their comparisons of the outputs": ("decide_correctness",),
+    "their honesty checks": ("decide_honesty",),
+    "their wait for the reference's trivial answers": ("decide_trivial",),
     "decisions in smaller chunks": ("decide_small_chunks",),
     "decisions on the CPU": ("decide_cpu",),
     "timing": ("timing", "profile"),

@@ -85,8 +85,10 @@ class OracleRun:
 
     `ready` is set once the reference is here (or cannot come), as the
     oracle's last message arrives: the worker goes on while the oracle's
-    process exits and the judge checks which trivial answers pass. `done` is
-    set once that check is done too.
+    process exits and the judge checks which trivial answers pass, in a
+    thread of its own started then. `checked` is set once that check is done
+    (a decision waits for it, not for the process's exit); `done` once the
+    process has ended too and the oracle's hold on the GPU is given up.
     """
 
     def __init__(self, judge: JudgeHost, task: Task, scratch: Path, hold: Hold,
@@ -95,7 +97,10 @@ class OracleRun:
         self._yield = yielding
         self.deadline = Deadline()
         self.ready = threading.Event()
+        self.checked = threading.Event()
         self.done = threading.Event()
+        self._checker: threading.Thread | None = None
+        self._check_error: Exception | None = None
         # Set once the oracle's last message came; again with its trivial answers checked.
         self.reference: ReferenceResult | None = None
         self.error: Exception | None = None
@@ -111,10 +116,10 @@ class OracleRun:
                 self._compute()
                 self.ready.set()
                 assert self.reference is not None
-                started = time.monotonic()
-                self.reference = _check_trivial_answers(self.reference,
-                                                        self.judge.compare_device)
-                self.phases["trivial_check"] = time.monotonic() - started
+                if self._checker is not None:  # the trivial answers' check, begun before
+                    self._checker.join()  # the exit: its kernels under this hold
+                if self._check_error is not None:
+                    raise self._check_error
             finally:
                 self.hold.release()
         except Exception as exc:  # handed to the judge's thread, raised there
@@ -124,7 +129,20 @@ class OracleRun:
             self.reference = None
         finally:
             self.ready.set()
+            self.checked.set()
             self.done.set()
+
+    def _check_trivial(self) -> None:
+        """Which trivial answers pass, checked as soon as the reference is here."""
+        started = time.monotonic()
+        try:
+            assert self.reference is not None
+            self.reference = _check_trivial_answers(self.reference, self.judge.compare_device)
+            self.phases["trivial_check"] = time.monotonic() - started
+        except Exception as exc:  # noqa: BLE001 - raised by run(), as it was raised there
+            self._check_error = exc
+        finally:
+            self.checked.set()
 
     def _compute(self) -> None:
         config, count = self.judge.config, self.judge.config.input_sets
@@ -181,6 +199,10 @@ class OracleRun:
             assert self._job is not None
             self.reference = self._reference_from(message, self._job)
             self.ready.set()
+            if self._checker is None:  # once, whatever the child sends
+                self._checker = threading.Thread(target=self._check_trivial, daemon=True,
+                                                 name="kernelevo-trivial-answers")
+                self._checker.start()
         return None
 
     def _reference_from(self, final: OracleDone, job: OracleJob) -> ReferenceResult:

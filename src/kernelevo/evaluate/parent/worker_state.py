@@ -105,7 +105,7 @@ class WorkerState:
         keeps the checked reference; short of GPU memory there, it kept it
         unchecked, and the check is made here, on `device`.
         """
-        self.oracle.done.wait()
+        self.oracle.checked.wait()
         reference = self.oracle.reference or self.reference  # None: the check itself failed
         if reference.trivial is None:
             reference = reference.with_trivial_answers(device)
@@ -211,8 +211,10 @@ def _decide(state: WorkerState, index: int, report: CheckedCandidate, outputs: d
     guard = decide.guard_reason(report)
     if guard:
         return "failed", {"reason": guard[0], "message": guard[1]}
+    started = time.perf_counter()
     correctness = decide.decide_correctness(outputs, ref.outputs, ref.structure,
                                             ref.tolerances, device, ref.stress)
+    _add(state.phases, "decide_correctness", time.perf_counter() - started)
     if correctness.reason:
         return "failed", {"reason": correctness.reason, "message": correctness.message,
                           "metrics": correctness.metrics}
@@ -220,9 +222,11 @@ def _decide(state: WorkerState, index: int, report: CheckedCandidate, outputs: d
         return "failed", {"reason": "inconsistent_under_timing",
                           "message": report.rotation_problem[:1000]}
     candidate = state.candidates[index]
+    started = time.perf_counter()
     honesty = decide.decide_honesty(report, outputs, ref.outputs[0], ref.structure,
                                     ref.tolerances, candidate.backend,
                                     state.judge.config.policy, ref.ops, device)
+    _add(state.phases, "decide_honesty", time.perf_counter() - started)
     if honesty.reason:
         return "failed", {"reason": honesty.reason, "message": honesty.message,
                           "metrics": correctness.metrics}
@@ -233,5 +237,7 @@ def _decide(state: WorkerState, index: int, report: CheckedCandidate, outputs: d
             return "failed", {"reason": backward.reason, "message": backward.message,
                               "metrics": backward.metrics or correctness.metrics}
         honesty.notes += backward.notes
+    started = time.perf_counter()
     state.check_trivial(device)  # the oracle's thread checks them beside the worker
+    _add(state.phases, "decide_trivial", time.perf_counter() - started)
     return "passed", {"metrics": correctness.metrics, "notes": honesty.notes}
