@@ -25,6 +25,23 @@ def test_a_child_forked_before_the_forkserver_was_ready_waited_for_its_imports()
     # a sender of no stamps (or no ask recorded): nothing said rather than a wrong figure
     assert start_steps(Isolation(), 102.0) == {}
     assert start_steps(message, 0.0) == {}
+    assert start_steps(Isolation(started_at=float("nan"), setup_s=0.1), 102.0) == {}
+    assert start_steps(Isolation(started_at=103.0, setup_s=float("inf")), 102.0) == {}
+
+
+def test_only_the_sandboxs_first_message_says_how_the_start_went():
+    """The sandbox speaks before any candidate's code runs; a later isolation message on the
+    channel (a candidate's) changes nothing."""
+    from kernelevo.evaluate.parent.session import Session
+
+    session = Session.__new__(Session)  # only what an isolation message touches
+
+    session._asked_at, session._start_steps, session._isolation_heard = 100.0, {}, False
+    first = Isolation(started_at=101.0, preloaded_at=90.0, setup_s=0.5)
+    assert Session._answer(session, first) is None
+    forged = Isolation(started_at=5000.0, preloaded_at=4000.0, setup_s=999.0)
+    assert Session._answer(session, forged) is None
+    assert session._start_steps == start_steps(first, 100.0)
 
 
 def test_the_stamps_travel_in_the_sandboxs_first_message():

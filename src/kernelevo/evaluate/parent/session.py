@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import shutil
 import tempfile
 import threading
@@ -110,6 +111,7 @@ class Session:
         # The worker process's own start, before its first step (start_steps())
         self._asked_at = 0.0
         self._start_steps: dict[str, float] = {}
+        self._isolation_heard = False
         self._last_message = time.monotonic()
         # When the caller's wait passed each milestone (PATH), from `run()` on
         self._marks: dict[str, float] = {}
@@ -259,7 +261,9 @@ class Session:
 
     def _answer(self, message: Message) -> Message | None:
         if isinstance(message, Isolation):  # the sandbox's first word: how the start went
-            self._start_steps = start_steps(message, self._asked_at)
+            if not self._isolation_heard:  # sent before any candidate's code ran; not again
+                self._isolation_heard = True
+                self._start_steps = start_steps(message, self._asked_at)
             return None
         if isinstance(message, Gpu):  # about to run kernels (the warm-up): shared with others
             # A standby's brief kernels (its model and inputs made) go at once;
@@ -409,7 +413,8 @@ def start_steps(message: Isolation, asked_at: float) -> dict[str, float]:
     wait for the forkserver's imports (a child forked only once they are done), the
     fork and the child's start up to its code, and the sandbox's set-up. Wall-clock
     stamps of two processes on one machine; none where the child sent none."""
-    if not message.started_at or not asked_at:
+    stamps = (message.started_at, message.preloaded_at, message.setup_s, asked_at)
+    if not message.started_at or not asked_at or not all(map(math.isfinite, stamps)):
         return {}
     forked_after = max(asked_at, message.preloaded_at)
     return {"warmup_forkserver_wait": round(max(0.0, forked_after - asked_at), 4),
