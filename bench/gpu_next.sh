@@ -97,7 +97,7 @@ suite-fresh|suite-again)
     stamp "bare contexts beside the suite (s): $(sed 's/.*"context_s": \([0-9.]*\).*/\1/' \
         "$work/ctx/samples.jsonl" 2>/dev/null | sort -n | tr '\n' ' ')"
     ls /dev/shm | head -3 | tee -a "$notes"
-    tail -12 "$work/run.log" | tee -a "$notes"
+    tail -14 "$work/run.log" | tee -a "$notes"
     # a timing that waited 30 s for the GPU names the gate's holders (evaluate/parent/gate.py)
     grep -h "has waited" "$work"/run/*_log.txt 2>/dev/null | head -6 | tee -a "$notes"
     # where baselines came from (drifted: the probe missed), and GPU memory against the estimate
@@ -106,6 +106,8 @@ suite-fresh|suite-again)
         python3 bench/suite_rows.py "$results" > "$work/rows.json" 2>&1
         python3 -c "import json, sys; d = json.load(open(sys.argv[1])); print('sources', d['baseline_source']); print('gpu memory', json.dumps(d['gpu_memory']))" \
             "$work/rows.json" 2>&1 | tail -3 | tee -a "$notes"
+        # the rows warm on arrival against the suite's admission rule replayed on them
+        python3 bench/warm_ahead_replay.py "$results" 2>&1 | grep -v '^[ {}"]' | tee -a "$notes"
     else
         stamp "no rows in $results"
     fi
