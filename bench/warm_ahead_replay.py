@@ -42,7 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 GIB = float(1 << 30)
 WARM_START_S = 0.05  # a worker that asked for candidates as they came: started ahead
-CONTEXTS_BEFORE = 6  # every lane's size counted six contexts until session 39
+CONTEXTS_BEFORE = 6  # every lane's size counted six contexts until session 39 (since, each
+# row says how many: `lane_processes`)
 
 
 class Row(NamedTuple):
@@ -67,9 +68,10 @@ def rows_of(results: list[dict], contexts: str) -> list[Row]:
     found = []
     for row in results:
         size = float(row.get("lane_bytes") or 0)
-        if contexts == "now":
+        if contexts == "now":  # the contexts the size counted: as the row says, else six
+            counted = row.get("lane_processes") or CONTEXTS_BEFORE
             rechecked = any(part.startswith("recheck") for part in row.get("gpu_peak_bytes") or {})
-            size += lane_contexts(1, rechecked) - CONTEXTS_BEFORE * CONTEXT_BYTES
+            size += lane_contexts(1, rechecked) - counted * CONTEXT_BYTES
         phases = row.get("phases_s") or {}
         found.append(Row(f"{row['task']}#{row.get('sample')}", float(row["wall_s"]), size / GIB,
                          str(row.get("file", "")).startswith("cuda_"),

@@ -72,6 +72,7 @@ def test_a_task_with_recorded_peaks_is_sized_from_them_else_from_its_sizes(tmp_p
     first = entry(1)
     _prepare(first, lambda t: (task, {}), config, sized=True, peaks=store)
     assert first.lane_bytes_from == "sizes"
+    assert first.lane_processes == 4  # the evaluation's two and the re-check's two
     assert first.lane_bytes == measure_footprint(task).lane_bytes(config.input_sets, 1,
                                                                   config.vary_shapes)
     several = entry(2)  # its standby's session beside the evaluation
@@ -83,6 +84,7 @@ def test_a_task_with_recorded_peaks_is_sized_from_them_else_from_its_sizes(tmp_p
     for planned in (one, two):
         _prepare(planned, lambda t: (task, {}), config, sized=True, peaks=store)
     assert (one.lane_bytes_from, one.lane_bytes) == ("peaks", 2 * CONTEXT_BYTES + 4 * GiB)
+    assert (one.lane_processes, two.lane_processes) == (2, 4)  # no re-check recorded
     assert two.lane_bytes == 4 * CONTEXT_BYTES + 8 * GiB  # its standby: two sessions, no re-check
     unsized = entry(1)
     _prepare(unsized, lambda t: (task, {}), config, sized=False, peaks=store)
@@ -131,6 +133,8 @@ def test_a_suite_records_its_passing_rows_peaks_and_the_next_one_sizes_lanes_fro
                                                "recheck_worker": GiB}]
     second = suite("second")
     assert {r["lane_bytes_from"] for r in second} == {"peaks"}
+    # each row says whose contexts its lane's size counted: two sessions and the re-check
+    assert {r["lane_processes"] for r in second} == {LANE_PROCESSES}
     # two solutions: the evaluation and its standby, each a session's data, and the re-check
     assert {r["lane_bytes"] for r in second} == {LANE_PROCESSES * CONTEXT_BYTES
                                                   + (2 * 3 + 1) * GiB}

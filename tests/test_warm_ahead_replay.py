@@ -57,3 +57,6 @@ def test_rows_are_sized_as_run_or_with_a_context_for_each_process():
     now = {r.name: r.size for r in module.rows_of(results, "now")}
     assert now["t#0"] == (10 * GIB - 2 * CONTEXT_BYTES) / GIB  # four processes, not six
     assert now["u#0"] == (8 * GIB - 4 * CONTEXT_BYTES) / GIB  # no re-check: two
+    # a row that says how many contexts its size counted is taken at its word
+    results[1]["lane_processes"] = 2
+    assert {r.name: r.size for r in module.rows_of(results, "now")}["u#0"] == 8.0

@@ -36,10 +36,15 @@ LANE_PROCESSES = 6  # the most a lane runs at once: all three sessions'
 CONTEXT_BYTES = 512 << 20  # one process's CUDA context, kernels and allocator start
 
 
+def lane_processes(sessions: int = 1, recheck: bool = True) -> int:
+    """The processes a lane runs at once: `sessions` evaluations' (one, or two with a
+    standby) and the re-check's (`recheck`)."""
+    return SESSION_PROCESSES * (sessions + int(recheck))
+
+
 def lane_contexts(sessions: int = 1, recheck: bool = True) -> int:
-    """Bytes of the CUDA contexts of a lane's processes: `sessions` evaluations' (one,
-    or two with a standby) and the re-check's (`recheck`)."""
-    return SESSION_PROCESSES * (sessions + int(recheck)) * CONTEXT_BYTES
+    """Bytes of the CUDA contexts of a lane's processes (`lane_processes`)."""
+    return lane_processes(sessions, recheck) * CONTEXT_BYTES
 
 _GIB = 1 << 30
 # GiB an evaluation's oracle and worker held at their peaks, together, per GiB of each

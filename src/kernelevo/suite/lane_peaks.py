@@ -89,6 +89,11 @@ class LanePeaks:
         recheck = sum(entry.get(part, 0) for part in RECHECK_PARTS)
         return lane_contexts(sessions, recheck > 0) + sessions * session + recheck
 
+    def rechecked(self, key: str) -> bool:
+        """Whether the task's recorded peaks hold a re-check's (its lane runs its processes)."""
+        with self._lock:
+            return any(part in self._entries.get(key, {}) for part in RECHECK_PARTS)
+
     def _write(self) -> None:
         if self.path is None:
             return

@@ -35,7 +35,7 @@ from kernelevo.config import EvalConfig
 from kernelevo.errors import KernelEvoError
 from kernelevo.evaluate.parent.baseline_store import BaselineStore
 from kernelevo.suite.alone import GpuRoom
-from kernelevo.suite.footprint import measure_footprint
+from kernelevo.suite.footprint import lane_processes, measure_footprint
 from kernelevo.suite.lane_peaks import LanePeaks, peaks_key
 from kernelevo.suite.lane_judge import LaneContext, MakeRow, Row, TaskLane
 from kernelevo.suite.schedule import MemoryBook, PlannedTask, TaskQueue
@@ -292,6 +292,7 @@ def _prepare(entry: PlannedTask, load: Load, config: EvalConfig, sized: bool,
         measured = peaks.lane_bytes(entry.peaks_key, sessions)
         if measured is not None:
             entry.lane_bytes, entry.lane_bytes_from = measured, "peaks"
+            entry.lane_processes = lane_processes(sessions, peaks.rechecked(entry.peaks_key))
             return
     try:
         footprint = measure_footprint(entry.loaded, config.dtype_name)
@@ -299,6 +300,7 @@ def _prepare(entry: PlannedTask, load: Load, config: EvalConfig, sized: bool,
         return
     entry.lane_bytes = footprint.lane_bytes(config.input_sets, sessions, config.vary_shapes)
     entry.lane_bytes_from = "sizes"
+    entry.lane_processes = lane_processes(sessions, config.vary_shapes)
 
 
 def _admit(entry: PlannedTask, book: MemoryBook | None) -> int | None:
@@ -327,7 +329,8 @@ class _TaskRun:
             return
         extra = {"gpu": gpu, "gpu_index": context.gpu_index, "sizes": entry.sizes,
                  "lane": context.lane, "lane_bytes": entry.lane_bytes,
-                 **({"lane_bytes_from": entry.lane_bytes_from} if entry.lane_bytes_from else {})}
+                 **({"lane_bytes_from": entry.lane_bytes_from,
+                     "lane_processes": entry.lane_processes} if entry.lane_bytes_from else {})}
         try:
             self.lane = TaskLane(entry.task, entry.loaded, context, extra)
         except KernelEvoError as exc:

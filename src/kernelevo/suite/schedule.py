@@ -38,6 +38,7 @@ class PlannedTask:
     error: str | None = None  # why the task cannot be loaded
     lane_bytes: int = 0  # GPU memory a lane judging it may hold (0: unknown)
     lane_bytes_from: str = ""  # "peaks" (an earlier suite's, lane_peaks.py), "sizes" (footprint.py)
+    lane_processes: int = 0  # whose CUDA contexts the size counts (footprint.lane_processes)
     peaks_key: str = ""  # its entry among the recorded peaks, where they are kept
     ready: bool = False
 
