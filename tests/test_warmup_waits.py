@@ -102,7 +102,8 @@ def test_the_store_timings_waits_for_the_gpu_are_counted_apart() -> None:
 
 def test_the_summary_counts_every_warm_up_wait_once() -> None:
     gate = PHASE_GROUPS["waits for the GPU's timing gate"]
-    assert {"warmup_gpu_wait", "warmup_compile_gpu_wait", "warmup_store_gate_wait"} <= set(gate)
+    assert {"warmup_gpu_wait", "warmup_compile_gpu_wait", "warmup_store_gate_wait",
+            "ready_gate_wait"} <= set(gate)
     # a standby's yield happens inside its compile's wait: not counted twice
     assert "warmup_yield" not in gate
     named = [phase for phases in PHASE_GROUPS.values() for phase in phases]

@@ -94,6 +94,8 @@ def test_a_judged_candidates_worker_start_and_decision_hold_their_steps():
     steps = sum(phases.get(key, 0.0) for keys in START_STEPS.values() for key in keys)
     assert steps <= phases["worker_start"] + 0.05, phases  # steps of that phase, not more
     assert phases["recheck_warmup_process_start"] > 0.0  # the re-check's worker too
+    # its wait for the GPU's hold once given its candidates: within its warm-up left
+    assert 0.0 <= phases["ready_gate_wait"] <= phases["path_warmup_left"] + 0.01
     # and the judge's decision on the outputs, step by step: its parts within it
     parts = ("decide_outputs", "decide_correctness", "decide_honesty", "decide_trivial")
     assert all(phases[key] >= 0.0 for key in parts), phases

@@ -38,9 +38,12 @@ PHASE_GROUPS: dict[str, tuple[str, ...]] = {
     "timing": ("timing", "profile"),
     # a timing's wait, and the warm-up's for its first kernels, its compiled
     # model's first run (a standby's yield, warmup_yield, is inside it) and its
-    # store timing: seconds of no work, apart from the steps they interrupt
+    # store timing, and the worker's for its hold once given its candidates (a
+    # warm one waits behind the timings queued): seconds of no work, apart from
+    # the steps they interrupt
     "waits for the GPU's timing gate": ("gate_wait", "warmup_gpu_wait",
-                                        "warmup_compile_gpu_wait", "warmup_store_gate_wait"),
+                                        "warmup_compile_gpu_wait", "warmup_store_gate_wait",
+                                        "ready_gate_wait"),
     "re-check at other sizes": ("shape_variation",),
     "process exits": ("exit", "oracle_exit"),
     # a job stopped while another lane's calls were timed (sandbox/quiet.py): inside

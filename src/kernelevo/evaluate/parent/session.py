@@ -401,7 +401,9 @@ class Session:
         reply = self.state.on_message(message)
         if not isinstance(reply, ReadyReply):
             return Abort()
-        self.hold.shared()
+        started = time.monotonic()
+        self.hold.shared()  # behind the timings on the GPU and those waiting for it
+        self.state.phases["ready_gate_wait"] = time.monotonic() - started
         self.deadline.restart(self.judge.config.timeout_s)
         self._marks.setdefault("ready", time.monotonic())
         return dataclasses.replace(reply, candidates=tuple(
