@@ -237,3 +237,39 @@ def test_a_trivial_answers_check_that_fails_fails_the_oracle_as_before(monkeypat
     run.run()
     assert run.checked.is_set() and run.done.is_set()
     assert run.reference is None and "no comparison" in str(run.error)
+
+
+def test_a_failure_after_the_last_message_waits_for_the_check_before_the_hold_goes(monkeypatch):
+    """The oracle's process can still fail after its last message (something it runs writes
+    to its channel): the check begun then ends under the oracle's hold, and cannot put a
+    reference back once the failure dropped it."""
+    from types import SimpleNamespace
+
+    from kernelevo.errors import MessageError
+    from kernelevo.evaluate.parent import oracle_run
+    from kernelevo.evaluate.shared.messages import OracleDone
+
+    config = SimpleNamespace(timeout_s=60.0, import_timeout_s=30.0)
+    run = oracle_run.OracleRun(SimpleNamespace(config=config, compare_device="cpu"), None,
+                               Path("."), Hold(GpuGate(), label="1:task:oracle"), None)
+    held_at_end = []
+
+    def check(reference, device):
+        time.sleep(0.2)  # still checking when the failure comes
+        held_at_end.append(run.hold.state)
+        return "checked reference"
+
+    def compute():
+        run._answer(Gpu(brief=True))
+        run._bundle, run._job = {}, object()
+        run._answer(object.__new__(OracleDone))
+        raise MessageError("a message of kind 'garbage' is none of ...")
+
+    monkeypatch.setattr(oracle_run, "_check_trivial_answers", check)
+    monkeypatch.setattr(run, "_reference_from", lambda message, job: "reference")
+    monkeypatch.setattr(run, "_compute", compute)
+    run.run()
+    assert held_at_end == ["shared"]  # the hold went only after the check
+    assert run.reference is None and run.error is not None
+    time.sleep(0.1)
+    assert run.reference is None  # the finished check put nothing back

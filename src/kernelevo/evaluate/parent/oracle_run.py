@@ -116,12 +116,12 @@ class OracleRun:
                 self._compute()
                 self.ready.set()
                 assert self.reference is not None
-                if self._checker is not None:  # the trivial answers' check, begun before
-                    self._checker.join()  # the exit: its kernels under this hold
-                if self._check_error is not None:
-                    raise self._check_error
             finally:
-                self.hold.release()
+                if self._checker is not None:  # the trivial answers' check, begun at the
+                    self._checker.join()  # last message: its kernels under this hold, and
+                self.hold.release()  # done before a failure here drops the reference
+            if self._check_error is not None:
+                raise self._check_error
         except Exception as exc:  # handed to the judge's thread, raised there
             kept = (TaskError, torch.cuda.OutOfMemoryError)  # the judge makes a verdict of OOM
             self.error = exc if isinstance(exc, kept) else TaskError(
