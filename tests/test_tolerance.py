@@ -217,3 +217,61 @@ def test_smaller_chunks_give_the_same_comparison_and_end_with_their_block():
     assert tolerance._chunk_elements.get() is None
     assert (small.reason, small.metrics.worst_index) == (whole.reason, whole.metrics.worst_index)
     assert abs(small.metrics.max_abs_error - whole.metrics.max_abs_error) < 1e-12
+
+
+def _counting_reads(monkeypatch) -> list[str]:
+    """Every read of a tensor's value back into Python from now on (until undone)."""
+    reads: list[str] = []
+    for name in ("item", "tolist", "__int__", "__float__", "__bool__", "__index__"):
+        original = getattr(torch.Tensor, name)
+
+        def read(self, *args, _name=name, _original=original, **kwargs):
+            reads.append(_name)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, read)
+    return reads
+
+
+def test_a_comparison_reads_its_totals_back_a_fixed_number_of_times(monkeypatch):
+    """Sums and extremes stay on the comparing device until each pass ends: read back per
+    chunk, each read of a 200-chunk output waits for a GPU other lanes share, every time."""
+    generator = torch.Generator().manual_seed(11)
+    ref = torch.randn(30, 7, generator=generator)
+    cases = {"close": ref + 1e-7, "far": ref + 1e-2,
+             "NaN for a value": ref.clone().index_put_((torch.tensor(20), torch.tensor(3)),
+                                                       torch.tensor(float("nan")))}
+    counts: dict[int, dict[str, int]] = {}
+    reasons: dict[int, dict[str, tuple]] = {}
+    for chunk in (1 << 23, 16, 1):
+        counts[chunk], reasons[chunk] = {}, {}
+        for name, out in cases.items():
+            reads = _counting_reads(monkeypatch)
+            with tolerance.smaller_chunks(chunk):
+                found = compare_tensor(out, ref, 1e-4, 1e-4)
+            monkeypatch.undo()
+            counts[chunk][name] = len(reads)
+            reasons[chunk][name] = (found.reason, found.message[:70])
+    assert reasons[1] == reasons[16] == reasons[1 << 23]
+    assert reasons[1]["far"][0] == "output_mismatch" and reasons[1]["close"][0] is None
+    assert "first at (20, 3)" in reasons[1]["NaN for a value"][1]
+    assert counts[1] == counts[16] == counts[1 << 23]  # 210 chunks read back as often as one
+    assert max(counts[1].values()) <= 4
+
+
+def test_the_largest_error_held_twice_is_placed_at_its_first_element():
+    """Ties across chunks: the first element holding it, as one comparison in a piece says."""
+    ref = torch.zeros(40)
+    out = ref.clone()
+    out[[9, 23, 31]] = 0.5  # the same error in three chunks of 8
+    whole = compare_tensor(out, ref, 1e-4, 1e-4)
+    with tolerance.smaller_chunks(8):
+        chunked = compare_tensor(out, ref, 1e-4, 1e-4)
+    with tolerance.smaller_chunks(1):
+        single = compare_tensor(out, ref, 1e-4, 1e-4)
+    assert whole.metrics.worst_index == chunked.metrics.worst_index == \
+        single.metrics.worst_index == (9,)
+    assert whole.metrics.mismatch_fraction == chunked.metrics.mismatch_fraction == 3 / 40
+    out[35] = 0.75  # a larger one later takes over
+    with tolerance.smaller_chunks(8):
+        assert compare_tensor(out, ref, 1e-4, 1e-4).metrics.worst_index == (35,)

@@ -87,61 +87,81 @@ def smaller_chunks(elements: int = SMALL_CHUNK_ELEMENTS) -> Iterator[None]:
 
 def _compare_float(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: float,
                    label: str, device: str | torch.device | None = None) -> Comparison:
+    """Two passes over the chunks, their sums and extremes kept on the comparing device.
+
+    Each pass reads its totals back once, at its end: a value read back per
+    chunk waits for the GPU each time, and on a GPU shared with a suite's
+    other lanes each such wait can take a time slice of theirs (a 1.6 G
+    element output is 200 chunks). The totals are the same float64 sums in
+    the same order, so the figures are those of reading each chunk's back.
+    """
     flat_out, flat_ref = out.reshape(-1), ref.reshape(-1)
     where = torch.device(device) if device is not None else ref.device
 
     def chunks(start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
         return (flat_out[start:stop].to(where).double(), flat_ref[start:stop].to(where).double())
 
+    def zero(dtype: torch.dtype = torch.float64) -> torch.Tensor:
+        return torch.zeros((), dtype=dtype, device=where)
+
     numel = flat_ref.numel()
     step = _chunk_elements.get() or CHUNK_ELEMENTS
     spans = [(start, min(start + step, numel)) for start in range(0, numel, step)]
     # First pass: NaN or Inf where the reference has none (or another), and rms(ref).
-    bad_count, bad_first, ref_squares = 0, None, 0.0
+    bad_count, bad_first, ref_squares = zero(torch.int64), zero(torch.int64) - 1, zero()
     for start, stop in spans:
         out64, ref64 = chunks(start, stop)
         ref_finite = torch.isfinite(ref64)
         same_special = (out64 == ref64) | (torch.isnan(out64) & torch.isnan(ref64))
         bad_special = (~ref_finite & ~same_special) | (ref_finite & ~torch.isfinite(out64))
-        count = int(bad_special.sum())
-        if count and bad_first is None:
-            bad_first = start + int(torch.nonzero(bad_special)[0])
+        count = bad_special.sum()
+        first_here = start + torch.argmax(bad_special.to(torch.uint8))  # its first True
+        bad_first = torch.where((bad_first < 0) & (count > 0), first_here, bad_first)
         bad_count += count
-        ref_squares += float(torch.where(ref_finite, ref64, 0.0).square().sum())
-    if bad_first is not None:
-        index = _unravel(bad_first, ref.shape)
-        return Comparison("non_finite", f"{label}: {bad_count} NaN/Inf values where the "
+        ref_squares += torch.where(ref_finite, ref64, 0.0).square().sum()
+    # Counts and indices below 2**53 are exact in float64: one read for the three.
+    count_read, first_read, ref_squares_read = torch.stack(
+        [bad_count.double(), bad_first.double(), ref_squares]).tolist()
+    if first_read >= 0:
+        bad_at = int(first_read)
+        index = _unravel(bad_at, ref.shape)
+        return Comparison("non_finite", f"{label}: {int(count_read)} NaN/Inf values where the "
                           f"reference differs (first at {index}: got "
-                          f"{flat_out[bad_first].double().item()}, expected "
-                          f"{flat_ref[bad_first].double().item()})", None)
+                          f"{flat_out[bad_at].double().item()}, expected "
+                          f"{flat_ref[bad_at].double().item()})", None)
     if numel == 0:
         return Comparison(None, "", ErrorMetrics(0.0, 0.0, 0.0, 0.0, atol=atol, rtol=rtol))
-    rms = (ref_squares / numel) ** 0.5
+    rms = (ref_squares_read / numel) ** 0.5
+    allowance = atol * max(1.0, rms)
     # Second pass: each element against its allowance, and the error's measures.
-    failing_count, diff_squares, max_rel = 0, 0.0, 0.0
-    max_abs, worst = -1.0, 0
+    failing, diff_squares, max_rel = zero(torch.int64), zero(), zero()
+    max_abs, worst = zero() - 1.0, zero(torch.int64)
     for start, stop in spans:
         out64, ref64 = chunks(start, stop)
         ref_finite = torch.isfinite(ref64)
         diff = torch.where(ref_finite, (out64 - ref64).abs(), 0.0)
-        finite_ref = torch.where(ref_finite, ref64, 0.0)
-        magnitude = finite_ref.abs()
-        failing_count += int((diff > atol * max(1.0, rms) + rtol * magnitude).sum())
-        diff_squares += float(diff.square().sum())
-        largest = float(diff.max())
-        if largest > max_abs:  # the first element holding the largest error, as argmax's first
-            max_abs, worst = largest, start + int(torch.nonzero(diff == largest)[0])
-        nonzero = magnitude > 0
-        if bool(nonzero.any()):
-            max_rel = max(max_rel, float((diff[nonzero] / magnitude[nonzero].clamp_min(1e-12))
-                                         .max()))
-    ref_norm = ref_squares ** 0.5
-    rel_l2 = diff_squares ** 0.5 / ref_norm if ref_norm > 0 else diff_squares ** 0.5
-    worst_expected = flat_ref[worst].double().item()
+        magnitude = torch.where(ref_finite, ref64, 0.0).abs()
+        failing += (diff > allowance + rtol * magnitude).sum()
+        diff_squares += diff.square().sum()
+        largest = diff.max()
+        # The first element holding the largest error: argmax gives a chunk's first, and a
+        # later chunk takes over only with a larger one.
+        larger = largest > max_abs
+        worst = torch.where(larger, start + torch.argmax(diff), worst)
+        max_abs = torch.where(larger, largest, max_abs)
+        relative = torch.where(magnitude > 0, diff / magnitude.clamp_min(1e-12), 0.0)
+        max_rel = torch.maximum(max_rel, relative.max())
+    failing_read, diff_squares_read, max_rel_read, max_abs_read, worst_read = torch.stack(
+        [failing.double(), diff_squares, max_rel, max_abs, worst.double()]).tolist()
+    failing_count, worst_at = int(failing_read), int(worst_read)
+    ref_norm = ref_squares_read ** 0.5
+    rel_l2 = (diff_squares_read ** 0.5 / ref_norm if ref_norm > 0
+              else diff_squares_read ** 0.5)
+    worst_expected = flat_ref[worst_at].double().item()
     metrics = ErrorMetrics(
-        max_abs_error=max_abs, max_rel_error=max_rel,
+        max_abs_error=max_abs_read, max_rel_error=max_rel_read,
         mismatch_fraction=failing_count / numel, rel_l2_error=rel_l2,
-        worst_index=_unravel(worst, ref.shape), worst_value=flat_out[worst].double().item(),
+        worst_index=_unravel(worst_at, ref.shape), worst_value=flat_out[worst_at].double().item(),
         worst_expected=worst_expected if worst_expected == worst_expected and abs(
             worst_expected) != float("inf") else 0.0,
         atol=atol, rtol=rtol)
