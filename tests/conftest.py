@@ -1,5 +1,7 @@
 import os
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -45,3 +47,28 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
     path = tmp_path / name
     path.write_text(text)
     return path
+
+
+@contextmanager
+def tensor_reads() -> Iterator[list[str]]:
+    """Every read of a tensor's value back into Python inside the block (`.item()`,
+    `.tolist()`, `float()`, `bool()`, ...): on a GPU each one waits for the device."""
+    import torch
+
+    reads: list[str] = []
+    names = ("item", "tolist", "__int__", "__float__", "__bool__", "__index__")
+    originals = {name: getattr(torch.Tensor, name) for name in names}
+
+    def counted(name, original):
+        def read(self, *args, **kwargs):
+            reads.append(name)
+            return original(self, *args, **kwargs)
+        return read
+
+    try:
+        for name, original in originals.items():
+            setattr(torch.Tensor, name, counted(name, original))
+        yield reads
+    finally:
+        for name, original in originals.items():
+            setattr(torch.Tensor, name, original)

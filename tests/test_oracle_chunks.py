@@ -13,7 +13,9 @@ import pytest
 import torch
 
 from kernelevo.evaluate.child import oracle
+from kernelevo.evaluate.child.oracle_backward import output_error
 from kernelevo.evaluate.shared.inputs import is_distribution
+from tests.conftest import tensor_reads
 
 
 @pytest.fixture()
@@ -64,3 +66,26 @@ def test_probability_rows_are_found_without_a_float64_copy(monkeypatch):
     rows = torch.softmax(torch.randn(8, 32), dim=-1)
     assert is_distribution(rows)
     assert not is_distribution(torch.rand(8, 32))
+
+
+def test_the_whole_output_checks_read_back_once_however_many_chunks(monkeypatch):
+    """The rerun check and the reference's error against float64 sum their chunks on the
+    device: a read per chunk waits for a GPU the other lanes share, 400 times at 1.6 G."""
+    import kernelevo.evaluate.child.oracle_backward as oracle_backward
+
+    generator = torch.Generator().manual_seed(4)
+    a = torch.randn(1000, generator=generator)
+    b = a + 1e-3 * torch.randn(1000, generator=generator)
+    expected = float(((a.double() - b.double()).square().sum()
+                      / b.double().square().sum()).sqrt())
+    found = {}
+    for chunk in (1 << 22, 16):
+        monkeypatch.setattr(oracle, "_SAME_CHUNK", chunk)
+        monkeypatch.setattr(oracle_backward, "_CHUNK", chunk)
+        with tensor_reads() as reads:
+            found[chunk] = (oracle._rerun_same(a, a.clone()), oracle._rerun_same(a, b),
+                            output_error([a], [b]))
+        assert len(reads) <= 3, (chunk, reads)  # one a check, whatever the chunks
+    assert found[16][:2] == found[1 << 22][:2] == (True, False)
+    assert math.isclose(found[16][2], expected, rel_tol=1e-12)
+    assert math.isclose(found[1 << 22][2], expected, rel_tol=1e-12)

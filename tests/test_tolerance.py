@@ -3,6 +3,7 @@ import torch
 from kernelevo.config import EvalConfig, tolerances
 from kernelevo.evaluate.analysis import tolerance
 from kernelevo.evaluate.analysis.tolerance import compare_tensor
+from tests.conftest import tensor_reads
 
 
 def test_identical_passes_with_zero_error():
@@ -219,21 +220,7 @@ def test_smaller_chunks_give_the_same_comparison_and_end_with_their_block():
     assert abs(small.metrics.max_abs_error - whole.metrics.max_abs_error) < 1e-12
 
 
-def _counting_reads(monkeypatch) -> list[str]:
-    """Every read of a tensor's value back into Python from now on (until undone)."""
-    reads: list[str] = []
-    for name in ("item", "tolist", "__int__", "__float__", "__bool__", "__index__"):
-        original = getattr(torch.Tensor, name)
-
-        def read(self, *args, _name=name, _original=original, **kwargs):
-            reads.append(_name)
-            return _original(self, *args, **kwargs)
-
-        monkeypatch.setattr(torch.Tensor, name, read)
-    return reads
-
-
-def test_a_comparison_reads_its_totals_back_a_fixed_number_of_times(monkeypatch):
+def test_a_comparison_reads_its_totals_back_a_fixed_number_of_times():
     """Sums and extremes stay on the comparing device until each pass ends: read back per
     chunk, each read of a 200-chunk output waits for a GPU other lanes share, every time."""
     generator = torch.Generator().manual_seed(11)
@@ -246,10 +233,8 @@ def test_a_comparison_reads_its_totals_back_a_fixed_number_of_times(monkeypatch)
     for chunk in (1 << 23, 16, 1):
         counts[chunk], reasons[chunk] = {}, {}
         for name, out in cases.items():
-            reads = _counting_reads(monkeypatch)
-            with tolerance.smaller_chunks(chunk):
+            with tensor_reads() as reads, tolerance.smaller_chunks(chunk):
                 found = compare_tensor(out, ref, 1e-4, 1e-4)
-            monkeypatch.undo()
             counts[chunk][name] = len(reads)
             reasons[chunk][name] = (found.reason, found.message[:70])
     assert reasons[1] == reasons[16] == reasons[1 << 23]

@@ -264,11 +264,13 @@ def output_error(outputs: list[Any], reference: list[Any]) -> float | None:
                 and ours.is_floating_point() and ours.shape == theirs.shape):
             continue
         a, b = ours.detach().reshape(-1), theirs.detach().reshape(-1)
-        difference = size = 0.0
+        # Summed on the device in the chunks' order and read back once (not twice a chunk).
+        sums = torch.zeros(2, dtype=torch.float64, device=b.device)
         for start in range(0, a.numel(), _CHUNK):
             wide = b[start:start + _CHUNK].double()
-            difference += float((a[start:start + _CHUNK].double() - wide).square().sum())
-            size += float(wide.square().sum())
+            sums += torch.stack([(a[start:start + _CHUNK].double() - wide).square().sum(),
+                                 wide.square().sum()])
+        difference, size = sums.tolist()
         if not (math.isfinite(difference) and math.isfinite(size)):
             return None
         error = math.sqrt(difference / size) if size > 0 else (0.0 if difference == 0 else None)
