@@ -70,7 +70,7 @@ def test_probability_rows_are_found_without_a_float64_copy(monkeypatch):
 
 def test_the_whole_output_checks_read_back_once_however_many_chunks(monkeypatch):
     """The rerun check and the reference's error against float64 sum their chunks on the
-    device: a read per chunk waits for a GPU the other lanes share, 400 times at 1.6 G."""
+    device: a read per chunk waits for a GPU the other lanes share, 384 times at 1.6 G."""
     import kernelevo.evaluate.child.oracle_backward as oracle_backward
 
     generator = torch.Generator().manual_seed(4)

@@ -222,7 +222,7 @@ def test_smaller_chunks_give_the_same_comparison_and_end_with_their_block():
 
 def test_a_comparison_reads_its_totals_back_a_fixed_number_of_times():
     """Sums and extremes stay on the comparing device until each pass ends: read back per
-    chunk, each read of a 200-chunk output waits for a GPU other lanes share, every time."""
+    chunk, each read of a 192-chunk output waits for a GPU other lanes share, every time."""
     generator = torch.Generator().manual_seed(11)
     ref = torch.randn(30, 7, generator=generator)
     cases = {"close": ref + 1e-7, "far": ref + 1e-2,

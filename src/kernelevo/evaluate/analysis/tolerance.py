@@ -92,7 +92,7 @@ def _compare_float(out: torch.Tensor, ref: torch.Tensor, atol: float, rtol: floa
     Each pass reads its totals back once, at its end: a value read back per
     chunk waits for the GPU each time, and on a GPU shared with a suite's
     other lanes each such wait can take a time slice of theirs (a 1.6 G
-    element output is 200 chunks). The totals are the same float64 sums in
+    element output is 192 chunks). The totals are the same float64 sums in
     the same order, so the figures are those of reading each chunk's back.
     """
     flat_out, flat_ref = out.reshape(-1), ref.reshape(-1)

@@ -309,7 +309,7 @@ def _rerun_same(a: torch.Tensor, b: torch.Tensor) -> bool:
         return torch.equal(a, b)
     flat_a, flat_b = a.reshape(-1), b.reshape(-1)
     # The chunks' answers kept on the device and read back once: a read per chunk waits
-    # for a GPU the suite's other lanes share, 400 times for a 1.6 G element output.
+    # for a GPU the suite's other lanes share, 384 times for a 1.6 G element output.
     same = torch.ones((), dtype=torch.bool, device=flat_a.device)
     for start in range(0, flat_a.numel(), _SAME_CHUNK):
         same &= torch.isclose(flat_a[start:start + _SAME_CHUNK].double(),
